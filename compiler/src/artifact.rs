@@ -1,0 +1,528 @@
+//! The compiled artifact (`.rctlc`): a self-describing, versioned,
+//! checksummed encoding of a [`Ruleset`]. Encoding is deterministic: the
+//! same ruleset always gives the same bytes. Decoding validates every field
+//! and never panics.
+//!
+//! Layout (little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `RCTLC\0\r\n` |
+//! | 2 | format version |
+//! | 2 | reserved, 0 |
+//! | 4 | endianness marker `0x01020304` |
+//! | 8 | payload length |
+//! | 32 | SHA-256 of the payload (the content hash) |
+//! | … | payload: sources, ipsets, atoms, rules, plan |
+
+use crate::cidr::PrefixSet;
+use crate::ir::*;
+use crate::wire::{ArtifactError, ArtifactErrorKind, Reader, Writer};
+use sha2::{Digest, Sha256};
+
+/// The magic number.
+pub const MAGIC: [u8; 8] = *b"RCTLC\0\r\n";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+const ENDIAN: u32 = 0x0102_0304;
+const HEADER: usize = 56;
+/// Deepest condition tree the reader accepts.
+pub const MAX_COND_DEPTH: usize = 512;
+
+/// SHA-256 of some bytes.
+pub fn sha256(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Encodes a ruleset.
+pub fn encode(rs: &Ruleset) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.len(rs.sources.len());
+    for s in &rs.sources {
+        w.str(&s.path);
+        w.bytes(&s.sha256);
+    }
+    w.len(rs.ipsets.len());
+    for s in &rs.ipsets {
+        w.str(&s.name);
+        w.len(s.prefixes.v4.len());
+        for &(n, l) in &s.prefixes.v4 {
+            w.u32(n);
+            w.u8(l);
+        }
+        w.len(s.prefixes.v6.len());
+        for &(n, l) in &s.prefixes.v6 {
+            w.u128(n);
+            w.u8(l);
+        }
+    }
+    w.len(rs.atoms.len());
+    for a in &rs.atoms {
+        encode_atom(&mut w, a);
+    }
+    w.len(rs.rules.len());
+    for r in &rs.rules {
+        encode_rule(&mut w, r);
+    }
+    w.len(rs.plan.len());
+    for p in &rs.plan {
+        w.str(&p.note);
+        match &p.xdp {
+            None => w.u8(0),
+            Some(x) => {
+                w.u8(1 + x.kind as u8);
+                w.len(x.dnf.len());
+                for t in &x.dnf {
+                    w.len(t.len());
+                    for &(a, n) in t {
+                        w.u32(a);
+                        w.u8(u8::from(n));
+                    }
+                }
+            }
+        }
+    }
+    let payload = w.buf;
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&ENDIAN.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&sha256(&payload));
+    out.extend_from_slice(&payload);
+    out
+}
+
+fn encode_field(w: &mut Writer, f: &StrField) {
+    match f {
+        StrField::Method => w.u8(0),
+        StrField::Host => w.u8(1),
+        StrField::Path => w.u8(2),
+        StrField::Query => w.u8(3),
+        StrField::QueryParam(p) => {
+            w.u8(4);
+            w.str(p);
+        }
+        StrField::Header(h) => {
+            w.u8(5);
+            w.str(h);
+        }
+    }
+}
+
+fn encode_atom(w: &mut Writer, a: &Atom) {
+    match a {
+        Atom::Str { field, op } => {
+            w.u8(0);
+            encode_field(w, field);
+            match op {
+                StrOp::Eq(s) => (w.u8(0), w.str(s)).0,
+                StrOp::Prefix(s) => (w.u8(1), w.str(s)).0,
+                StrOp::Suffix(s) => (w.u8(2), w.str(s)).0,
+                StrOp::Contains(s) => (w.u8(3), w.str(s)).0,
+                StrOp::Regex { pattern, ci } => {
+                    w.u8(4);
+                    w.str(pattern);
+                    w.u8(u8::from(*ci));
+                }
+                StrOp::In(v) => {
+                    w.u8(5);
+                    w.len(v.len());
+                    v.iter().for_each(|s| w.str(s));
+                }
+            }
+        }
+        Atom::Present(f) => {
+            w.u8(1);
+            encode_field(w, f);
+        }
+        Atom::Ip(i) => {
+            w.u8(2);
+            w.u32(*i);
+        }
+        Atom::Port(r) => {
+            w.u8(3);
+            w.len(r.len());
+            for &(a, b) in r {
+                w.u16(a);
+                w.u16(b);
+            }
+        }
+        Atom::Proto(p) => {
+            w.u8(4);
+            w.len(p.len());
+            p.iter().for_each(|p| w.u8(*p as u8));
+        }
+    }
+}
+
+fn encode_cond(w: &mut Writer, c: &Cond, nodes: &mut u32) {
+    *nodes += 1;
+    match c {
+        Cond::True => w.u8(0),
+        Cond::False => w.u8(1),
+        Cond::Atom(a) => {
+            w.u8(2);
+            w.u32(*a);
+        }
+        Cond::Not(x) => {
+            encode_cond(w, x, nodes);
+            w.u8(3);
+        }
+        Cond::And(v) | Cond::Or(v) => {
+            v.iter().for_each(|x| encode_cond(w, x, nodes));
+            w.u8(if matches!(c, Cond::And(_)) { 4 } else { 5 });
+            w.len(v.len());
+        }
+    }
+}
+
+fn encode_rule(w: &mut Writer, r: &Rule) {
+    w.str(&r.name);
+    w.i32(r.priority);
+    w.u32(r.seq);
+    w.len(r.sites.len());
+    r.sites.iter().for_each(|s| w.str(s));
+    w.u8(u8::from(r.enabled));
+    w.u8(u8::from(r.shadow));
+    w.str(&r.comment);
+    let mut body = Writer::default();
+    let mut nodes = 0;
+    encode_cond(&mut body, &r.cond, &mut nodes);
+    w.u32(nodes);
+    w.bytes(&body.buf);
+    match &r.action {
+        Action::Allow => w.u8(0),
+        Action::Log => w.u8(1),
+        Action::Drop => w.u8(2),
+        Action::Deny { status, reason } => {
+            w.u8(3);
+            w.u16(*status);
+            w.str(reason);
+        }
+        Action::Throttle(t) => {
+            w.u8(4);
+            w.u32(t.limit);
+            w.u8(t.unit as u8);
+            w.u64(t.period_ms);
+            w.u32(t.burst);
+            w.u64(t.ban_ms);
+            w.u16(t.status);
+            w.str(&t.reason);
+            w.len(t.keys.len());
+            for k in &t.keys {
+                match k {
+                    Key::Global => w.u8(0),
+                    Key::Ip => w.u8(1),
+                    Key::Prefix { v4, v6 } => {
+                        w.u8(2);
+                        w.u8(*v4);
+                        w.u8(*v6);
+                    }
+                    Key::Host => w.u8(3),
+                    Key::Path => w.u8(4),
+                    Key::Method => w.u8(5),
+                    Key::Header(h) => (w.u8(6), w.str(h)).0,
+                    Key::Query(q) => (w.u8(7), w.str(q)).0,
+                }
+            }
+        }
+    }
+    w.str(&r.origin.file);
+    w.u32(r.origin.line);
+    w.u32(r.origin.col);
+}
+
+/// The content hash stored in an artifact's header, without decoding it.
+pub fn content_hash(bytes: &[u8]) -> Option<[u8; 32]> {
+    bytes.get(24..56).and_then(|h| h.try_into().ok())
+}
+
+/// Decodes and validates an artifact.
+pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
+    let mut h = Reader::new(bytes, 0);
+    let magic = h.take(8).map_err(|_| ArtifactError { kind: ArtifactErrorKind::BadMagic, offset: 0 })?;
+    if magic != MAGIC {
+        return Err(ArtifactError { kind: ArtifactErrorKind::BadMagic, offset: 0 });
+    }
+    let version = h.u16()?;
+    if version != FORMAT_VERSION {
+        return Err(ArtifactError { kind: ArtifactErrorKind::UnsupportedVersion(version), offset: 8 });
+    }
+    if h.u16()? != 0 {
+        return h.err("reserved header field is not zero");
+    }
+    if h.u32()? != ENDIAN {
+        return h.err("endianness marker mismatch");
+    }
+    let len = h.u64()?;
+    let hash = h.sha()?;
+    if len != h.remaining() as u64 {
+        if len > h.remaining() as u64 {
+            return Err(ArtifactError { kind: ArtifactErrorKind::Truncated, offset: bytes.len() });
+        }
+        return Err(ArtifactError { kind: ArtifactErrorKind::Invalid(format!("{} trailing bytes", h.remaining() as u64 - len)), offset: HEADER + len as usize });
+    }
+    let payload = &bytes[HEADER..];
+    if sha256(payload) != hash {
+        return Err(ArtifactError { kind: ArtifactErrorKind::ChecksumMismatch, offset: 24 });
+    }
+    decode_payload(Reader::new(payload, HEADER))
+}
+
+fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
+    let mut sources = Vec::new();
+    for _ in 0..r.count(36)? {
+        let path = r.str()?;
+        sources.push(SourceHash { path, sha256: r.sha()? });
+    }
+    let mut ipsets = Vec::new();
+    for _ in 0..r.count(12)? {
+        let name = r.str()?;
+        let mut p = PrefixSet::default();
+        for _ in 0..r.count(5)? {
+            let (n, l) = (r.u32()?, r.u8()?);
+            if l > 32 || (l < 32 && n & (u32::MAX >> l) != 0) || p.v4.last().is_some_and(|&(m, _)| m >= n) {
+                return r.err("IPv4 prefix has host bits, a bad length, or is out of order");
+            }
+            p.v4.push((n, l));
+        }
+        for _ in 0..r.count(17)? {
+            let (n, l) = (r.u128()?, r.u8()?);
+            if l > 128 || (l < 128 && n & (u128::MAX >> l) != 0) || p.v6.last().is_some_and(|&(m, _)| m >= n) {
+                return r.err("IPv6 prefix has host bits, a bad length, or is out of order");
+            }
+            p.v6.push((n, l));
+        }
+        ipsets.push(IpSet { name, prefixes: p });
+    }
+    let mut atoms = Vec::new();
+    for _ in 0..r.count(2)? {
+        atoms.push(decode_atom(&mut r, ipsets.len())?);
+    }
+    let mut rules = Vec::new();
+    for _ in 0..r.count(32)? {
+        rules.push(decode_rule(&mut r, atoms.len())?);
+    }
+    let n = r.count(5)?;
+    if n != rules.len() {
+        return r.err(format!("{n} plans for {} rules", rules.len()));
+    }
+    let mut plan = Vec::new();
+    for _ in 0..n {
+        let note = r.str()?;
+        let tag = r.u8()?;
+        let xdp = match tag {
+            0 => None,
+            1..=4 => {
+                let kind = [XdpKind::Allow, XdpKind::Exempt, XdpKind::Drop, XdpKind::Throttle][tag as usize - 1];
+                let mut dnf = Vec::new();
+                for _ in 0..r.count(4)? {
+                    let mut t = Vec::new();
+                    for _ in 0..r.count(5)? {
+                        let a = r.u32()?;
+                        if a as usize >= atoms.len() || !atoms[a as usize].is_l4() {
+                            return r.err("XDP term names a missing or non-L3/L4 predicate");
+                        }
+                        t.push((a, r.bool()?));
+                    }
+                    dnf.push(t);
+                }
+                Some(XdpRule { kind, dnf })
+            }
+            t => return r.err(format!("unknown plan tag {t}")),
+        };
+        plan.push(RulePlan { xdp, note });
+    }
+    if r.remaining() != 0 {
+        return r.err("trailing bytes after the plan");
+    }
+    Ok(Ruleset { sources, ipsets, atoms, rules, plan })
+}
+
+fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
+    Ok(match r.u8()? {
+        0 => StrField::Method,
+        1 => StrField::Host,
+        2 => StrField::Path,
+        3 => StrField::Query,
+        4 => StrField::QueryParam(r.str()?),
+        5 => StrField::Header(r.str()?),
+        t => return r.err(format!("unknown field tag {t}")),
+    })
+}
+
+fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> {
+    Ok(match r.u8()? {
+        0 => {
+            let field = decode_field(r)?;
+            let op = match r.u8()? {
+                0 => StrOp::Eq(r.str()?),
+                1 => StrOp::Prefix(r.str()?),
+                2 => StrOp::Suffix(r.str()?),
+                3 => StrOp::Contains(r.str()?),
+                4 => StrOp::Regex { pattern: r.str()?, ci: r.bool()? },
+                5 => {
+                    let mut v: Vec<String> = Vec::new();
+                    for _ in 0..r.count(4)? {
+                        let s = r.str()?;
+                        if v.last().is_some_and(|l| *l >= s) {
+                            return r.err("string set is not sorted");
+                        }
+                        v.push(s);
+                    }
+                    StrOp::In(v)
+                }
+                t => return r.err(format!("unknown operator tag {t}")),
+            };
+            Atom::Str { field, op }
+        }
+        1 => Atom::Present(decode_field(r)?),
+        2 => {
+            let i = r.u32()?;
+            if i as usize >= nsets {
+                return r.err(format!("ip set {i} does not exist"));
+            }
+            Atom::Ip(i)
+        }
+        3 => {
+            let mut v = Vec::new();
+            for _ in 0..r.count(4)? {
+                let (a, b) = (r.u16()?, r.u16()?);
+                if a > b {
+                    return r.err("port range is reversed");
+                }
+                v.push((a, b));
+            }
+            Atom::Port(v)
+        }
+        4 => {
+            let mut v = Vec::new();
+            for _ in 0..r.count(1)? {
+                v.push(match r.u8()? {
+                    6 => Proto::Tcp,
+                    17 => Proto::Udp,
+                    1 => Proto::Icmp,
+                    p => return r.err(format!("unknown protocol {p}")),
+                });
+            }
+            Atom::Proto(v)
+        }
+        t => return r.err(format!("unknown atom tag {t}")),
+    })
+}
+
+fn decode_cond(r: &mut Reader<'_>, natoms: usize) -> Result<Cond, ArtifactError> {
+    let nodes = r.count(1)?;
+    let mut stack: Vec<(Cond, usize)> = Vec::new();
+    for _ in 0..nodes {
+        let item = match r.u8()? {
+            0 => (Cond::True, 1),
+            1 => (Cond::False, 1),
+            2 => {
+                let a = r.u32()?;
+                if a as usize >= natoms {
+                    return r.err(format!("predicate {a} does not exist"));
+                }
+                (Cond::Atom(a), 1)
+            }
+            3 => match stack.pop() {
+                Some((c, d)) => (Cond::Not(Box::new(c)), d + 1),
+                None => return r.err("`not` without an operand"),
+            },
+            t @ (4 | 5) => {
+                let n = r.u32()? as usize;
+                if n > stack.len() {
+                    return r.err("and/or with missing operands");
+                }
+                let parts = stack.split_off(stack.len() - n);
+                let d = parts.iter().map(|p| p.1).max().unwrap_or(0) + 1;
+                let v = parts.into_iter().map(|p| p.0).collect();
+                (if t == 4 { Cond::And(v) } else { Cond::Or(v) }, d)
+            }
+            t => return r.err(format!("unknown condition tag {t}")),
+        };
+        if item.1 > MAX_COND_DEPTH {
+            return r.err("condition nests too deep");
+        }
+        stack.push(item);
+    }
+    match (stack.pop(), stack.is_empty()) {
+        (Some((c, _)), true) => Ok(c),
+        _ => r.err("condition does not form one tree"),
+    }
+}
+
+fn decode_rule(r: &mut Reader<'_>, natoms: usize) -> Result<Rule, ArtifactError> {
+    let name = r.str()?;
+    let priority = r.i32()?;
+    let seq = r.u32()?;
+    let mut sites = Vec::new();
+    for _ in 0..r.count(4)? {
+        sites.push(r.str()?);
+    }
+    let enabled = r.bool()?;
+    let shadow = r.bool()?;
+    let comment = r.str()?;
+    let cond = decode_cond(r, natoms)?;
+    let action = match r.u8()? {
+        0 => Action::Allow,
+        1 => Action::Log,
+        2 => Action::Drop,
+        3 => {
+            let status = r.u16()?;
+            if !(400..=599).contains(&status) {
+                return r.err(format!("deny status {status}"));
+            }
+            Action::Deny { status, reason: r.str()? }
+        }
+        4 => {
+            let limit = r.u32()?;
+            let unit = match r.u8()? {
+                0 => Unit::Requests,
+                1 => Unit::Packets,
+                2 => Unit::Connections,
+                u => return r.err(format!("unknown unit {u}")),
+            };
+            let period_ms = r.u64()?;
+            let burst = r.u32()?;
+            let ban_ms = r.u64()?;
+            let status = r.u16()?;
+            if limit == 0 || period_ms == 0 || burst == 0 || !(400..=599).contains(&status) {
+                return r.err("throttle limit, period, burst and status must be set");
+            }
+            let reason = r.str()?;
+            let mut keys = Vec::new();
+            for _ in 0..r.count(1)? {
+                keys.push(match r.u8()? {
+                    0 => Key::Global,
+                    1 => Key::Ip,
+                    2 => {
+                        let (v4, v6) = (r.u8()?, r.u8()?);
+                        if v4 > 32 || v6 > 128 {
+                            return r.err("prefix key length out of range");
+                        }
+                        Key::Prefix { v4, v6 }
+                    }
+                    3 => Key::Host,
+                    4 => Key::Path,
+                    5 => Key::Method,
+                    6 => Key::Header(r.str()?),
+                    7 => Key::Query(r.str()?),
+                    k => return r.err(format!("unknown key tag {k}")),
+                });
+            }
+            Action::Throttle(Throttle { limit, unit, period_ms, burst, keys, ban_ms, status, reason })
+        }
+        t => return r.err(format!("unknown action tag {t}")),
+    };
+    let file = r.str()?;
+    let (line, col) = (r.u32()?, r.u32()?);
+    Ok(Rule { name, priority, seq, sites, enabled, shadow, comment, cond, action, origin: Origin { file, line, col } })
+}

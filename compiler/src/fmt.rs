@@ -1,0 +1,1 @@
+//! fmt placeholder

@@ -1,0 +1,142 @@
+//! The rctl compiler: `.rctl` sources to a checked, planned, versioned
+//! ruleset.
+//!
+//! The stages each have their own types: text is parsed into the spanned
+//! [`ast`], lowered into the [`ir`], checked, planned, and encoded into an
+//! [`artifact`]. Diagnostics are data ([`diag`]) and rendered by the caller.
+//!
+//! ```
+//! let src = "rule r { when path == \"/x\" deny 403 }";
+//! let c = rctl_compiler::compile_str("r.rctl", src, &Default::default());
+//! assert!(!c.diagnostics.has_errors());
+//! assert_eq!(c.ruleset.unwrap().rules[0].name, "r");
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod artifact;
+pub mod ast;
+pub mod cidr;
+pub mod diag;
+pub mod fmt;
+pub mod ir;
+pub mod load;
+mod lower;
+mod lower_expr;
+mod lower_test;
+pub mod parse;
+pub mod plan;
+pub mod source;
+pub mod spec;
+pub mod value;
+mod wire;
+
+pub use lower::reason_phrase;
+pub use wire::{ArtifactError, ArtifactErrorKind};
+
+use diag::Diagnostics;
+use ir::{Ruleset, SourceHash};
+use source::SourceMap;
+use std::path::PathBuf;
+
+/// Limits and switches for a compilation. Going over a limit is a
+/// diagnostic, never a panic.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Deepest parenthesis nesting in an expression.
+    pub max_depth: usize,
+    /// Largest compiled NFA per regex, in bytes.
+    pub max_regex_bytes: usize,
+    /// Most regexes in a ruleset.
+    pub max_regexes: usize,
+    /// Most prefixes across all ipblocks, after merging.
+    pub max_prefixes: usize,
+    /// Most rules.
+    pub max_rules: usize,
+    /// Largest condition tree after inlining patterns.
+    pub max_cond_nodes: usize,
+    /// Most DNF terms per condition for analysis and XDP lowering.
+    pub max_dnf_terms: usize,
+    /// Largest source or list file.
+    pub max_file_bytes: usize,
+    /// Most samples in one test.
+    pub max_test_samples: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_depth: 64,
+            max_regex_bytes: 1 << 20,
+            max_regexes: 20_000,
+            max_prefixes: 4_000_000,
+            max_rules: 50_000,
+            max_cond_nodes: 100_000,
+            max_dnf_terms: 256,
+            max_file_bytes: 256 << 20,
+            max_test_samples: 10_000_000,
+        }
+    }
+}
+
+/// Everything one compilation produced.
+#[derive(Debug)]
+pub struct Compilation {
+    /// Every file read.
+    pub sources: SourceMap,
+    /// Parsed files (for `rctl debug ast` and `rctl fmt`).
+    pub files: Vec<(source::FileId, ast::File)>,
+    /// Errors and warnings.
+    pub diagnostics: Diagnostics,
+    /// The ruleset, if there were no errors.
+    pub ruleset: Option<Ruleset>,
+    /// Lowered tests, if there were no errors.
+    pub tests: Vec<spec::TestCase>,
+    /// Merged (IPv4, IPv6) prefix counts per ipblock.
+    pub ipblock_sizes: Vec<(String, usize, usize)>,
+}
+
+/// Compiles files and directories (every `.rctl` file below a directory)
+/// as one ruleset.
+pub fn compile_paths(paths: &[PathBuf], opts: &Options) -> Compilation {
+    let mut diags = Diagnostics::default();
+    let loaded = load::load_paths(paths, opts, &mut diags);
+    finish(loaded, opts, diags)
+}
+
+/// Compiles one in-memory source (tests, fuzzing, embedding).
+pub fn compile_str(name: &str, text: &str, opts: &Options) -> Compilation {
+    let mut diags = Diagnostics::default();
+    let mut loaded = load::Loaded::default();
+    let id = loaded.map.add(name.into(), text.into());
+    if let Some(src) = loaded.map.get(id) {
+        let f = parse::parse_file(src, id, &parse::ParseLimits { max_depth: opts.max_depth }, &mut diags);
+        loaded.files.push((id, f));
+    }
+    finish(loaded, opts, diags)
+}
+
+fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compilation {
+    let load::Loaded { mut map, files } = loaded;
+    let lowered = lower::lower(&files, &mut map, opts, &mut diags);
+    let mut ruleset = None;
+    let mut tests = Vec::new();
+    if !diags.has_errors() {
+        plan::check_rules(&lowered.rules, &lowered.atoms, &lowered.ipsets, opts, &mut diags);
+        let spans: Vec<source::Span> = lowered.rules.iter().map(|r| r.1).collect();
+        let rules: Vec<ir::Rule> = lowered.rules.into_iter().map(|r| r.0).collect();
+        let plan = plan::plan(&rules, &lowered.atoms, opts, &mut diags, &spans);
+        let sources = map
+            .files()
+            .iter()
+            .map(|f| SourceHash { path: f.path.display().to_string(), sha256: artifact::sha256(f.text.as_bytes()) })
+            .collect();
+        if !diags.has_errors() {
+            ruleset = Some(Ruleset { sources, ipsets: lowered.ipsets, atoms: lowered.atoms, rules, plan });
+            tests = lowered.tests;
+        }
+    }
+    Compilation { sources: map, files, diagnostics: diags, ruleset, tests, ipblock_sizes: lowered.ipblock_sizes }
+}

@@ -1,0 +1,686 @@
+//! AST to IR: name resolution, value checking and rule lowering.
+//! Expressions are in `lower_expr.rs`, tests in `lower_test.rs`.
+
+use crate::ast::{self, ActionDecl, IpblockEntry, Item, KeyDecl, RuleProp, Word};
+use crate::cidr::{parse_cidr, Cidr, PrefixSet};
+use crate::diag::{code, Diagnostic, Diagnostics};
+use crate::ir::{Action, Atom, Cond, IpSet, Key, Origin, Rule, Throttle, Unit};
+use crate::source::{FileId, SourceMap, Span};
+use crate::spec::TestCase;
+use crate::Options;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+/// What lowering produces, before analysis and planning.
+#[derive(Debug, Default)]
+pub struct Lowered {
+    /// Prefix sets.
+    pub ipsets: Vec<IpSet>,
+    /// The predicate table.
+    pub atoms: Vec<Atom>,
+    /// Rules in evaluation order, with the span of each rule's name and
+    /// `when` condition (same order).
+    pub rules: Vec<(Rule, Span, Span)>,
+    /// Test cases.
+    pub tests: Vec<TestCase>,
+    /// Merged prefix counts per ipblock name.
+    pub ipblock_sizes: Vec<(String, usize, usize)>,
+}
+
+pub(crate) struct Decl<'a, T> {
+    pub decl: &'a T,
+    pub file: FileId,
+}
+
+pub(crate) struct Lowerer<'a> {
+    pub map: &'a mut SourceMap,
+    pub diags: &'a mut Diagnostics,
+    pub opts: &'a Options,
+    pub ipblocks: BTreeMap<String, Decl<'a, ast::IpblockDecl>>,
+    pub patterns: BTreeMap<String, Decl<'a, ast::PatternDecl>>,
+    /// ipblock name -> ipset index (None: failed).
+    pub ipblock_sets: HashMap<String, Option<u32>>,
+    /// pattern name -> lowered condition (None: failed), and what it uses.
+    pub pattern_conds: HashMap<String, (Option<Cond>, Vec<String>, Vec<String>)>,
+    pub in_progress: Vec<String>,
+    pub used_patterns: HashSet<String>,
+    pub used_ipblocks: HashSet<String>,
+    pub atoms: Vec<Atom>,
+    pub atom_ids: HashMap<Atom, u32>,
+    pub ipsets: Vec<IpSet>,
+    pub inline_sets: HashMap<PrefixSet, u32>,
+    pub regex_count: usize,
+    pub prefix_total: usize,
+    pub list_cache: HashMap<std::path::PathBuf, FileId>,
+}
+
+/// Lowers parsed files into the IR. Reports into `diags`; the result is only
+/// meaningful if no error was reported.
+pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options, diags: &mut Diagnostics) -> Lowered {
+    let mut lw = Lowerer {
+        map,
+        diags,
+        opts,
+        ipblocks: BTreeMap::new(),
+        patterns: BTreeMap::new(),
+        ipblock_sets: HashMap::new(),
+        pattern_conds: HashMap::new(),
+        in_progress: Vec::new(),
+        used_patterns: HashSet::new(),
+        used_ipblocks: HashSet::new(),
+        atoms: Vec::new(),
+        atom_ids: HashMap::new(),
+        ipsets: Vec::new(),
+        inline_sets: HashMap::new(),
+        regex_count: 0,
+        prefix_total: 0,
+        list_cache: HashMap::new(),
+    };
+    let mut rules: Vec<Decl<'_, ast::RuleDecl>> = Vec::new();
+    let mut tests: Vec<Decl<'_, ast::TestDecl>> = Vec::new();
+    let mut rule_names: HashMap<&str, Span> = HashMap::new();
+    let mut test_names: HashMap<&str, Span> = HashMap::new();
+    for (file, f) in files {
+        for item in &f.items {
+            match item {
+                Item::Include(_) => {}
+                Item::Ipblock(d) => {
+                    if let Some(prev) = lw.ipblocks.get(&d.name.text) {
+                        let prev = prev.decl.name.span;
+                        lw.dup("ipblock", &d.name, prev);
+                    } else {
+                        lw.ipblocks.insert(d.name.text.clone(), Decl { decl: d, file: *file });
+                    }
+                }
+                Item::Pattern(d) => {
+                    if let Some(prev) = lw.patterns.get(&d.name.text) {
+                        let prev = prev.decl.name.span;
+                        lw.dup("pattern", &d.name, prev);
+                    } else {
+                        lw.patterns.insert(d.name.text.clone(), Decl { decl: d, file: *file });
+                    }
+                }
+                Item::Rule(d) => {
+                    if let Some(prev) = rule_names.get(d.name.text.as_str()) {
+                        lw.dup("rule", &d.name, *prev);
+                    } else {
+                        rule_names.insert(&d.name.text, d.name.span);
+                        rules.push(Decl { decl: d, file: *file });
+                    }
+                }
+                Item::Test(d) => {
+                    if let Some(prev) = test_names.get(d.name.text.as_str()) {
+                        lw.dup("test", &d.name, *prev);
+                    } else {
+                        test_names.insert(&d.name.text, d.name.span);
+                        tests.push(Decl { decl: d, file: *file });
+                    }
+                }
+            }
+        }
+    }
+    if rules.len() > opts.max_rules {
+        lw.diags.push(
+            Diagnostic::error(code::LIMIT, format!("{} rules, more than the limit of {}", rules.len(), opts.max_rules))
+                .primary(rules[opts.max_rules].decl.name.span, "over the limit from here")
+                .hint("raise --max-rules if this is intended"),
+        );
+    }
+    // Every ipblock and pattern is lowered, used or not, so errors in
+    // unused objects are still reported.
+    let names: Vec<String> = lw.ipblocks.keys().cloned().collect();
+    for n in &names {
+        lw.ipblock_set(n);
+    }
+    let names: Vec<String> = lw.patterns.keys().cloned().collect();
+    for n in &names {
+        lw.pattern_cond(n, None);
+    }
+    let mut out_rules = Vec::new();
+    for (seq, r) in rules.iter().enumerate() {
+        if let Some(rule) = lw.rule(r.decl, r.file, seq as u32) {
+            out_rules.push(rule);
+        }
+    }
+    out_rules.sort_by_key(|(r, _, _)| (r.priority, r.seq));
+    let rule_set: HashSet<&str> = out_rules.iter().map(|(r, _, _)| r.name.as_str()).collect();
+    let sites: HashSet<&str> = out_rules.iter().flat_map(|(r, _, _)| r.sites.iter().map(String::as_str)).collect();
+    let mut out_tests = Vec::new();
+    for t in &tests {
+        if let Some(tc) = lw.test(t.decl, &rule_set, &sites) {
+            out_tests.push(tc);
+        }
+    }
+    lw.unused();
+    let mut ipblock_sizes = Vec::new();
+    for (name, set) in &lw.ipblock_sets {
+        if let Some(i) = set {
+            let p = &lw.ipsets[*i as usize].prefixes;
+            ipblock_sizes.push((name.clone(), p.v4.len(), p.v6.len()));
+        }
+    }
+    ipblock_sizes.sort();
+    Lowered {
+        ipsets: lw.ipsets,
+        atoms: lw.atoms,
+        rules: out_rules,
+        tests: out_tests,
+        ipblock_sizes,
+    }
+}
+
+impl<'a> Lowerer<'a> {
+    fn dup(&mut self, kind: &str, name: &Word, prev: Span) {
+        self.diags.push(
+            Diagnostic::error(code::DUPLICATE_NAME, format!("{kind} `{}` is defined twice", name.text))
+                .primary(name.span, "defined again here")
+                .secondary(prev, "first defined here")
+                .hint("names are unique across every file of the ruleset; rename one"),
+        );
+    }
+
+    pub(crate) fn atom(&mut self, a: Atom) -> Cond {
+        if let Some(&id) = self.atom_ids.get(&a) {
+            return Cond::Atom(id);
+        }
+        let id = self.atoms.len() as u32;
+        self.atom_ids.insert(a.clone(), id);
+        self.atoms.push(a);
+        Cond::Atom(id)
+    }
+
+    pub(crate) fn inline_set(&mut self, set: PrefixSet) -> u32 {
+        if let Some(&i) = self.inline_sets.get(&set) {
+            return i;
+        }
+        let i = self.ipsets.len() as u32;
+        self.inline_sets.insert(set.clone(), i);
+        self.ipsets.push(IpSet {
+            name: "inline".into(),
+            prefixes: set,
+        });
+        i
+    }
+
+    /// Lowers (once) the ipblock called `name`.
+    pub(crate) fn ipblock_set(&mut self, name: &str) -> Option<u32> {
+        if let Some(r) = self.ipblock_sets.get(name) {
+            return *r;
+        }
+        let d = self.ipblocks.get(name)?;
+        let (decl, file) = (d.decl, d.file);
+        let mut cidrs = Vec::new();
+        let mut ok = true;
+        for e in &decl.entries {
+            match e {
+                IpblockEntry::Comment(_) => {}
+                IpblockEntry::Cidr(w) => match parse_cidr(&w.text) {
+                    Ok((c, host_bits)) => {
+                        if host_bits {
+                            self.diags.push(host_bits_warning(w.span, c));
+                        }
+                        cidrs.push(c);
+                    }
+                    Err(e) => {
+                        ok = false;
+                        self.diags.push(
+                            Diagnostic::error(code::BAD_CIDR, format!("invalid CIDR `{}`", w.text))
+                                .primary(w.span, e.reason)
+                                .hint("write an address or network like 192.0.2.0/24 or 2001:db8::/32"),
+                        );
+                    }
+                },
+                IpblockEntry::File(w) => ok &= self.read_list(file, w, &mut cidrs),
+            }
+        }
+        let set = PrefixSet::from_cidrs(cidrs);
+        self.prefix_total += set.len();
+        let result = if ok {
+            if set.is_empty() {
+                self.diags.push(
+                    Diagnostic::warning(code::EMPTY_SET, format!("ipblock `{name}` is empty"))
+                        .primary(decl.name.span, "matches no address")
+                        .hint("add CIDRs, or a `file \"…\"` with one CIDR a line"),
+                );
+            }
+            let i = self.ipsets.len() as u32;
+            self.ipsets.push(IpSet {
+                name: name.to_string(),
+                prefixes: set,
+            });
+            Some(i)
+        } else {
+            None
+        };
+        if self.prefix_total > self.opts.max_prefixes {
+            self.diags.push(
+                Diagnostic::error(code::LIMIT, format!("more than {} prefixes in the ruleset", self.opts.max_prefixes))
+                    .primary(decl.name.span, "the limit is crossed in this ipblock")
+                    .hint("raise the prefix limit if the data plane is sized for it"),
+            );
+        }
+        self.ipblock_sets.insert(name.to_string(), result);
+        result
+    }
+
+    /// Reads a list file: one CIDR a line, `#` comments, blank lines ignored.
+    fn read_list(&mut self, from: FileId, w: &Word, out: &mut Vec<Cidr>) -> bool {
+        let base = self.map.get(from).and_then(|f| f.path.parent().map(Path::to_path_buf)).unwrap_or_default();
+        let path = base.join(&w.text);
+        let id = if let Some(&id) = self.list_cache.get(&path) {
+            id
+        } else {
+            match crate::load::read_source(&path, self.opts.max_file_bytes) {
+                Ok(text) => {
+                    let id = self.map.add(path.clone(), text);
+                    self.list_cache.insert(path.clone(), id);
+                    id
+                }
+                Err(e) => {
+                    let d = e.into_diagnostic(self.map, Some(w.span), &path);
+                    self.diags.push(d);
+                    return false;
+                }
+            }
+        };
+        let Some(src) = self.map.get(id) else { return false };
+        let mut ok = true;
+        let mut host_bits: Vec<(usize, usize)> = Vec::new();
+        let mut bad = 0usize;
+        let mut errors = Vec::new();
+        let mut off = 0usize;
+        for line in src.text.split_inclusive('\n') {
+            let content = line.split('#').next().unwrap_or("");
+            let entry = content.trim();
+            if !entry.is_empty() {
+                let lead = content.len() - content.trim_start().len();
+                let (s, e) = (off + lead, off + lead + entry.len());
+                // A list line may be `CIDR` or `CIDR, comment` (CSV exports).
+                let token = entry.split([',', ' ', '\t', ';']).next().unwrap_or(entry);
+                match parse_cidr(token) {
+                    Ok((c, hb)) => {
+                        if hb {
+                            host_bits.push((s, s + token.len()));
+                        }
+                        out.push(c);
+                    }
+                    Err(err) => {
+                        ok = false;
+                        bad += 1;
+                        if errors.len() < 20 {
+                            errors.push(
+                                Diagnostic::error(code::BAD_CIDR, format!("invalid CIDR `{}` in list file", token.chars().take(60).collect::<String>()))
+                                    .primary(src.span(id, s, e), err.reason)
+                                    .secondary(w.span, "list file loaded here")
+                                    .hint("list files hold one address or CIDR a line; `#` starts a comment"),
+                            );
+                        }
+                    }
+                }
+            }
+            off += line.len();
+        }
+        if bad > errors.len() {
+            errors.push(
+                Diagnostic::error(code::BAD_CIDR, format!("{} more invalid lines in `{}`", bad - errors.len(), path.display()))
+                    .primary(w.span, "list file loaded here"),
+            );
+        }
+        if let Some(&(s, e)) = host_bits.first() {
+            let first = src.span(id, s, e);
+            let n = host_bits.len();
+            errors.push(
+                Diagnostic::warning(code::HOST_BITS, format!("{n} entr{} in `{}` have host bits set", if n == 1 { "y" } else { "ies" }, path.display()))
+                    .primary(first, "the first one")
+                    .secondary(w.span, "list file loaded here")
+                    .hint("the network address is used; fix the list to silence this"),
+            );
+        }
+        for d in errors {
+            self.diags.push(d);
+        }
+        ok
+    }
+
+    fn rule(&mut self, d: &ast::RuleDecl, file: FileId, seq: u32) -> Option<(Rule, Span, Span)> {
+        let errors_before = self.diags.error_count();
+        let mut seen: HashMap<&'static str, Span> = HashMap::new();
+        let mut when: Option<(Cond, Span)> = None;
+        let mut action: Option<(Action, Span)> = None;
+        let mut priority = 100i32;
+        let mut sites = Vec::new();
+        let mut enabled = true;
+        let mut shadow = false;
+        let mut comment = String::new();
+        for p in &d.props {
+            let key = match &p.prop {
+                RuleProp::When(_) => "when",
+                RuleProp::Priority(_) => "priority",
+                RuleProp::Sites(_) => "sites",
+                RuleProp::Enabled(_) => "enabled",
+                RuleProp::Shadow => "shadow",
+                RuleProp::Comment(_) => "comment",
+                RuleProp::Action(_) => "action",
+            };
+            if let Some(prev) = seen.get(key) {
+                let (c, msg, hint) = if key == "action" {
+                    (code::ACTION_COUNT, format!("rule `{}` has more than one action", d.name.text), "a rule takes exactly one of allow, deny, throttle, log, drop; split it into two rules")
+                } else {
+                    (code::DUPLICATE_PROP, format!("`{key}` is given twice in rule `{}`", d.name.text), "keep one; combine conditions with `and`/`or`")
+                };
+                self.diags.push(Diagnostic::error(c, msg).primary(p.span, "again here").secondary(*prev, "first here").hint(hint));
+                continue;
+            }
+            seen.insert(key, p.span);
+            match &p.prop {
+                RuleProp::When(e) => {
+                    let mut used = (Vec::new(), Vec::new());
+                    let c = self.expr(e, &mut used, 0);
+                    self.mark_used(&used.0, &used.1);
+                    when = Some((c, e.span));
+                }
+                RuleProp::Priority(w) => {
+                    let (neg, digits) = match w.text.strip_prefix('-') {
+                        Some(rest) => (true, rest),
+                        None => (false, w.text.as_str()),
+                    };
+                    match crate::value::parse_count(digits, 1_000_000) {
+                        Ok(n) => priority = if neg { -(n as i32) } else { n as i32 },
+                        Err(e) => self.bad(code::BAD_NUMBER, w, "invalid priority", &e, "priority is a whole number; lower runs first (default 100)"),
+                    }
+                }
+                RuleProp::Sites(ws) => {
+                    sites = ws.iter().map(|w| w.text.clone()).collect();
+                    sites.sort();
+                    sites.dedup();
+                }
+                RuleProp::Enabled(w) => match w.text.to_ascii_lowercase().as_str() {
+                    "true" | "yes" => enabled = true,
+                    "false" | "no" => enabled = false,
+                    _ => self.bad(code::BAD_VALUE, w, "invalid `enabled`", "expected true or false", "write `enabled false` to keep a rule without enforcing it"),
+                },
+                RuleProp::Shadow => shadow = true,
+                RuleProp::Comment(w) => comment = w.text.clone(),
+                RuleProp::Action(a) => {
+                    if let Some(act) = self.action(a, p.span) {
+                        action = Some((act, p.span));
+                    }
+                }
+            }
+        }
+        if !seen.contains_key("when") {
+            self.diags.push(
+                Diagnostic::error(code::NO_WHEN, format!("rule `{}` has no `when` condition", d.name.text))
+                    .primary(d.name.span, "no condition")
+                    .hint("add `when <condition>`; use `when true` to match everything"),
+            );
+        }
+        if !seen.contains_key("action") {
+            self.diags.push(
+                Diagnostic::error(code::ACTION_COUNT, format!("rule `{}` has no action", d.name.text))
+                    .primary(d.name.span, "no action")
+                    .hint("add one of: allow, deny 403 \"reason\", throttle N requests per 1m, log, drop"),
+            );
+        }
+        let (cond, when_span) = when?;
+        let (action, action_span) = action?;
+        if let Action::Throttle(t) = &action {
+            if t.unit != Unit::Requests {
+                self.check_l4_only(&cond, when_span, action_span, &d.name.text);
+            }
+        }
+        if self.diags.error_count() > errors_before {
+            return None;
+        }
+        let (line, col) = (d.name.span.line, d.name.span.col);
+        let file_name = self.map.get(file).map(|f| f.path.display().to_string()).unwrap_or_default();
+        Some((
+            Rule {
+                name: d.name.text.clone(),
+                priority,
+                seq,
+                sites,
+                enabled,
+                shadow,
+                comment,
+                cond,
+                action,
+                origin: Origin { file: file_name, line, col },
+            },
+            d.name.span,
+            when_span,
+        ))
+    }
+
+    fn check_l4_only(&mut self, cond: &Cond, when: Span, action: Span, name: &str) {
+        let mut l7 = Vec::new();
+        cond.visit_atoms(&mut |a| {
+            if !self.atoms[a as usize].is_l4() {
+                l7.push(a);
+            }
+        });
+        if let Some(&a) = l7.first() {
+            let field = match &self.atoms[a as usize] {
+                Atom::Str { field, .. } | Atom::Present(field) => field.display(),
+                _ => String::new(),
+            };
+            self.diags.push(
+                Diagnostic::error(code::BAD_THROTTLE, format!("packet and connection limits in rule `{name}` can only use ip, port and proto"))
+                    .primary(when, format!("this condition uses `{field}`"))
+                    .secondary(action, "counted per packet or connection here")
+                    .hint("the packet plane cannot see HTTP fields; count `requests` instead, or drop the HTTP part"),
+            );
+        }
+    }
+
+    pub(crate) fn bad(&mut self, c: &'static str, w: &Word, msg: &str, label: &str, hint: &str) {
+        self.diags.push(Diagnostic::error(c, format!("{msg} `{}`", w.text)).primary(w.span, label.to_string()).hint(hint.to_string()));
+    }
+
+    fn action(&mut self, a: &ActionDecl, span: Span) -> Option<Action> {
+        Some(match a {
+            ActionDecl::Allow => Action::Allow,
+            ActionDecl::Log => Action::Log,
+            ActionDecl::Drop => Action::Drop,
+            ActionDecl::Deny(status, reason) => {
+                let status = match status {
+                    Some(w) => self.status(w, 400)?,
+                    None => 403,
+                };
+                let reason = reason.as_ref().map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
+                if reason.contains(['\n', '\r']) {
+                    self.diags.push(Diagnostic::error(code::BAD_VALUE, "a deny reason cannot span lines").primary(span, "here"));
+                    return None;
+                }
+                Action::Deny { status, reason }
+            }
+            ActionDecl::Throttle(t) => Action::Throttle(self.throttle(t, span)?),
+        })
+    }
+
+    fn status(&mut self, w: &Word, min: u16) -> Option<u16> {
+        match crate::value::parse_count(&w.text, 999) {
+            Ok(n) if (u64::from(min)..=599).contains(&n) => Some(n as u16),
+            _ => {
+                self.bad(code::BAD_STATUS, w, "invalid status", &format!("expected an HTTP status from {min} to 599"), "deny and throttle answer with a 4xx or 5xx status, like 403 or 429");
+                None
+            }
+        }
+    }
+
+    fn throttle(&mut self, t: &ast::ThrottleDecl, span: Span) -> Option<Throttle> {
+        let errors = self.diags.error_count();
+        let limit = match crate::value::parse_count(&t.limit.text, u64::from(u32::MAX)) {
+            Ok(0) | Err(_) => {
+                self.bad(code::BAD_NUMBER, &t.limit, "invalid throttle limit", "expected a whole number above 0", "write `throttle 100 requests per 1m`");
+                0
+            }
+            Ok(n) => n as u32,
+        };
+        let unit = match t.unit.text.to_ascii_lowercase().as_str() {
+            "requests" | "request" => Unit::Requests,
+            "packets" | "packet" => Unit::Packets,
+            "connections" | "connection" => Unit::Connections,
+            _ => {
+                self.bad(code::BAD_THROTTLE, &t.unit, "unknown throttle unit", "expected requests, packets or connections", "requests are counted in user space; packets and connections (TCP SYNs) in XDP");
+                Unit::Requests
+            }
+        };
+        let period_ms = self.duration(&t.period).unwrap_or(1);
+        let burst = match &t.burst {
+            None => limit,
+            Some(w) => match crate::value::parse_count(&w.text, u64::from(u32::MAX)) {
+                Ok(n) if n >= 1 => n as u32,
+                _ => {
+                    self.bad(code::BAD_NUMBER, w, "invalid burst", "expected a whole number above 0", "burst is the bucket size: how many may arrive at once");
+                    1
+                }
+            },
+        };
+        let ban_ms = t.ban.as_ref().map_or(Some(0), |w| self.duration(w)).unwrap_or(0);
+        let status = match &t.status {
+            Some(w) => self.status(w, 400).unwrap_or(429),
+            None => 429,
+        };
+        let reason = t.reason.as_ref().map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
+        let mut keys: Vec<Key> = Vec::new();
+        for k in &t.by {
+            let (key, kspan) = match k {
+                KeyDecl::Header(w) => (Key::Header(w.text.to_ascii_lowercase()), w.span),
+                KeyDecl::Query(w) => (Key::Query(w.text.clone()), w.span),
+                KeyDecl::Prefix(a, b, s) => {
+                    let v4 = self.prefix_len(a, 32);
+                    let v6 = b.as_ref().map_or(Some(64), |b| self.prefix_len(b, 128));
+                    match (v4, v6) {
+                        (Some(v4), Some(v6)) => (Key::Prefix { v4, v6 }, *s),
+                        _ => continue,
+                    }
+                }
+                KeyDecl::Word(w) => {
+                    let key = match w.text.to_ascii_lowercase().as_str() {
+                        "global" => Key::Global,
+                        "ip" => Key::Ip,
+                        "host" => Key::Host,
+                        "path" => Key::Path,
+                        "method" => Key::Method,
+                        _ => {
+                            self.bad(code::BAD_THROTTLE, w, "unknown throttle key", "not a key", "keys are global, ip, prefix(24, 64), host, path, method, header(\"x\"), query(\"p\")");
+                            continue;
+                        }
+                    };
+                    (key, w.span)
+                }
+            };
+            if keys.contains(&key) {
+                self.diags.push(Diagnostic::error(code::BAD_THROTTLE, "throttle key given twice").primary(kspan, "repeated").hint("remove the repetition"));
+                continue;
+            }
+            if unit != Unit::Requests && !matches!(key, Key::Ip | Key::Prefix { .. }) {
+                self.diags.push(
+                    Diagnostic::error(code::BAD_THROTTLE, "packet and connection limits are keyed by address")
+                        .primary(kspan, "not an address key")
+                        .hint("use `by ip` or `by prefix(24, 64)`; the packet plane cannot see HTTP fields"),
+                );
+                continue;
+            }
+            keys.push(key);
+        }
+        if keys.len() > 1 && keys.contains(&Key::Global) {
+            let s = t.by_span.unwrap_or(span);
+            self.diags.push(Diagnostic::error(code::BAD_THROTTLE, "`global` cannot be combined with other keys").primary(s, "here").hint("`global` is one bucket per host; drop it, or use `by host`"));
+        }
+        if keys.is_empty() {
+            keys.push(if unit == Unit::Requests { Key::Global } else { Key::Ip });
+        }
+        if self.diags.error_count() > errors {
+            return None;
+        }
+        Some(Throttle { limit, unit, period_ms, burst, keys, ban_ms, status, reason })
+    }
+
+    fn prefix_len(&mut self, w: &Word, max: u64) -> Option<u8> {
+        match crate::value::parse_count(w.text.trim_start_matches('/'), max) {
+            Ok(n) => Some(n as u8),
+            Err(e) => {
+                self.bad(code::BAD_NUMBER, w, "invalid prefix length", &e, "prefix(24, 64) groups IPv4 clients by /24 and IPv6 clients by /64");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn duration(&mut self, w: &Word) -> Option<u64> {
+        match crate::value::parse_duration(&w.text) {
+            Ok(0) => {
+                self.bad(code::BAD_DURATION, w, "invalid duration", "must be longer than zero", "durations are like 500ms, 30s, 5m, 1h, 1d");
+                None
+            }
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                self.bad(code::BAD_DURATION, w, "invalid duration", e, "durations are like 500ms, 30s, 5m, 1h, 1d");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn mark_used(&mut self, patterns: &[String], ipblocks: &[String]) {
+        for b in ipblocks {
+            self.used_ipblocks.insert(b.clone());
+        }
+        for p in patterns {
+            if self.used_patterns.insert(p.clone()) {
+                if let Some((_, ps, bs)) = self.pattern_conds.get(p).cloned() {
+                    self.mark_used(&ps, &bs);
+                }
+            }
+        }
+    }
+
+    fn unused(&mut self) {
+        let mut found = Vec::new();
+        for (n, d) in &self.ipblocks {
+            if !self.used_ipblocks.contains(n) {
+                found.push(("ipblock", n.clone(), d.decl.name.span));
+            }
+        }
+        for (n, d) in &self.patterns {
+            if !self.used_patterns.contains(n) {
+                found.push(("pattern", n.clone(), d.decl.name.span));
+            }
+        }
+        for (kind, n, span) in found {
+            self.diags.push(
+                Diagnostic::warning(code::UNUSED, format!("{kind} `{n}` is not used by any rule"))
+                    .primary(span, "defined here")
+                    .hint(format!("reference it as {kind}@{n}, or remove it")),
+            );
+        }
+    }
+}
+
+fn host_bits_warning(span: Span, c: Cidr) -> Diagnostic {
+    let net = match c {
+        Cidr::V4(n, l) => crate::cidr::fmt_v4(n, l),
+        Cidr::V6(n, l) => crate::cidr::fmt_v6(n, l),
+    };
+    Diagnostic::warning(code::HOST_BITS, "CIDR has host bits set")
+        .primary(span, format!("this is the network {net}"))
+        .hint(format!("write {net} to make that explicit"))
+}
+
+/// The standard reason phrase for the statuses rules commonly use.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        410 => "Gone",
+        418 => "I'm a teapot",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Request Denied",
+    }
+}

@@ -1,0 +1,199 @@
+//! Lowering of `test` blocks.
+
+use crate::ast::{self, Word};
+use crate::diag::{code, Diagnostic};
+use crate::ir::Proto;
+use crate::lower::Lowerer;
+use crate::spec::{Expect, Outcome, Quantity, Sample, SampleKind, TestCase};
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+impl Lowerer<'_> {
+    pub(crate) fn test(&mut self, t: &ast::TestDecl, rules: &HashSet<&str>, sites: &HashSet<&str>) -> Option<TestCase> {
+        let errors = self.diags.error_count();
+        let site = t.site.as_ref().map(|w| w.text.clone());
+        if let Some(w) = &t.site {
+            if !sites.contains(w.text.as_str()) {
+                self.test_error(w, "no rule names this site", "a test's site must appear in some rule's `sites { … }`");
+            }
+        }
+        let mut samples = Vec::new();
+        let mut total: u64 = 0;
+        let mut labels = HashSet::new();
+        for s in &t.samples {
+            if let Some(sample) = self.sample(s) {
+                total += u64::from(sample.count);
+                if let Some(l) = &sample.label {
+                    labels.insert(l.clone());
+                }
+                samples.push(sample);
+            }
+        }
+        if total > self.opts.max_test_samples {
+            self.diags.push(
+                Diagnostic::error(code::LIMIT, format!("test sends {total} samples, more than {}", self.opts.max_test_samples))
+                    .primary(t.name.span, "too much traffic")
+                    .hint("lower the repeat counts"),
+            );
+        }
+        if t.samples.is_empty() {
+            self.diags.push(Diagnostic::error(code::BAD_TEST, format!("test \"{}\" sends nothing", t.name.text)).primary(t.name.span, "no request or packet").hint("add `request { path \"/\" }` or `packet { ip 192.0.2.1 }`"));
+        }
+        if t.expects.is_empty() {
+            self.diags.push(Diagnostic::error(code::BAD_TEST, format!("test \"{}\" expects nothing", t.name.text)).primary(t.name.span, "no expect").hint("add `expect all pass` or similar"));
+        }
+        let mut expects = Vec::new();
+        for e in &t.expects {
+            let quantity = match e.quantity.text.to_ascii_lowercase().as_str() {
+                "all" => Quantity::All,
+                "none" => Quantity::None,
+                "first" => Quantity::First,
+                "last" => Quantity::Last,
+                n => match crate::value::parse_count(n, u64::from(u32::MAX)) {
+                    Ok(n) => Quantity::Count(n as u32),
+                    Err(_) => {
+                        self.test_error(&e.quantity, "invalid count", "use all, none, first, last or a number");
+                        continue;
+                    }
+                },
+            };
+            let outcome = match e.verdict.text.to_ascii_lowercase().as_str() {
+                "pass" => Outcome::Pass,
+                "allow" => Outcome::Allow,
+                "deny" => Outcome::Deny,
+                "throttle" => Outcome::Throttle,
+                "drop" => Outcome::Drop,
+                _ => Outcome::Logged,
+            };
+            if let Some(r) = &e.rule {
+                if !rules.contains(r.text.as_str()) {
+                    self.test_error(r, "unknown rule", "name a rule of this ruleset");
+                }
+                if outcome == Outcome::Pass {
+                    self.test_error(r, "`pass` has no deciding rule", "drop the `by …`");
+                }
+            }
+            if let Some(l) = &e.label {
+                if !labels.contains(&l.text) {
+                    self.test_error(l, "no sample has this label", "label a sample: `request scraper { … }`");
+                }
+            }
+            expects.push(Expect {
+                label: e.label.as_ref().map(|w| w.text.clone()),
+                quantity,
+                outcome,
+                rule: e.rule.as_ref().map(|w| w.text.clone()),
+                span: e.span,
+            });
+        }
+        (self.diags.error_count() == errors).then(|| TestCase {
+            name: t.name.text.clone(),
+            site,
+            samples,
+            expects,
+            span: t.span,
+        })
+    }
+
+    fn test_error(&mut self, w: &Word, label: &str, hint: &str) {
+        self.diags.push(Diagnostic::error(code::BAD_TEST, format!("in test: {label}: `{}`", w.text)).primary(w.span, label.to_string()).hint(hint.to_string()));
+    }
+
+    fn sample(&mut self, s: &ast::SampleDecl) -> Option<Sample> {
+        let errors = self.diags.error_count();
+        let mut method = "GET".to_string();
+        let mut host = "example.org".to_string();
+        let mut target = "/".to_string();
+        let mut ip: IpAddr = IpAddr::from([192, 0, 2, 1]);
+        let mut port: u16 = if s.is_packet { 443 } else { 80 };
+        let mut proto = Proto::Tcp;
+        for (name, value) in &s.fields {
+            let n = name.text.to_ascii_lowercase();
+            let http_only = matches!(n.as_str(), "method" | "host" | "path");
+            if s.is_packet && http_only {
+                self.test_error(name, "packets have no HTTP fields", "use a `request { … }` block for method, host and path");
+                continue;
+            }
+            if !s.is_packet && n == "proto" {
+                self.test_error(name, "requests are always TCP", "use a `packet { … }` block to choose a protocol");
+                continue;
+            }
+            match n.as_str() {
+                "method" => method = value.text.clone(),
+                "host" => host = value.text.clone(),
+                "path" => {
+                    if !value.text.starts_with('/') {
+                        self.test_error(value, "a path starts with `/`", "write path \"/sparql?query=…\"");
+                    }
+                    target = value.text.clone();
+                }
+                "ip" => match value.text.parse::<IpAddr>() {
+                    Ok(a) => ip = a,
+                    Err(_) => self.test_error(value, "not an IP address", "write ip 192.0.2.1 or ip 2001:db8::1"),
+                },
+                "port" => match value.text.parse::<u16>() {
+                    Ok(p) => port = p,
+                    Err(_) => self.test_error(value, "not a port", "a port is 0 to 65535"),
+                },
+                _ => match value.text.to_ascii_lowercase().as_str() {
+                    "tcp" => proto = Proto::Tcp,
+                    "udp" => proto = Proto::Udp,
+                    "icmp" => proto = Proto::Icmp,
+                    _ => self.test_error(value, "unknown protocol", "use tcp, udp or icmp"),
+                },
+            }
+        }
+        if s.is_packet && !s.headers.is_empty() {
+            self.test_error(&s.headers[0].0, "packets have no headers", "use a `request { … }` block");
+        }
+        if let (false, Some(span)) = (s.is_packet, s.syn) {
+            self.diags.push(Diagnostic::error(code::BAD_TEST, "`syn` applies to packets").primary(span, "in a request block").hint("use a `packet { … syn }` block"));
+        }
+        let (count, over_ms) = match &s.repeat {
+            None => (1, 0),
+            Some((n, over)) => {
+                let count = match crate::value::parse_count(&n.text, 10_000_000) {
+                    Ok(c) if c >= 1 => c as u32,
+                    _ => {
+                        self.test_error(n, "invalid repeat count", "repeat takes 1 to 10000000");
+                        1
+                    }
+                };
+                let over_ms = match over {
+                    Some(w) => crate::value::parse_duration(&w.text).unwrap_or_else(|e| {
+                        self.test_error(w, e, "durations are like 500ms, 30s, 5m");
+                        0
+                    }),
+                    None => 0,
+                };
+                (count, over_ms)
+            }
+        };
+        let start_ms = match &s.at {
+            Some(w) => crate::value::parse_duration(&w.text).unwrap_or_else(|e| {
+                self.test_error(w, e, "durations are like 500ms, 30s, 5m");
+                0
+            }),
+            None => 0,
+        };
+        let kind = if s.is_packet {
+            SampleKind::Packet { proto, syn: s.syn.is_some() }
+        } else {
+            SampleKind::Request {
+                method,
+                host,
+                target,
+                headers: s.headers.iter().map(|(n, v)| (n.text.clone(), v.text.clone())).collect(),
+            }
+        };
+        (self.diags.error_count() == errors).then(|| Sample {
+            label: s.label.as_ref().map(|w| w.text.clone()),
+            kind,
+            ip,
+            port,
+            count,
+            start_ms,
+            over_ms,
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! Source files, spans and line/column lookup.
+
+use std::path::{Path, PathBuf};
+
+/// Index of a file in a [`SourceMap`].
+pub type FileId = u32;
+
+/// A region of one source file. Every AST node carries one.
+///
+/// `start` and `end` are byte offsets; `line` and `col` (1-based, columns
+/// counted in characters) locate `start` for humans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Span {
+    /// The file this span is in.
+    pub file: FileId,
+    /// Byte offset of the first byte.
+    pub start: u32,
+    /// Byte offset one past the last byte.
+    pub end: u32,
+    /// 1-based line of `start`.
+    pub line: u32,
+    /// 1-based column (in characters) of `start`.
+    pub col: u32,
+}
+
+/// One loaded source: a `.rctl` file or an ipblock list file.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// The path as given by the user (or resolved from an include).
+    pub path: PathBuf,
+    /// The text. Non-UTF-8 input never gets here; it is a diagnostic.
+    pub text: String,
+    line_starts: Vec<u32>,
+}
+
+impl SourceFile {
+    /// Wraps a text and indexes its line starts.
+    pub fn new(path: PathBuf, text: String) -> Self {
+        let mut line_starts = vec![0u32];
+        for (i, b) in text.bytes().enumerate() {
+            if b == b'\n' {
+                line_starts.push(i as u32 + 1);
+            }
+        }
+        SourceFile {
+            path,
+            text,
+            line_starts,
+        }
+    }
+
+    /// 1-based line and character column of a byte offset.
+    pub fn line_col(&self, offset: u32) -> (u32, u32) {
+        let line_idx = match self.line_starts.binary_search(&offset) {
+            Ok(i) => i,
+            Err(i) => i - 1,
+        };
+        let start = self.line_starts[line_idx] as usize;
+        let end = (offset as usize).min(self.text.len());
+        let col = self
+            .text
+            .get(start..end)
+            .map_or(end - start, |s| s.chars().count());
+        (line_idx as u32 + 1, col as u32 + 1)
+    }
+
+    /// The text of a 1-based line, without its newline.
+    pub fn line_text(&self, line: u32) -> &str {
+        let idx = (line as usize).saturating_sub(1);
+        let Some(&start) = self.line_starts.get(idx) else {
+            return "";
+        };
+        let end = self
+            .line_starts
+            .get(idx + 1)
+            .map_or(self.text.len(), |&e| e as usize);
+        self.text[start as usize..end].trim_end_matches(['\n', '\r'])
+    }
+
+    /// Builds a span for a byte range of this file.
+    pub fn span(&self, file: FileId, start: usize, end: usize) -> Span {
+        let (line, col) = self.line_col(start as u32);
+        Span {
+            file,
+            start: start as u32,
+            end: end as u32,
+            line,
+            col,
+        }
+    }
+}
+
+/// All sources of one compilation, addressed by [`FileId`].
+#[derive(Debug, Clone, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a file and returns its id.
+    pub fn add(&mut self, path: PathBuf, text: String) -> FileId {
+        self.files.push(SourceFile::new(path, text));
+        (self.files.len() - 1) as FileId
+    }
+
+    /// The file with this id.
+    pub fn get(&self, id: FileId) -> Option<&SourceFile> {
+        self.files.get(id as usize)
+    }
+
+    /// All files, in load order.
+    pub fn files(&self) -> &[SourceFile] {
+        &self.files
+    }
+
+    /// Finds an already loaded file by path.
+    pub fn find(&self, path: &Path) -> Option<FileId> {
+        self.files
+            .iter()
+            .position(|f| f.path == path)
+            .map(|i| i as FileId)
+    }
+
+    /// The text a span covers, or "" for a span outside its file.
+    pub fn snippet(&self, span: Span) -> &str {
+        self.get(span.file)
+            .and_then(|f| f.text.get(span.start as usize..span.end as usize))
+            .unwrap_or("")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_characters_not_bytes() {
+        let f = SourceFile::new("x".into(), "ab\n\u{e9}\u{e9}x\n".into());
+        assert_eq!(f.line_col(0), (1, 1));
+        assert_eq!(f.line_col(3), (2, 1));
+        // "éé" is 4 bytes; 'x' is the third character of line 2.
+        assert_eq!(f.line_col(7), (2, 3));
+        assert_eq!(f.line_text(2), "\u{e9}\u{e9}x");
+        assert_eq!(f.line_text(9), "");
+    }
+}

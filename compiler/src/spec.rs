@@ -1,0 +1,134 @@
+//! Lowered `test` blocks: synthetic traffic and the verdicts expected of it.
+//! The compiler checks them; a data plane runs them (`rctl test`).
+
+use crate::source::Span;
+use std::net::IpAddr;
+
+/// One `test "name" { … }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestCase {
+    /// The name.
+    pub name: String,
+    /// The site whose rules apply; `None`: every rule.
+    pub site: Option<String>,
+    /// Traffic, in declaration order; a runner interleaves it by time.
+    pub samples: Vec<Sample>,
+    /// What must hold.
+    pub expects: Vec<Expect>,
+    /// The test's span, for failure reports.
+    pub span: Span,
+}
+
+/// What a sample sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SampleKind {
+    /// HTTP requests, evaluated on the request path.
+    Request {
+        /// Method.
+        method: String,
+        /// Host.
+        host: String,
+        /// Path, with an optional `?query`.
+        target: String,
+        /// Headers in order.
+        headers: Vec<(String, String)>,
+    },
+    /// Packets, evaluated on the packet path (what XDP decides).
+    Packet {
+        /// IP protocol.
+        proto: crate::ir::Proto,
+        /// TCP SYN without ACK (a new connection).
+        syn: bool,
+    },
+}
+
+/// `request {…}` or `packet {…}`: `count` copies spread evenly over
+/// `over_ms`, starting at `start_ms` into the test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Label for `expect for label …`.
+    pub label: Option<String>,
+    /// Request or packet.
+    pub kind: SampleKind,
+    /// Client address.
+    pub ip: IpAddr,
+    /// Destination port.
+    pub port: u16,
+    /// How many.
+    pub count: u32,
+    /// Offset of the first, in ms.
+    pub start_ms: u64,
+    /// Span of all copies, in ms (0: all at once).
+    pub over_ms: u64,
+}
+
+impl Sample {
+    /// Time of copy `i`, in ms from the test's start.
+    pub fn time_of(&self, i: u32) -> u64 {
+        if self.count == 0 {
+            return self.start_ms;
+        }
+        self.start_ms + self.over_ms * u64::from(i) / u64::from(self.count)
+    }
+}
+
+/// How many of the selected samples must have the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    /// Every one.
+    All,
+    /// Not one.
+    None,
+    /// The first one.
+    First,
+    /// The last one.
+    Last,
+    /// Exactly this many.
+    Count(u32),
+}
+
+/// The verdict kinds a test can expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// No rule decided.
+    Pass,
+    /// An allow rule decided.
+    Allow,
+    /// A deny rule decided.
+    Deny,
+    /// A throttle rule decided.
+    Throttle,
+    /// A drop rule decided.
+    Drop,
+    /// A shadow or `log` rule matched (whatever decided).
+    Logged,
+}
+
+impl Outcome {
+    /// As written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::Throttle => "throttle",
+            Outcome::Drop => "drop",
+            Outcome::Logged => "logged",
+        }
+    }
+}
+
+/// `expect [for label] quantity verdict [by rule]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expect {
+    /// Which samples; `None`: all.
+    pub label: Option<String>,
+    /// How many.
+    pub quantity: Quantity,
+    /// Which verdict.
+    pub outcome: Outcome,
+    /// Which rule decided (or, for `logged`, which rule logged).
+    pub rule: Option<String>,
+    /// The expect line.
+    pub span: Span,
+}
