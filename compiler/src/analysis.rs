@@ -70,7 +70,11 @@ pub struct Analyzer<'a> {
 impl<'a> Analyzer<'a> {
     /// An analyzer over a ruleset's predicate table.
     pub fn new(atoms: &'a [Atom], ipsets: &'a [IpSet]) -> Self {
-        Analyzer { atoms, ipsets, regex_cache: HashMap::new() }
+        Analyzer {
+            atoms,
+            ipsets,
+            regex_cache: HashMap::new(),
+        }
     }
 
     fn regex_match(&mut self, pattern: &str, ci: bool, text: &str) -> Option<bool> {
@@ -113,13 +117,20 @@ impl<'a> Analyzer<'a> {
                     (StrOp::In(vs), _) => vs.iter().all(|v| self.str_test(&o2, v) == Some(true)),
                     (StrOp::Prefix(p), StrOp::Prefix(q)) => p.starts_with(q.as_str()),
                     (StrOp::Suffix(p), StrOp::Suffix(q)) => p.ends_with(q.as_str()),
-                    (StrOp::Prefix(p) | StrOp::Suffix(p) | StrOp::Contains(p), StrOp::Contains(q)) => p.contains(q.as_str()),
+                    (
+                        StrOp::Prefix(p) | StrOp::Suffix(p) | StrOp::Contains(p),
+                        StrOp::Contains(q),
+                    ) => p.contains(q.as_str()),
                     _ => false,
                 }
             }
             (Atom::Str { field: f1, .. }, Atom::Present(f2)) => f1 == f2,
-            (Atom::Ip(s1), Atom::Ip(s2)) => self.ipsets[*s1 as usize].prefixes.is_subset_of(&self.ipsets[*s2 as usize].prefixes),
-            (Atom::Port(r1), Atom::Port(r2)) => r1.iter().all(|&(a, b)| r2.iter().any(|&(c, d)| c <= a && b <= d)),
+            (Atom::Ip(s1), Atom::Ip(s2)) => self.ipsets[*s1 as usize]
+                .prefixes
+                .is_subset_of(&self.ipsets[*s2 as usize].prefixes),
+            (Atom::Port(r1), Atom::Port(r2)) => r1
+                .iter()
+                .all(|&(a, b)| r2.iter().any(|&(c, d)| c <= a && b <= d)),
             (Atom::Proto(p1), Atom::Proto(p2)) => p1.iter().all(|p| p2.contains(p)),
             _ => false,
         }
@@ -139,13 +150,21 @@ impl<'a> Analyzer<'a> {
                     (_, StrOp::Eq(v)) => self.str_test(&o1, v) == Some(false),
                     (StrOp::In(vs), _) => vs.iter().all(|v| self.str_test(&o2, v) == Some(false)),
                     (_, StrOp::In(vs)) => vs.iter().all(|v| self.str_test(&o1, v) == Some(false)),
-                    (StrOp::Prefix(p), StrOp::Prefix(q)) => !p.starts_with(q.as_str()) && !q.starts_with(p.as_str()),
-                    (StrOp::Suffix(p), StrOp::Suffix(q)) => !p.ends_with(q.as_str()) && !q.ends_with(p.as_str()),
+                    (StrOp::Prefix(p), StrOp::Prefix(q)) => {
+                        !p.starts_with(q.as_str()) && !q.starts_with(p.as_str())
+                    }
+                    (StrOp::Suffix(p), StrOp::Suffix(q)) => {
+                        !p.ends_with(q.as_str()) && !q.ends_with(p.as_str())
+                    }
                     _ => false,
                 }
             }
-            (Atom::Ip(s1), Atom::Ip(s2)) => !self.ipsets[*s1 as usize].prefixes.intersects(&self.ipsets[*s2 as usize].prefixes),
-            (Atom::Port(r1), Atom::Port(r2)) => !r1.iter().any(|&(a, b)| r2.iter().any(|&(c, d)| a <= d && c <= b)),
+            (Atom::Ip(s1), Atom::Ip(s2)) => !self.ipsets[*s1 as usize]
+                .prefixes
+                .intersects(&self.ipsets[*s2 as usize].prefixes),
+            (Atom::Port(r1), Atom::Port(r2)) => !r1
+                .iter()
+                .any(|&(a, b)| r2.iter().any(|&(c, d)| a <= d && c <= b)),
             (Atom::Proto(p1), Atom::Proto(p2)) => !p1.iter().any(|p| p2.contains(p)),
             _ => false,
         }
@@ -192,7 +211,8 @@ impl<'a> Analyzer<'a> {
 
     /// Whether DNF `a` implies DNF `b`.
     pub fn implies(&mut self, a: &[Term], b: &[Term]) -> bool {
-        a.iter().all(|t| self.term_unsat(t) || b.iter().any(|u| self.term_implies(t, u)))
+        a.iter()
+            .all(|t| self.term_unsat(t) || b.iter().any(|u| self.term_implies(t, u)))
     }
 
     /// Whether DNFs `a` and `b` may both hold. `false` only when certain.
@@ -211,7 +231,15 @@ impl<'a> Analyzer<'a> {
 /// so the result holds for every packet of any request the condition
 /// could match (an over-approximation, sound for exemptions).
 pub fn project_l4(terms: &[Term], atoms: &[Atom]) -> Vec<Term> {
-    let mut out: Vec<Term> = terms.iter().map(|t| t.iter().copied().filter(|(a, _)| atoms[*a as usize].is_l4()).collect()).collect();
+    let mut out: Vec<Term> = terms
+        .iter()
+        .map(|t| {
+            t.iter()
+                .copied()
+                .filter(|(a, _)| atoms[*a as usize].is_l4())
+                .collect()
+        })
+        .collect();
     if out.iter().any(Vec::is_empty) {
         return vec![Vec::new()];
     }
@@ -241,16 +269,28 @@ mod tests {
     use crate::cidr::{parse_cidr, PrefixSet};
 
     fn set(s: &[&str]) -> IpSet {
-        IpSet { name: "t".into(), prefixes: PrefixSet::from_cidrs(s.iter().map(|c| parse_cidr(c).unwrap().0)) }
+        IpSet {
+            name: "t".into(),
+            prefixes: PrefixSet::from_cidrs(s.iter().map(|c| parse_cidr(c).unwrap().0)),
+        }
     }
 
     #[test]
     fn dnf_pushes_negation_and_distributes() {
         // not (a or b) and c  ==  ¬a ∧ ¬b ∧ c
-        let c = Cond::And(vec![Cond::Not(Box::new(Cond::Or(vec![Cond::Atom(0), Cond::Atom(1)]))), Cond::Atom(2)]);
-        assert_eq!(dnf(&c, 100).unwrap(), vec![vec![(0, true), (1, true), (2, false)]]);
+        let c = Cond::And(vec![
+            Cond::Not(Box::new(Cond::Or(vec![Cond::Atom(0), Cond::Atom(1)]))),
+            Cond::Atom(2),
+        ]);
+        assert_eq!(
+            dnf(&c, 100).unwrap(),
+            vec![vec![(0, true), (1, true), (2, false)]]
+        );
         // (a or b) and (c or d) has four terms; the limit is honoured.
-        let c = Cond::And(vec![Cond::Or(vec![Cond::Atom(0), Cond::Atom(1)]), Cond::Or(vec![Cond::Atom(2), Cond::Atom(3)])]);
+        let c = Cond::And(vec![
+            Cond::Or(vec![Cond::Atom(0), Cond::Atom(1)]),
+            Cond::Or(vec![Cond::Atom(2), Cond::Atom(3)]),
+        ]);
         assert_eq!(dnf(&c, 100).unwrap().len(), 4);
         assert!(dnf(&c, 3).is_none());
     }
@@ -258,14 +298,30 @@ mod tests {
     #[test]
     fn implication_and_exclusion_over_fields() {
         let atoms = vec![
-            Atom::Str { field: StrField::Path, op: StrOp::Eq("/sparql".into()) },
-            Atom::Str { field: StrField::Path, op: StrOp::Prefix("/spa".into()) },
-            Atom::Str { field: StrField::Path, op: StrOp::Regex { pattern: "^/w/".into(), ci: false } },
+            Atom::Str {
+                field: StrField::Path,
+                op: StrOp::Eq("/sparql".into()),
+            },
+            Atom::Str {
+                field: StrField::Path,
+                op: StrOp::Prefix("/spa".into()),
+            },
+            Atom::Str {
+                field: StrField::Path,
+                op: StrOp::Regex {
+                    pattern: "^/w/".into(),
+                    ci: false,
+                },
+            },
             Atom::Ip(0),
             Atom::Ip(1),
             Atom::Ip(2),
         ];
-        let sets = vec![set(&["10.0.0.0/8"]), set(&["10.1.0.0/16"]), set(&["192.0.2.0/24"])];
+        let sets = vec![
+            set(&["10.0.0.0/8"]),
+            set(&["10.1.0.0/16"]),
+            set(&["192.0.2.0/24"]),
+        ];
         let mut an = Analyzer::new(&atoms, &sets);
         assert!(an.lit_implies((0, false), (1, false)));
         assert!(!an.lit_implies((1, false), (0, false)));
@@ -280,8 +336,17 @@ mod tests {
 
     #[test]
     fn projection_drops_l7_literals() {
-        let atoms = vec![Atom::Ip(0), Atom::Present(StrField::Header("user-agent".into()))];
-        assert_eq!(project_l4(&[vec![(0, false), (1, false)]], &atoms), vec![vec![(0, false)]]);
-        assert_eq!(project_l4(&[vec![(1, false)], vec![(0, false)]], &atoms), vec![Vec::<Lit>::new()]);
+        let atoms = vec![
+            Atom::Ip(0),
+            Atom::Present(StrField::Header("user-agent".into())),
+        ];
+        assert_eq!(
+            project_l4(&[vec![(0, false), (1, false)]], &atoms),
+            vec![vec![(0, false)]]
+        );
+        assert_eq!(
+            project_l4(&[vec![(1, false)], vec![(0, false)]], &atoms),
+            vec![Vec::<Lit>::new()]
+        );
     }
 }

@@ -247,13 +247,22 @@ pub fn content_hash(bytes: &[u8]) -> Option<[u8; 32]> {
 /// Decodes and validates an artifact.
 pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
     let mut h = Reader::new(bytes, 0);
-    let magic = h.take(8).map_err(|_| ArtifactError { kind: ArtifactErrorKind::BadMagic, offset: 0 })?;
+    let magic = h.take(8).map_err(|_| ArtifactError {
+        kind: ArtifactErrorKind::BadMagic,
+        offset: 0,
+    })?;
     if magic != MAGIC {
-        return Err(ArtifactError { kind: ArtifactErrorKind::BadMagic, offset: 0 });
+        return Err(ArtifactError {
+            kind: ArtifactErrorKind::BadMagic,
+            offset: 0,
+        });
     }
     let version = h.u16()?;
     if version != FORMAT_VERSION {
-        return Err(ArtifactError { kind: ArtifactErrorKind::UnsupportedVersion(version), offset: 8 });
+        return Err(ArtifactError {
+            kind: ArtifactErrorKind::UnsupportedVersion(version),
+            offset: 8,
+        });
     }
     if h.u16()? != 0 {
         return h.err("reserved header field is not zero");
@@ -265,13 +274,25 @@ pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
     let hash = h.sha()?;
     if len != h.remaining() as u64 {
         if len > h.remaining() as u64 {
-            return Err(ArtifactError { kind: ArtifactErrorKind::Truncated, offset: bytes.len() });
+            return Err(ArtifactError {
+                kind: ArtifactErrorKind::Truncated,
+                offset: bytes.len(),
+            });
         }
-        return Err(ArtifactError { kind: ArtifactErrorKind::Invalid(format!("{} trailing bytes", h.remaining() as u64 - len)), offset: HEADER + len as usize });
+        return Err(ArtifactError {
+            kind: ArtifactErrorKind::Invalid(format!(
+                "{} trailing bytes",
+                h.remaining() as u64 - len
+            )),
+            offset: HEADER + len as usize,
+        });
     }
     let payload = &bytes[HEADER..];
     if sha256(payload) != hash {
-        return Err(ArtifactError { kind: ArtifactErrorKind::ChecksumMismatch, offset: 24 });
+        return Err(ArtifactError {
+            kind: ArtifactErrorKind::ChecksumMismatch,
+            offset: 24,
+        });
     }
     decode_payload(Reader::new(payload, HEADER))
 }
@@ -280,7 +301,10 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
     let mut sources = Vec::new();
     for _ in 0..r.count(36)? {
         let path = r.str()?;
-        sources.push(SourceHash { path, sha256: r.sha()? });
+        sources.push(SourceHash {
+            path,
+            sha256: r.sha()?,
+        });
     }
     let mut ipsets = Vec::new();
     for _ in 0..r.count(12)? {
@@ -288,14 +312,20 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
         let mut p = PrefixSet::default();
         for _ in 0..r.count(5)? {
             let (n, l) = (r.u32()?, r.u8()?);
-            if l > 32 || (l < 32 && n & (u32::MAX >> l) != 0) || p.v4.last().is_some_and(|&(m, _)| m >= n) {
+            if l > 32
+                || (l < 32 && n & (u32::MAX >> l) != 0)
+                || p.v4.last().is_some_and(|&(m, _)| m >= n)
+            {
                 return r.err("IPv4 prefix has host bits, a bad length, or is out of order");
             }
             p.v4.push((n, l));
         }
         for _ in 0..r.count(17)? {
             let (n, l) = (r.u128()?, r.u8()?);
-            if l > 128 || (l < 128 && n & (u128::MAX >> l) != 0) || p.v6.last().is_some_and(|&(m, _)| m >= n) {
+            if l > 128
+                || (l < 128 && n & (u128::MAX >> l) != 0)
+                || p.v6.last().is_some_and(|&(m, _)| m >= n)
+            {
                 return r.err("IPv6 prefix has host bits, a bad length, or is out of order");
             }
             p.v6.push((n, l));
@@ -321,7 +351,12 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
         let xdp = match tag {
             0 => None,
             1..=4 => {
-                let kind = [XdpKind::Allow, XdpKind::Exempt, XdpKind::Drop, XdpKind::Throttle][tag as usize - 1];
+                let kind = [
+                    XdpKind::Allow,
+                    XdpKind::Exempt,
+                    XdpKind::Drop,
+                    XdpKind::Throttle,
+                ][tag as usize - 1];
                 let mut dnf = Vec::new();
                 for _ in 0..r.count(4)? {
                     let mut t = Vec::new();
@@ -343,7 +378,13 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
     if r.remaining() != 0 {
         return r.err("trailing bytes after the plan");
     }
-    Ok(Ruleset { sources, ipsets, atoms, rules, plan })
+    Ok(Ruleset {
+        sources,
+        ipsets,
+        atoms,
+        rules,
+        plan,
+    })
 }
 
 fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
@@ -367,7 +408,10 @@ fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> 
                 1 => StrOp::Prefix(r.str()?),
                 2 => StrOp::Suffix(r.str()?),
                 3 => StrOp::Contains(r.str()?),
-                4 => StrOp::Regex { pattern: r.str()?, ci: r.bool()? },
+                4 => StrOp::Regex {
+                    pattern: r.str()?,
+                    ci: r.bool()?,
+                },
                 5 => {
                     let mut v: Vec<String> = Vec::new();
                     for _ in 0..r.count(4)? {
@@ -480,7 +524,10 @@ fn decode_rule(r: &mut Reader<'_>, natoms: usize) -> Result<Rule, ArtifactError>
             if !(400..=599).contains(&status) {
                 return r.err(format!("deny status {status}"));
             }
-            Action::Deny { status, reason: r.str()? }
+            Action::Deny {
+                status,
+                reason: r.str()?,
+            }
         }
         4 => {
             let limit = r.u32()?;
@@ -518,11 +565,31 @@ fn decode_rule(r: &mut Reader<'_>, natoms: usize) -> Result<Rule, ArtifactError>
                     k => return r.err(format!("unknown key tag {k}")),
                 });
             }
-            Action::Throttle(Throttle { limit, unit, period_ms, burst, keys, ban_ms, status, reason })
+            Action::Throttle(Throttle {
+                limit,
+                unit,
+                period_ms,
+                burst,
+                keys,
+                ban_ms,
+                status,
+                reason,
+            })
         }
         t => return r.err(format!("unknown action tag {t}")),
     };
     let file = r.str()?;
     let (line, col) = (r.u32()?, r.u32()?);
-    Ok(Rule { name, priority, seq, sites, enabled, shadow, comment, cond, action, origin: Origin { file, line, col } })
+    Ok(Rule {
+        name,
+        priority,
+        seq,
+        sites,
+        enabled,
+        shadow,
+        comment,
+        cond,
+        action,
+        origin: Origin { file, line, col },
+    })
 }

@@ -268,7 +268,7 @@ pub enum ActionDecl {
     /// `deny [status] ["reason"]`
     Deny(Option<Word>, Option<Word>),
     /// `throttle …`
-    Throttle(ThrottleDecl),
+    Throttle(Box<ThrottleDecl>),
 }
 
 /// One property of a rule body.

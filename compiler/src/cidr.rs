@@ -56,6 +56,9 @@ fn mask128(len: u8) -> u128 {
     }
 }
 
+/// Sorted, disjoint, inclusive address ranges.
+pub type Ranges = Vec<(u128, u128)>;
+
 /// A set of prefixes, merged: no prefix overlaps or is adjacent to another
 /// that it could be combined with, and both lists are sorted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
@@ -97,7 +100,7 @@ impl PrefixSet {
     }
 
     /// Inclusive address ranges, IPv4 then IPv6, each sorted and disjoint.
-    pub fn ranges(&self) -> (Vec<(u128, u128)>, Vec<(u128, u128)>) {
+    pub fn ranges(&self) -> (Ranges, Ranges) {
         (
             self.v4
                 .iter()
@@ -170,17 +173,29 @@ fn to_prefixes(ranges: Vec<(u128, u128)>, width: u32) -> Vec<(u128, u8)> {
     for (mut s, e) in ranges {
         loop {
             // The largest block aligned at `s` that ends at or before `e`.
-            let align = if s == 0 { width } else { s.trailing_zeros().min(width) };
+            let align = if s == 0 {
+                width
+            } else {
+                s.trailing_zeros().min(width)
+            };
             let mut host = align;
             while host > 0 {
-                let last = if host >= 128 { u128::MAX } else { s | ((1u128 << host) - 1) };
+                let last = if host >= 128 {
+                    u128::MAX
+                } else {
+                    s | ((1u128 << host) - 1)
+                };
                 if last <= e {
                     break;
                 }
                 host -= 1;
             }
             out.push((s, (width - host) as u8));
-            let last = if host >= 128 { u128::MAX } else { s | ((1u128 << host) - 1) };
+            let last = if host >= 128 {
+                u128::MAX
+            } else {
+                s | ((1u128 << host) - 1)
+            };
             if last >= e {
                 break;
             }
@@ -237,10 +252,22 @@ mod tests {
 
     #[test]
     fn parses_and_flags_host_bits() {
-        assert_eq!(parse_cidr("10.0.0.0/8").unwrap(), (Cidr::V4(0x0a00_0000, 8), false));
-        assert_eq!(parse_cidr("10.1.2.3/8").unwrap(), (Cidr::V4(0x0a00_0000, 8), true));
-        assert_eq!(parse_cidr("192.0.2.7").unwrap(), (Cidr::V4(0xc000_0207, 32), false));
-        assert!(matches!(parse_cidr("2001:db8::1/32").unwrap(), (Cidr::V6(_, 32), true)));
+        assert_eq!(
+            parse_cidr("10.0.0.0/8").unwrap(),
+            (Cidr::V4(0x0a00_0000, 8), false)
+        );
+        assert_eq!(
+            parse_cidr("10.1.2.3/8").unwrap(),
+            (Cidr::V4(0x0a00_0000, 8), true)
+        );
+        assert_eq!(
+            parse_cidr("192.0.2.7").unwrap(),
+            (Cidr::V4(0xc000_0207, 32), false)
+        );
+        assert!(matches!(
+            parse_cidr("2001:db8::1/32").unwrap(),
+            (Cidr::V6(_, 32), true)
+        ));
         assert!(parse_cidr("10.0.0.0/33").is_err());
         assert!(parse_cidr("10.0.0.300/8").is_err());
         assert!(parse_cidr("::/129").is_err());
@@ -250,8 +277,17 @@ mod tests {
 
     #[test]
     fn merges_overlapping_and_adjacent() {
-        let s = set(&["10.0.0.0/25", "10.0.0.128/25", "10.0.0.5/32", "10.0.1.0/24", "192.0.2.0/24"]);
-        assert_eq!(s.v4.iter().map(|&(n, l)| fmt_v4(n, l)).collect::<Vec<_>>(), vec!["10.0.0.0/23", "192.0.2.0/24"]);
+        let s = set(&[
+            "10.0.0.0/25",
+            "10.0.0.128/25",
+            "10.0.0.5/32",
+            "10.0.1.0/24",
+            "192.0.2.0/24",
+        ]);
+        assert_eq!(
+            s.v4.iter().map(|&(n, l)| fmt_v4(n, l)).collect::<Vec<_>>(),
+            vec!["10.0.0.0/23", "192.0.2.0/24"]
+        );
         let s = set(&["2001:db8::/33", "2001:db8:8000::/33", "::/0"]);
         assert_eq!(s.v6, vec![(0, 0)]);
         let s = set(&["0.0.0.0/0", "255.255.255.255/32"]);

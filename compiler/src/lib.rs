@@ -112,7 +112,14 @@ pub fn compile_str(name: &str, text: &str, opts: &Options) -> Compilation {
     let mut loaded = load::Loaded::default();
     let id = loaded.map.add(name.into(), text.into());
     if let Some(src) = loaded.map.get(id) {
-        let f = parse::parse_file(src, id, &parse::ParseLimits { max_depth: opts.max_depth }, &mut diags);
+        let f = parse::parse_file(
+            src,
+            id,
+            &parse::ParseLimits {
+                max_depth: opts.max_depth,
+            },
+            &mut diags,
+        );
         loaded.files.push((id, f));
     }
     finish(loaded, opts, diags)
@@ -124,19 +131,41 @@ fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compi
     let mut ruleset = None;
     let mut tests = Vec::new();
     if !diags.has_errors() {
-        plan::check_rules(&lowered.rules, &lowered.atoms, &lowered.ipsets, opts, &mut diags);
+        plan::check_rules(
+            &lowered.rules,
+            &lowered.atoms,
+            &lowered.ipsets,
+            opts,
+            &mut diags,
+        );
         let spans: Vec<source::Span> = lowered.rules.iter().map(|r| r.1).collect();
         let rules: Vec<ir::Rule> = lowered.rules.into_iter().map(|r| r.0).collect();
         let plan = plan::plan(&rules, &lowered.atoms, opts, &mut diags, &spans);
         let sources = map
             .files()
             .iter()
-            .map(|f| SourceHash { path: f.path.display().to_string(), sha256: artifact::sha256(f.text.as_bytes()) })
+            .map(|f| SourceHash {
+                path: f.path.display().to_string(),
+                sha256: artifact::sha256(f.text.as_bytes()),
+            })
             .collect();
         if !diags.has_errors() {
-            ruleset = Some(Ruleset { sources, ipsets: lowered.ipsets, atoms: lowered.atoms, rules, plan });
+            ruleset = Some(Ruleset {
+                sources,
+                ipsets: lowered.ipsets,
+                atoms: lowered.atoms,
+                rules,
+                plan,
+            });
             tests = lowered.tests;
         }
     }
-    Compilation { sources: map, files, diagnostics: diags, ruleset, tests, ipblock_sizes: lowered.ipblock_sizes }
+    Compilation {
+        sources: map,
+        files,
+        diagnostics: diags,
+        ruleset,
+        tests,
+        ipblock_sizes: lowered.ipblock_sizes,
+    }
 }

@@ -26,7 +26,12 @@ pub enum LoadError {
 impl LoadError {
     /// Turns the error into a diagnostic. Non-UTF-8 files are added to the
     /// map (lossily) so that the diagnostic can point at the bad byte.
-    pub fn into_diagnostic(self, map: &mut SourceMap, from: Option<Span>, path: &Path) -> Diagnostic {
+    pub fn into_diagnostic(
+        self,
+        map: &mut SourceMap,
+        from: Option<Span>,
+        path: &Path,
+    ) -> Diagnostic {
         let d = match self {
             LoadError::Io(e) => {
                 let hint = if e.kind() == std::io::ErrorKind::NotFound {
@@ -34,17 +39,30 @@ impl LoadError {
                 } else {
                     "check the file's permissions"
                 };
-                Diagnostic::error(code::IO, format!("cannot read `{}`: {e}", path.display())).hint(hint)
+                Diagnostic::error(code::IO, format!("cannot read `{}`: {e}", path.display()))
+                    .hint(hint)
             }
-            LoadError::TooLarge(n) => Diagnostic::error(code::TOO_LARGE, format!("`{}` is {n} bytes, over the size limit", path.display()))
-                .hint("split the file, or raise the limit"),
+            LoadError::TooLarge(n) => Diagnostic::error(
+                code::TOO_LARGE,
+                format!("`{}` is {n} bytes, over the size limit", path.display()),
+            )
+            .hint("split the file, or raise the limit"),
             LoadError::NotUtf8 { valid_up_to, bytes } => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let id = map.add(path.to_path_buf(), text);
-                let span = map.get(id).map(|f| f.span(id, valid_up_to, valid_up_to + 1)).unwrap_or_default();
-                return Diagnostic::error(code::NOT_UTF8, format!("`{}` is not valid UTF-8 (byte offset {valid_up_to})", path.display()))
-                    .primary(span, "invalid byte here")
-                    .hint("rule and list files must be UTF-8 text");
+                let span = map
+                    .get(id)
+                    .map(|f| f.span(id, valid_up_to, valid_up_to + 1))
+                    .unwrap_or_default();
+                return Diagnostic::error(
+                    code::NOT_UTF8,
+                    format!(
+                        "`{}` is not valid UTF-8 (byte offset {valid_up_to})",
+                        path.display()
+                    ),
+                )
+                .primary(span, "invalid byte here")
+                .hint("rule and list files must be UTF-8 text");
             }
         };
         match from {
@@ -63,17 +81,25 @@ pub fn read_source(path: &Path, max_bytes: usize) -> Result<String, LoadError> {
     let bytes = std::fs::read(path).map_err(LoadError::Io)?;
     String::from_utf8(bytes).map_err(|e| {
         let valid_up_to = e.utf8_error().valid_up_to();
-        LoadError::NotUtf8 { valid_up_to, bytes: e.into_bytes() }
+        LoadError::NotUtf8 {
+            valid_up_to,
+            bytes: e.into_bytes(),
+        }
     })
 }
 
 /// Every `.rctl` file under `dir`, recursively, sorted by path. Hidden
 /// entries are skipped.
 fn rctl_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
     entries.sort();
     for p in entries {
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+        if p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'))
+        {
             continue;
         }
         if p.is_dir() {
@@ -103,13 +129,19 @@ pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) ->
         if p.is_dir() {
             let mut found = Vec::new();
             if let Err(e) = rctl_files(p, &mut found) {
-                diags.push(Diagnostic::error(code::IO, format!("cannot read directory `{}`: {e}", p.display())));
+                diags.push(Diagnostic::error(
+                    code::IO,
+                    format!("cannot read directory `{}`: {e}", p.display()),
+                ));
                 continue;
             }
             if found.is_empty() {
                 diags.push(
-                    Diagnostic::error(code::NO_SOURCES, format!("no .rctl files in `{}`", p.display()))
-                        .hint("rule files end in .rctl; name a file or a directory that holds some"),
+                    Diagnostic::error(
+                        code::NO_SOURCES,
+                        format!("no .rctl files in `{}`", p.display()),
+                    )
+                    .hint("rule files end in .rctl; name a file or a directory that holds some"),
                 );
             }
             queue.extend(found.into_iter().map(|f| (f, None)));
@@ -117,7 +149,9 @@ pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) ->
             queue.push((p.clone(), None));
         }
     }
-    let limits = ParseLimits { max_depth: opts.max_depth };
+    let limits = ParseLimits {
+        max_depth: opts.max_depth,
+    };
     let mut seen: Vec<PathBuf> = Vec::new();
     let mut i = 0;
     while i < queue.len() {
@@ -137,7 +171,9 @@ pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) ->
             }
         };
         let id = loaded.map.add(path.clone(), text);
-        let Some(src) = loaded.map.get(id) else { continue };
+        let Some(src) = loaded.map.get(id) else {
+            continue;
+        };
         let file = parse_file(src, id, &limits, diags);
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         for item in &file.items {

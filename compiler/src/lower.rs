@@ -27,6 +27,9 @@ pub struct Lowered {
     pub ipblock_sizes: Vec<(String, usize, usize)>,
 }
 
+/// A lowered pattern (None: it had errors) and the patterns and ipblocks it uses.
+pub(crate) type PatternLowered = (Option<Cond>, Vec<String>, Vec<String>);
+
 pub(crate) struct Decl<'a, T> {
     pub decl: &'a T,
     pub file: FileId,
@@ -41,7 +44,7 @@ pub(crate) struct Lowerer<'a> {
     /// ipblock name -> ipset index (None: failed).
     pub ipblock_sets: HashMap<String, Option<u32>>,
     /// pattern name -> lowered condition (None: failed), and what it uses.
-    pub pattern_conds: HashMap<String, (Option<Cond>, Vec<String>, Vec<String>)>,
+    pub pattern_conds: HashMap<String, PatternLowered>,
     pub in_progress: Vec<String>,
     pub used_patterns: HashSet<String>,
     pub used_ipblocks: HashSet<String>,
@@ -56,7 +59,12 @@ pub(crate) struct Lowerer<'a> {
 
 /// Lowers parsed files into the IR. Reports into `diags`; the result is only
 /// meaningful if no error was reported.
-pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options, diags: &mut Diagnostics) -> Lowered {
+pub fn lower(
+    files: &[(FileId, ast::File)],
+    map: &mut SourceMap,
+    opts: &Options,
+    diags: &mut Diagnostics,
+) -> Lowered {
     let mut lw = Lowerer {
         map,
         diags,
@@ -89,7 +97,13 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
                         let prev = prev.decl.name.span;
                         lw.dup("ipblock", &d.name, prev);
                     } else {
-                        lw.ipblocks.insert(d.name.text.clone(), Decl { decl: d, file: *file });
+                        lw.ipblocks.insert(
+                            d.name.text.clone(),
+                            Decl {
+                                decl: d,
+                                file: *file,
+                            },
+                        );
                     }
                 }
                 Item::Pattern(d) => {
@@ -97,7 +111,13 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
                         let prev = prev.decl.name.span;
                         lw.dup("pattern", &d.name, prev);
                     } else {
-                        lw.patterns.insert(d.name.text.clone(), Decl { decl: d, file: *file });
+                        lw.patterns.insert(
+                            d.name.text.clone(),
+                            Decl {
+                                decl: d,
+                                file: *file,
+                            },
+                        );
                     }
                 }
                 Item::Rule(d) => {
@@ -105,7 +125,10 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
                         lw.dup("rule", &d.name, *prev);
                     } else {
                         rule_names.insert(&d.name.text, d.name.span);
-                        rules.push(Decl { decl: d, file: *file });
+                        rules.push(Decl {
+                            decl: d,
+                            file: *file,
+                        });
                     }
                 }
                 Item::Test(d) => {
@@ -113,7 +136,10 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
                         lw.dup("test", &d.name, *prev);
                     } else {
                         test_names.insert(&d.name.text, d.name.span);
-                        tests.push(Decl { decl: d, file: *file });
+                        tests.push(Decl {
+                            decl: d,
+                            file: *file,
+                        });
                     }
                 }
             }
@@ -121,9 +147,19 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
     }
     if rules.len() > opts.max_rules {
         lw.diags.push(
-            Diagnostic::error(code::LIMIT, format!("{} rules, more than the limit of {}", rules.len(), opts.max_rules))
-                .primary(rules[opts.max_rules].decl.name.span, "over the limit from here")
-                .hint("raise --max-rules if this is intended"),
+            Diagnostic::error(
+                code::LIMIT,
+                format!(
+                    "{} rules, more than the limit of {}",
+                    rules.len(),
+                    opts.max_rules
+                ),
+            )
+            .primary(
+                rules[opts.max_rules].decl.name.span,
+                "over the limit from here",
+            )
+            .hint("raise --max-rules if this is intended"),
         );
     }
     // Every ipblock and pattern is lowered, used or not, so errors in
@@ -144,7 +180,10 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
     }
     out_rules.sort_by_key(|(r, _, _)| (r.priority, r.seq));
     let rule_set: HashSet<&str> = out_rules.iter().map(|(r, _, _)| r.name.as_str()).collect();
-    let sites: HashSet<&str> = out_rules.iter().flat_map(|(r, _, _)| r.sites.iter().map(String::as_str)).collect();
+    let sites: HashSet<&str> = out_rules
+        .iter()
+        .flat_map(|(r, _, _)| r.sites.iter().map(String::as_str))
+        .collect();
     let mut out_tests = Vec::new();
     for t in &tests {
         if let Some(tc) = lw.test(t.decl, &rule_set, &sites) {
@@ -172,10 +211,13 @@ pub fn lower(files: &[(FileId, ast::File)], map: &mut SourceMap, opts: &Options,
 impl<'a> Lowerer<'a> {
     fn dup(&mut self, kind: &str, name: &Word, prev: Span) {
         self.diags.push(
-            Diagnostic::error(code::DUPLICATE_NAME, format!("{kind} `{}` is defined twice", name.text))
-                .primary(name.span, "defined again here")
-                .secondary(prev, "first defined here")
-                .hint("names are unique across every file of the ruleset; rename one"),
+            Diagnostic::error(
+                code::DUPLICATE_NAME,
+                format!("{kind} `{}` is defined twice", name.text),
+            )
+            .primary(name.span, "defined again here")
+            .secondary(prev, "first defined here")
+            .hint("names are unique across every file of the ruleset; rename one"),
         );
     }
 
@@ -254,9 +296,15 @@ impl<'a> Lowerer<'a> {
         };
         if self.prefix_total > self.opts.max_prefixes {
             self.diags.push(
-                Diagnostic::error(code::LIMIT, format!("more than {} prefixes in the ruleset", self.opts.max_prefixes))
-                    .primary(decl.name.span, "the limit is crossed in this ipblock")
-                    .hint("raise the prefix limit if the data plane is sized for it"),
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!(
+                        "more than {} prefixes in the ruleset",
+                        self.opts.max_prefixes
+                    ),
+                )
+                .primary(decl.name.span, "the limit is crossed in this ipblock")
+                .hint("raise the prefix limit if the data plane is sized for it"),
             );
         }
         self.ipblock_sets.insert(name.to_string(), result);
@@ -265,7 +313,11 @@ impl<'a> Lowerer<'a> {
 
     /// Reads a list file: one CIDR a line, `#` comments, blank lines ignored.
     fn read_list(&mut self, from: FileId, w: &Word, out: &mut Vec<Cidr>) -> bool {
-        let base = self.map.get(from).and_then(|f| f.path.parent().map(Path::to_path_buf)).unwrap_or_default();
+        let base = self
+            .map
+            .get(from)
+            .and_then(|f| f.path.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
         let path = base.join(&w.text);
         let id = if let Some(&id) = self.list_cache.get(&path) {
             id
@@ -283,7 +335,9 @@ impl<'a> Lowerer<'a> {
                 }
             }
         };
-        let Some(src) = self.map.get(id) else { return false };
+        let Some(src) = self.map.get(id) else {
+            return false;
+        };
         let mut ok = true;
         let mut host_bits: Vec<(usize, usize)> = Vec::new();
         let mut bad = 0usize;
@@ -322,18 +376,32 @@ impl<'a> Lowerer<'a> {
         }
         if bad > errors.len() {
             errors.push(
-                Diagnostic::error(code::BAD_CIDR, format!("{} more invalid lines in `{}`", bad - errors.len(), path.display()))
-                    .primary(w.span, "list file loaded here"),
+                Diagnostic::error(
+                    code::BAD_CIDR,
+                    format!(
+                        "{} more invalid lines in `{}`",
+                        bad - errors.len(),
+                        path.display()
+                    ),
+                )
+                .primary(w.span, "list file loaded here"),
             );
         }
         if let Some(&(s, e)) = host_bits.first() {
             let first = src.span(id, s, e);
             let n = host_bits.len();
             errors.push(
-                Diagnostic::warning(code::HOST_BITS, format!("{n} entr{} in `{}` have host bits set", if n == 1 { "y" } else { "ies" }, path.display()))
-                    .primary(first, "the first one")
-                    .secondary(w.span, "list file loaded here")
-                    .hint("the network address is used; fix the list to silence this"),
+                Diagnostic::warning(
+                    code::HOST_BITS,
+                    format!(
+                        "{n} entr{} in `{}` have host bits set",
+                        if n == 1 { "y" } else { "ies" },
+                        path.display()
+                    ),
+                )
+                .primary(first, "the first one")
+                .secondary(w.span, "list file loaded here")
+                .hint("the network address is used; fix the list to silence this"),
             );
         }
         for d in errors {
@@ -366,16 +434,25 @@ impl<'a> Lowerer<'a> {
                 let (c, msg, hint) = if key == "action" {
                     (code::ACTION_COUNT, format!("rule `{}` has more than one action", d.name.text), "a rule takes exactly one of allow, deny, throttle, log, drop; split it into two rules")
                 } else {
-                    (code::DUPLICATE_PROP, format!("`{key}` is given twice in rule `{}`", d.name.text), "keep one; combine conditions with `and`/`or`")
+                    (
+                        code::DUPLICATE_PROP,
+                        format!("`{key}` is given twice in rule `{}`", d.name.text),
+                        "keep one; combine conditions with `and`/`or`",
+                    )
                 };
-                self.diags.push(Diagnostic::error(c, msg).primary(p.span, "again here").secondary(*prev, "first here").hint(hint));
+                self.diags.push(
+                    Diagnostic::error(c, msg)
+                        .primary(p.span, "again here")
+                        .secondary(*prev, "first here")
+                        .hint(hint),
+                );
                 continue;
             }
             seen.insert(key, p.span);
             match &p.prop {
                 RuleProp::When(e) => {
                     let mut used = (Vec::new(), Vec::new());
-                    let c = self.expr(e, &mut used, 0);
+                    let c = self.expr(e, &mut used);
                     self.mark_used(&used.0, &used.1);
                     when = Some((c, e.span));
                 }
@@ -386,7 +463,13 @@ impl<'a> Lowerer<'a> {
                     };
                     match crate::value::parse_count(digits, 1_000_000) {
                         Ok(n) => priority = if neg { -(n as i32) } else { n as i32 },
-                        Err(e) => self.bad(code::BAD_NUMBER, w, "invalid priority", &e, "priority is a whole number; lower runs first (default 100)"),
+                        Err(e) => self.bad(
+                            code::BAD_NUMBER,
+                            w,
+                            "invalid priority",
+                            &e,
+                            "priority is a whole number; lower runs first (default 100)",
+                        ),
                     }
                 }
                 RuleProp::Sites(ws) => {
@@ -397,7 +480,13 @@ impl<'a> Lowerer<'a> {
                 RuleProp::Enabled(w) => match w.text.to_ascii_lowercase().as_str() {
                     "true" | "yes" => enabled = true,
                     "false" | "no" => enabled = false,
-                    _ => self.bad(code::BAD_VALUE, w, "invalid `enabled`", "expected true or false", "write `enabled false` to keep a rule without enforcing it"),
+                    _ => self.bad(
+                        code::BAD_VALUE,
+                        w,
+                        "invalid `enabled`",
+                        "expected true or false",
+                        "write `enabled false` to keep a rule without enforcing it",
+                    ),
                 },
                 RuleProp::Shadow => shadow = true,
                 RuleProp::Comment(w) => comment = w.text.clone(),
@@ -410,16 +499,24 @@ impl<'a> Lowerer<'a> {
         }
         if !seen.contains_key("when") {
             self.diags.push(
-                Diagnostic::error(code::NO_WHEN, format!("rule `{}` has no `when` condition", d.name.text))
-                    .primary(d.name.span, "no condition")
-                    .hint("add `when <condition>`; use `when true` to match everything"),
+                Diagnostic::error(
+                    code::NO_WHEN,
+                    format!("rule `{}` has no `when` condition", d.name.text),
+                )
+                .primary(d.name.span, "no condition")
+                .hint("add `when <condition>`; use `when true` to match everything"),
             );
         }
         if !seen.contains_key("action") {
             self.diags.push(
-                Diagnostic::error(code::ACTION_COUNT, format!("rule `{}` has no action", d.name.text))
-                    .primary(d.name.span, "no action")
-                    .hint("add one of: allow, deny 403 \"reason\", throttle N requests per 1m, log, drop"),
+                Diagnostic::error(
+                    code::ACTION_COUNT,
+                    format!("rule `{}` has no action", d.name.text),
+                )
+                .primary(d.name.span, "no action")
+                .hint(
+                    "add one of: allow, deny 403 \"reason\", throttle N requests per 1m, log, drop",
+                ),
             );
         }
         let (cond, when_span) = when?;
@@ -433,7 +530,11 @@ impl<'a> Lowerer<'a> {
             return None;
         }
         let (line, col) = (d.name.span.line, d.name.span.col);
-        let file_name = self.map.get(file).map(|f| f.path.display().to_string()).unwrap_or_default();
+        let file_name = self
+            .map
+            .get(file)
+            .map(|f| f.path.display().to_string())
+            .unwrap_or_default();
         Some((
             Rule {
                 name: d.name.text.clone(),
@@ -445,7 +546,11 @@ impl<'a> Lowerer<'a> {
                 comment,
                 cond,
                 action,
-                origin: Origin { file: file_name, line, col },
+                origin: Origin {
+                    file: file_name,
+                    line,
+                    col,
+                },
             },
             d.name.span,
             when_span,
@@ -474,7 +579,11 @@ impl<'a> Lowerer<'a> {
     }
 
     pub(crate) fn bad(&mut self, c: &'static str, w: &Word, msg: &str, label: &str, hint: &str) {
-        self.diags.push(Diagnostic::error(c, format!("{msg} `{}`", w.text)).primary(w.span, label.to_string()).hint(hint.to_string()));
+        self.diags.push(
+            Diagnostic::error(c, format!("{msg} `{}`", w.text))
+                .primary(w.span, label.to_string())
+                .hint(hint.to_string()),
+        );
     }
 
     fn action(&mut self, a: &ActionDecl, span: Span) -> Option<Action> {
@@ -487,9 +596,14 @@ impl<'a> Lowerer<'a> {
                     Some(w) => self.status(w, 400)?,
                     None => 403,
                 };
-                let reason = reason.as_ref().map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
+                let reason = reason
+                    .as_ref()
+                    .map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
                 if reason.contains(['\n', '\r']) {
-                    self.diags.push(Diagnostic::error(code::BAD_VALUE, "a deny reason cannot span lines").primary(span, "here"));
+                    self.diags.push(
+                        Diagnostic::error(code::BAD_VALUE, "a deny reason cannot span lines")
+                            .primary(span, "here"),
+                    );
                     return None;
                 }
                 Action::Deny { status, reason }
@@ -502,7 +616,13 @@ impl<'a> Lowerer<'a> {
         match crate::value::parse_count(&w.text, 999) {
             Ok(n) if (u64::from(min)..=599).contains(&n) => Some(n as u16),
             _ => {
-                self.bad(code::BAD_STATUS, w, "invalid status", &format!("expected an HTTP status from {min} to 599"), "deny and throttle answer with a 4xx or 5xx status, like 403 or 429");
+                self.bad(
+                    code::BAD_STATUS,
+                    w,
+                    "invalid status",
+                    &format!("expected an HTTP status from {min} to 599"),
+                    "deny and throttle answer with a 4xx or 5xx status, like 403 or 429",
+                );
                 None
             }
         }
@@ -512,7 +632,13 @@ impl<'a> Lowerer<'a> {
         let errors = self.diags.error_count();
         let limit = match crate::value::parse_count(&t.limit.text, u64::from(u32::MAX)) {
             Ok(0) | Err(_) => {
-                self.bad(code::BAD_NUMBER, &t.limit, "invalid throttle limit", "expected a whole number above 0", "write `throttle 100 requests per 1m`");
+                self.bad(
+                    code::BAD_NUMBER,
+                    &t.limit,
+                    "invalid throttle limit",
+                    "expected a whole number above 0",
+                    "write `throttle 100 requests per 1m`",
+                );
                 0
             }
             Ok(n) => n as u32,
@@ -522,7 +648,13 @@ impl<'a> Lowerer<'a> {
             "packets" | "packet" => Unit::Packets,
             "connections" | "connection" => Unit::Connections,
             _ => {
-                self.bad(code::BAD_THROTTLE, &t.unit, "unknown throttle unit", "expected requests, packets or connections", "requests are counted in user space; packets and connections (TCP SYNs) in XDP");
+                self.bad(
+                    code::BAD_THROTTLE,
+                    &t.unit,
+                    "unknown throttle unit",
+                    "expected requests, packets or connections",
+                    "requests are counted in user space; packets and connections (TCP SYNs) in XDP",
+                );
                 Unit::Requests
             }
         };
@@ -532,17 +664,30 @@ impl<'a> Lowerer<'a> {
             Some(w) => match crate::value::parse_count(&w.text, u64::from(u32::MAX)) {
                 Ok(n) if n >= 1 => n as u32,
                 _ => {
-                    self.bad(code::BAD_NUMBER, w, "invalid burst", "expected a whole number above 0", "burst is the bucket size: how many may arrive at once");
+                    self.bad(
+                        code::BAD_NUMBER,
+                        w,
+                        "invalid burst",
+                        "expected a whole number above 0",
+                        "burst is the bucket size: how many may arrive at once",
+                    );
                     1
                 }
             },
         };
-        let ban_ms = t.ban.as_ref().map_or(Some(0), |w| self.duration(w)).unwrap_or(0);
+        let ban_ms = t
+            .ban
+            .as_ref()
+            .map_or(Some(0), |w| self.duration(w))
+            .unwrap_or(0);
         let status = match &t.status {
             Some(w) => self.status(w, 400).unwrap_or(429),
             None => 429,
         };
-        let reason = t.reason.as_ref().map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
+        let reason = t
+            .reason
+            .as_ref()
+            .map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
         let mut keys: Vec<Key> = Vec::new();
         for k in &t.by {
             let (key, kspan) = match k {
@@ -572,7 +717,11 @@ impl<'a> Lowerer<'a> {
                 }
             };
             if keys.contains(&key) {
-                self.diags.push(Diagnostic::error(code::BAD_THROTTLE, "throttle key given twice").primary(kspan, "repeated").hint("remove the repetition"));
+                self.diags.push(
+                    Diagnostic::error(code::BAD_THROTTLE, "throttle key given twice")
+                        .primary(kspan, "repeated")
+                        .hint("remove the repetition"),
+                );
                 continue;
             }
             if unit != Unit::Requests && !matches!(key, Key::Ip | Key::Prefix { .. }) {
@@ -587,22 +736,48 @@ impl<'a> Lowerer<'a> {
         }
         if keys.len() > 1 && keys.contains(&Key::Global) {
             let s = t.by_span.unwrap_or(span);
-            self.diags.push(Diagnostic::error(code::BAD_THROTTLE, "`global` cannot be combined with other keys").primary(s, "here").hint("`global` is one bucket per host; drop it, or use `by host`"));
+            self.diags.push(
+                Diagnostic::error(
+                    code::BAD_THROTTLE,
+                    "`global` cannot be combined with other keys",
+                )
+                .primary(s, "here")
+                .hint("`global` is one bucket per host; drop it, or use `by host`"),
+            );
         }
         if keys.is_empty() {
-            keys.push(if unit == Unit::Requests { Key::Global } else { Key::Ip });
+            keys.push(if unit == Unit::Requests {
+                Key::Global
+            } else {
+                Key::Ip
+            });
         }
         if self.diags.error_count() > errors {
             return None;
         }
-        Some(Throttle { limit, unit, period_ms, burst, keys, ban_ms, status, reason })
+        Some(Throttle {
+            limit,
+            unit,
+            period_ms,
+            burst,
+            keys,
+            ban_ms,
+            status,
+            reason,
+        })
     }
 
     fn prefix_len(&mut self, w: &Word, max: u64) -> Option<u8> {
         match crate::value::parse_count(w.text.trim_start_matches('/'), max) {
             Ok(n) => Some(n as u8),
             Err(e) => {
-                self.bad(code::BAD_NUMBER, w, "invalid prefix length", &e, "prefix(24, 64) groups IPv4 clients by /24 and IPv6 clients by /64");
+                self.bad(
+                    code::BAD_NUMBER,
+                    w,
+                    "invalid prefix length",
+                    &e,
+                    "prefix(24, 64) groups IPv4 clients by /24 and IPv6 clients by /64",
+                );
                 None
             }
         }
@@ -611,12 +786,24 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn duration(&mut self, w: &Word) -> Option<u64> {
         match crate::value::parse_duration(&w.text) {
             Ok(0) => {
-                self.bad(code::BAD_DURATION, w, "invalid duration", "must be longer than zero", "durations are like 500ms, 30s, 5m, 1h, 1d");
+                self.bad(
+                    code::BAD_DURATION,
+                    w,
+                    "invalid duration",
+                    "must be longer than zero",
+                    "durations are like 500ms, 30s, 5m, 1h, 1d",
+                );
                 None
             }
             Ok(ms) => Some(ms),
             Err(e) => {
-                self.bad(code::BAD_DURATION, w, "invalid duration", e, "durations are like 500ms, 30s, 5m, 1h, 1d");
+                self.bad(
+                    code::BAD_DURATION,
+                    w,
+                    "invalid duration",
+                    e,
+                    "durations are like 500ms, 30s, 5m, 1h, 1d",
+                );
                 None
             }
         }
@@ -649,9 +836,12 @@ impl<'a> Lowerer<'a> {
         }
         for (kind, n, span) in found {
             self.diags.push(
-                Diagnostic::warning(code::UNUSED, format!("{kind} `{n}` is not used by any rule"))
-                    .primary(span, "defined here")
-                    .hint(format!("reference it as {kind}@{n}, or remove it")),
+                Diagnostic::warning(
+                    code::UNUSED,
+                    format!("{kind} `{n}` is not used by any rule"),
+                )
+                .primary(span, "defined here")
+                .hint(format!("reference it as {kind}@{n}, or remove it")),
             );
         }
     }

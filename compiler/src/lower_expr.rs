@@ -26,37 +26,44 @@ impl Lowerer<'_> {
         if self.in_progress.iter().any(|n| n == name) {
             let chain = self.in_progress.join(" -> ");
             self.diags.push(
-                Diagnostic::error(code::REF_CYCLE, format!("pattern `{name}` references itself: {chain} -> {name}"))
-                    .primary(from.unwrap_or(decl.name.span), "cycle closes here")
-                    .secondary(decl.name.span, "pattern defined here")
-                    .hint("a pattern cannot include itself, directly or through others"),
+                Diagnostic::error(
+                    code::REF_CYCLE,
+                    format!("pattern `{name}` references itself: {chain} -> {name}"),
+                )
+                .primary(from.unwrap_or(decl.name.span), "cycle closes here")
+                .secondary(decl.name.span, "pattern defined here")
+                .hint("a pattern cannot include itself, directly or through others"),
             );
             return None;
         }
         if self.in_progress.len() >= MAX_REF_DEPTH {
             self.diags.push(
-                Diagnostic::error(code::LIMIT, format!("pattern references nest deeper than {MAX_REF_DEPTH}"))
-                    .primary(from.unwrap_or(decl.name.span), "too deep here")
-                    .hint("flatten the chain of patterns"),
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!("pattern references nest deeper than {MAX_REF_DEPTH}"),
+                )
+                .primary(from.unwrap_or(decl.name.span), "too deep here")
+                .hint("flatten the chain of patterns"),
             );
             return None;
         }
         self.in_progress.push(name.to_string());
         let errors = self.diags.error_count();
         let mut uses = Uses::default();
-        let c = self.expr(&decl.body, &mut uses, 0);
+        let c = self.expr(&decl.body, &mut uses);
         self.in_progress.pop();
         let c = (self.diags.error_count() == errors).then_some(c);
-        self.pattern_conds.insert(name.to_string(), (c.clone(), uses.0, uses.1));
+        self.pattern_conds
+            .insert(name.to_string(), (c.clone(), uses.0, uses.1));
         c
     }
 
-    pub(crate) fn expr(&mut self, e: &Expr, uses: &mut Uses, depth: usize) -> Cond {
+    pub(crate) fn expr(&mut self, e: &Expr, uses: &mut Uses) -> Cond {
         match &e.kind {
-            ExprKind::Or(v) => Cond::Or(v.iter().map(|x| self.expr(x, uses, depth + 1)).collect()),
-            ExprKind::And(v) => Cond::And(v.iter().map(|x| self.expr(x, uses, depth + 1)).collect()),
-            ExprKind::Not(x) => Cond::Not(Box::new(self.expr(x, uses, depth + 1))),
-            ExprKind::Paren(x) => self.expr(x, uses, depth + 1),
+            ExprKind::Or(v) => Cond::Or(v.iter().map(|x| self.expr(x, uses)).collect()),
+            ExprKind::And(v) => Cond::And(v.iter().map(|x| self.expr(x, uses)).collect()),
+            ExprKind::Not(x) => Cond::Not(Box::new(self.expr(x, uses))),
+            ExprKind::Paren(x) => self.expr(x, uses),
             ExprKind::Bool(true) => Cond::True,
             ExprKind::Bool(false) => Cond::False,
             ExprKind::PatternRef(w) => {
@@ -105,17 +112,36 @@ impl Lowerer<'_> {
     }
 
     fn unknown(&mut self, kind: &str, w: &Word) {
-        let names: Vec<&String> = if kind == "pattern" { self.patterns.keys().collect() } else { self.ipblocks.keys().collect() };
-        let best = names.iter().map(|n| (edit_distance(n, &w.text), *n)).filter(|(d, _)| *d <= 3).min();
+        let names: Vec<&String> = if kind == "pattern" {
+            self.patterns.keys().collect()
+        } else {
+            self.ipblocks.keys().collect()
+        };
+        let best = names
+            .iter()
+            .map(|n| (edit_distance(n, &w.text), *n))
+            .filter(|(d, _)| *d <= 3)
+            .min();
         let hint = match best {
             Some((_, n)) => format!("did you mean `{kind}@{n}`?"),
-            None => format!("define it with `{kind} {} {{ … }}` in any file of the ruleset", w.text),
+            None => format!(
+                "define it with `{kind} {} {{ … }}` in any file of the ruleset",
+                w.text
+            ),
         };
-        self.diags.push(Diagnostic::error(code::UNKNOWN_REF, format!("unknown {kind} `{}`", w.text)).primary(w.span, "not defined").hint(hint));
+        self.diags.push(
+            Diagnostic::error(code::UNKNOWN_REF, format!("unknown {kind} `{}`", w.text))
+                .primary(w.span, "not defined")
+                .hint(hint),
+        );
     }
 
     fn type_error(&mut self, span: Span, msg: String, label: &str, hint: &str) -> Option<Cond> {
-        self.diags.push(Diagnostic::error(code::TYPE, msg).primary(span, label.to_string()).hint(hint.to_string()));
+        self.diags.push(
+            Diagnostic::error(code::TYPE, msg)
+                .primary(span, label.to_string())
+                .hint(hint.to_string()),
+        );
         None
     }
 
@@ -128,7 +154,12 @@ impl Lowerer<'_> {
             Field::QueryParam(w) => StrField::QueryParam(w.text.clone()),
             Field::Header(w) => {
                 if w.text.is_empty() || !w.text.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
-                    return self.type_error(w.span, format!("`{}` is not a header name", w.text), "invalid header name", "header names are visible ASCII without `:`");
+                    return self.type_error(
+                        w.span,
+                        format!("`{}` is not a header name", w.text),
+                        "invalid header name",
+                        "header names are visible ASCII without `:`",
+                    );
                 }
                 StrField::Header(w.text.to_ascii_lowercase())
             }
@@ -139,15 +170,35 @@ impl Lowerer<'_> {
         match &c.test {
             Test::Present | Test::Absent => {
                 if !matches!(field, StrField::Header(_) | StrField::QueryParam(_)) {
-                    return self.type_error(c.op_span, format!("`present`/`absent` do not apply to `{}`", field.display()), "only for header(\"…\") and query(\"…\")", "every request has a method, host and path");
+                    return self.type_error(
+                        c.op_span,
+                        format!("`present`/`absent` do not apply to `{}`", field.display()),
+                        "only for header(\"…\") and query(\"…\")",
+                        "every request has a method, host and path",
+                    );
                 }
                 let a = self.atom(Atom::Present(field));
-                Some(if matches!(c.test, Test::Absent) { Cond::Not(Box::new(a)) } else { a })
+                Some(if matches!(c.test, Test::Absent) {
+                    Cond::Not(Box::new(a))
+                } else {
+                    a
+                })
             }
             Test::In { negated, set } => {
                 let SetExpr::Literal(values, _) = set else {
-                    let SetExpr::Ipblock(w) = set else { return None };
-                    return self.type_error(w.span, format!("`ipblock@{}` is a set of addresses, but `{}` is a string field", w.text, field.display()), "address set", "match the client address with `ip in ipblock@…`");
+                    let SetExpr::Ipblock(w) = set else {
+                        return None;
+                    };
+                    return self.type_error(
+                        w.span,
+                        format!(
+                            "`ipblock@{}` is a set of addresses, but `{}` is a string field",
+                            w.text,
+                            field.display()
+                        ),
+                        "address set",
+                        "match the client address with `ip in ipblock@…`",
+                    );
                 };
                 let mut out = Vec::with_capacity(values.len());
                 for v in values {
@@ -155,7 +206,10 @@ impl Lowerer<'_> {
                 }
                 out.sort();
                 out.dedup();
-                let a = self.atom(Atom::Str { field, op: StrOp::In(out) });
+                let a = self.atom(Atom::Str {
+                    field,
+                    op: StrOp::In(out),
+                });
                 Some(if *negated { Cond::Not(Box::new(a)) } else { a })
             }
             Test::Cmp(op, v) => {
@@ -168,9 +222,16 @@ impl Lowerer<'_> {
                     CmpOp::Contains => (StrOp::Contains(text), false),
                     CmpOp::Match | CmpOp::IMatch | CmpOp::NotMatch | CmpOp::NotIMatch => {
                         // Hosts compare case-insensitively everywhere.
-                        let ci = matches!(op, CmpOp::IMatch | CmpOp::NotIMatch) || field == StrField::Host;
+                        let ci = matches!(op, CmpOp::IMatch | CmpOp::NotIMatch)
+                            || field == StrField::Host;
                         self.check_regex(&v.text, ci, v)?;
-                        (StrOp::Regex { pattern: v.text.clone(), ci }, matches!(op, CmpOp::NotMatch | CmpOp::NotIMatch))
+                        (
+                            StrOp::Regex {
+                                pattern: v.text.clone(),
+                                ci,
+                            },
+                            matches!(op, CmpOp::NotMatch | CmpOp::NotIMatch),
+                        )
                     }
                 };
                 let a = self.atom(Atom::Str { field, op: op_ir });
@@ -182,12 +243,27 @@ impl Lowerer<'_> {
     /// Checks a string operand and normalises it for its field.
     fn string_value(&mut self, field: &StrField, v: &Word) -> Option<String> {
         if !v.quoted {
-            let bare_ok = *field == StrField::Method && v.text.bytes().all(|b| b.is_ascii_alphabetic());
+            let bare_ok =
+                *field == StrField::Method && v.text.bytes().all(|b| b.is_ascii_alphabetic());
             if !bare_ok {
                 if parse_cidr(&v.text).is_ok() {
-                    self.type_error(v.span, format!("type error: `{}` is an address, but `{}` is a string field", v.text, field.display()), "address on a string field", "addresses and CIDRs go with `ip`: `ip in { … }`");
+                    self.type_error(
+                        v.span,
+                        format!(
+                            "type error: `{}` is an address, but `{}` is a string field",
+                            v.text,
+                            field.display()
+                        ),
+                        "address on a string field",
+                        "addresses and CIDRs go with `ip`: `ip in { … }`",
+                    );
                 } else {
-                    self.type_error(v.span, format!("`{}` must be a quoted string", v.text), "unquoted value", &format!("write \"{}\"", v.text));
+                    self.type_error(
+                        v.span,
+                        format!("`{}` must be a quoted string", v.text),
+                        "unquoted value",
+                        &format!("write \"{}\"", v.text),
+                    );
                 }
                 return None;
             }
@@ -204,27 +280,49 @@ impl Lowerer<'_> {
         self.regex_count += 1;
         if self.regex_count == self.opts.max_regexes + 1 {
             self.diags.push(
-                Diagnostic::error(code::LIMIT, format!("more than {} regexes in the ruleset", self.opts.max_regexes))
-                    .primary(v.span, "the limit is crossed here")
-                    .hint("use starts_with, ends_with, contains or `in { … }` where a literal will do"),
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!("more than {} regexes in the ruleset", self.opts.max_regexes),
+                )
+                .primary(v.span, "the limit is crossed here")
+                .hint("use starts_with, ends_with, contains or `in { … }` where a literal will do"),
             );
             return None;
         }
         let built = meta::Regex::builder()
             .syntax(syntax::Config::new().case_insensitive(ci).nest_limit(64))
-            .configure(meta::Config::new().nfa_size_limit(Some(self.opts.max_regex_bytes)).onepass(false).hybrid(false).backtrack(false))
+            .configure(
+                meta::Config::new()
+                    .nfa_size_limit(Some(self.opts.max_regex_bytes))
+                    .onepass(false)
+                    .hybrid(false)
+                    .backtrack(false),
+            )
             .build(pattern);
         let Err(err) = built else { return Some(()) };
         let (msg, offset) = match err.syntax_error() {
-            Some(regex_syntax::Error::Parse(e)) => (e.kind().to_string(), Some(e.span().start.offset)),
-            Some(regex_syntax::Error::Translate(e)) => (e.kind().to_string(), Some(e.span().start.offset)),
+            Some(regex_syntax::Error::Parse(e)) => {
+                (e.kind().to_string(), Some(e.span().start.offset))
+            }
+            Some(regex_syntax::Error::Translate(e)) => {
+                (e.kind().to_string(), Some(e.span().start.offset))
+            }
             Some(other) => (other.to_string(), None),
-            None if err.size_limit().is_some() => (format!("compiled regex exceeds the size limit of {} bytes", self.opts.max_regex_bytes), None),
+            None if err.size_limit().is_some() => (
+                format!(
+                    "compiled regex exceeds the size limit of {} bytes",
+                    self.opts.max_regex_bytes
+                ),
+                None,
+            ),
             None => (err.to_string(), None),
         };
         let span = match (offset, self.map.get(v.span.file)) {
             (Some(o), Some(src)) if v.quoted => {
-                let raw = src.text.get(v.span.start as usize + 1..v.span.end as usize - 1).unwrap_or("");
+                let raw = src
+                    .text
+                    .get(v.span.start as usize + 1..v.span.end as usize - 1)
+                    .unwrap_or("");
                 let (_, map) = crate::parse::unescape_mapped(raw);
                 let at = map.get(o).copied().unwrap_or(raw.len());
                 let start = v.span.start as usize + 1 + at;
@@ -248,15 +346,31 @@ impl Lowerer<'_> {
                 (self.inline_set(set), *op == CmpOp::Ne)
             }
             Test::Cmp(op, _) => {
-                return self.type_error(c.op_span, format!("`{}` does not apply to `ip`", op.as_str()), "not an address operator", "compare addresses with ==, != or `in { 192.0.2.0/24, … }`");
+                return self.type_error(
+                    c.op_span,
+                    format!("`{}` does not apply to `ip`", op.as_str()),
+                    "not an address operator",
+                    "compare addresses with ==, != or `in { 192.0.2.0/24, … }`",
+                );
             }
-            Test::In { negated, set: SetExpr::Ipblock(w) } => (self.ipblock_ref(w, uses)?, *negated),
-            Test::In { negated, set: SetExpr::Literal(vs, _) } => {
+            Test::In {
+                negated,
+                set: SetExpr::Ipblock(w),
+            } => (self.ipblock_ref(w, uses)?, *negated),
+            Test::In {
+                negated,
+                set: SetExpr::Literal(vs, _),
+            } => {
                 let set = self.cidr_set(vs)?;
                 (self.inline_set(set), *negated)
             }
             Test::Present | Test::Absent => {
-                return self.type_error(c.op_span, "`present`/`absent` do not apply to `ip`".into(), "every packet has an address", "use `ip in { … }`");
+                return self.type_error(
+                    c.op_span,
+                    "`present`/`absent` do not apply to `ip`".into(),
+                    "every packet has an address",
+                    "use `ip in { … }`",
+                );
             }
         };
         let a = self.atom(Atom::Ip(set_index));
@@ -280,13 +394,32 @@ impl Lowerer<'_> {
                 }
                 Ok(_) => {
                     ok = false;
-                    self.type_error(v.span, format!("`\"{}\"` is a string; addresses are written without quotes", v.text), "quoted address", &format!("write {}", v.text));
+                    self.type_error(
+                        v.span,
+                        format!(
+                            "`\"{}\"` is a string; addresses are written without quotes",
+                            v.text
+                        ),
+                        "quoted address",
+                        &format!("write {}", v.text),
+                    );
                 }
                 Err(e) => {
                     ok = false;
-                    let msg = if v.quoted { format!("type error: \"{}\" is a string, but `ip` is an address field", v.text) } else { format!("invalid CIDR `{}`", v.text) };
+                    let msg = if v.quoted {
+                        format!(
+                            "type error: \"{}\" is a string, but `ip` is an address field",
+                            v.text
+                        )
+                    } else {
+                        format!("invalid CIDR `{}`", v.text)
+                    };
                     let code = if v.quoted { code::TYPE } else { code::BAD_CIDR };
-                    self.diags.push(Diagnostic::error(code, msg).primary(v.span, e.reason).hint("write an address or network like 192.0.2.0/24 or 2001:db8::/32"));
+                    self.diags.push(
+                        Diagnostic::error(code, msg)
+                            .primary(v.span, e.reason)
+                            .hint("write an address or network like 192.0.2.0/24 or 2001:db8::/32"),
+                    );
                 }
             }
         }
@@ -296,19 +429,37 @@ impl Lowerer<'_> {
     fn port_condition(&mut self, c: &Condition) -> Option<Cond> {
         let (values, negated): (Vec<&Word>, bool) = match &c.test {
             Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => (vec![v], *op == CmpOp::Ne),
-            Test::In { negated, set: SetExpr::Literal(vs, _) } => (vs.iter().collect(), *negated),
-            _ => return self.type_error(c.op_span, "this test does not apply to `port`".into(), "not a port test", "use port == 443, port != 80 or port in { 80, 443, 8000-8080 }"),
+            Test::In {
+                negated,
+                set: SetExpr::Literal(vs, _),
+            } => (vs.iter().collect(), *negated),
+            _ => {
+                return self.type_error(
+                    c.op_span,
+                    "this test does not apply to `port`".into(),
+                    "not a port test",
+                    "use port == 443, port != 80 or port in { 80, 443, 8000-8080 }",
+                )
+            }
         };
         let mut ranges = Vec::new();
         for v in values {
             let parsed = match v.text.split_once('-') {
-                Some((a, b)) => a.parse::<u16>().ok().zip(b.parse::<u16>().ok()).filter(|(a, b)| a <= b),
+                Some((a, b)) => a
+                    .parse::<u16>()
+                    .ok()
+                    .zip(b.parse::<u16>().ok())
+                    .filter(|(a, b)| a <= b),
                 None => v.text.parse::<u16>().ok().map(|p| (p, p)),
             };
             match parsed {
                 Some(r) if !v.quoted => ranges.push(r),
                 _ => {
-                    self.diags.push(Diagnostic::error(code::BAD_NUMBER, format!("invalid port `{}`", v.text)).primary(v.span, "expected 0 to 65535 or a range like 8000-8080").hint("ports are unquoted numbers"));
+                    self.diags.push(
+                        Diagnostic::error(code::BAD_NUMBER, format!("invalid port `{}`", v.text))
+                            .primary(v.span, "expected 0 to 65535 or a range like 8000-8080")
+                            .hint("ports are unquoted numbers"),
+                    );
                     return None;
                 }
             }
@@ -328,8 +479,18 @@ impl Lowerer<'_> {
     fn proto_condition(&mut self, c: &Condition) -> Option<Cond> {
         let (values, negated): (Vec<&Word>, bool) = match &c.test {
             Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => (vec![v], *op == CmpOp::Ne),
-            Test::In { negated, set: SetExpr::Literal(vs, _) } => (vs.iter().collect(), *negated),
-            _ => return self.type_error(c.op_span, "this test does not apply to `proto`".into(), "not a protocol test", "use proto == tcp or proto in { tcp, udp }"),
+            Test::In {
+                negated,
+                set: SetExpr::Literal(vs, _),
+            } => (vs.iter().collect(), *negated),
+            _ => {
+                return self.type_error(
+                    c.op_span,
+                    "this test does not apply to `proto`".into(),
+                    "not a protocol test",
+                    "use proto == tcp or proto in { tcp, udp }",
+                )
+            }
         };
         let mut protos = Vec::new();
         for v in values {
@@ -338,7 +499,14 @@ impl Lowerer<'_> {
                 "udp" => Proto::Udp,
                 "icmp" | "icmpv6" => Proto::Icmp,
                 _ => {
-                    self.diags.push(Diagnostic::error(code::BAD_VALUE, format!("unknown protocol `{}`", v.text)).primary(v.span, "expected tcp, udp or icmp").hint("the packet plane knows tcp, udp and icmp"));
+                    self.diags.push(
+                        Diagnostic::error(
+                            code::BAD_VALUE,
+                            format!("unknown protocol `{}`", v.text),
+                        )
+                        .primary(v.span, "expected tcp, udp or icmp")
+                        .hint("the packet plane knows tcp, udp and icmp"),
+                    );
                     return None;
                 }
             });
@@ -357,7 +525,9 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }

@@ -9,12 +9,21 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 impl Lowerer<'_> {
-    pub(crate) fn test(&mut self, t: &ast::TestDecl, rules: &HashSet<&str>, sites: &HashSet<&str>) -> Option<TestCase> {
+    pub(crate) fn test(
+        &mut self,
+        t: &ast::TestDecl,
+        rules: &HashSet<&str>,
+        sites: &HashSet<&str>,
+    ) -> Option<TestCase> {
         let errors = self.diags.error_count();
         let site = t.site.as_ref().map(|w| w.text.clone());
         if let Some(w) = &t.site {
             if !sites.contains(w.text.as_str()) {
-                self.test_error(w, "no rule names this site", "a test's site must appear in some rule's `sites { … }`");
+                self.test_error(
+                    w,
+                    "no rule names this site",
+                    "a test's site must appear in some rule's `sites { … }`",
+                );
             }
         }
         let mut samples = Vec::new();
@@ -31,16 +40,36 @@ impl Lowerer<'_> {
         }
         if total > self.opts.max_test_samples {
             self.diags.push(
-                Diagnostic::error(code::LIMIT, format!("test sends {total} samples, more than {}", self.opts.max_test_samples))
-                    .primary(t.name.span, "too much traffic")
-                    .hint("lower the repeat counts"),
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!(
+                        "test sends {total} samples, more than {}",
+                        self.opts.max_test_samples
+                    ),
+                )
+                .primary(t.name.span, "too much traffic")
+                .hint("lower the repeat counts"),
             );
         }
         if t.samples.is_empty() {
-            self.diags.push(Diagnostic::error(code::BAD_TEST, format!("test \"{}\" sends nothing", t.name.text)).primary(t.name.span, "no request or packet").hint("add `request { path \"/\" }` or `packet { ip 192.0.2.1 }`"));
+            self.diags.push(
+                Diagnostic::error(
+                    code::BAD_TEST,
+                    format!("test \"{}\" sends nothing", t.name.text),
+                )
+                .primary(t.name.span, "no request or packet")
+                .hint("add `request { path \"/\" }` or `packet { ip 192.0.2.1 }`"),
+            );
         }
         if t.expects.is_empty() {
-            self.diags.push(Diagnostic::error(code::BAD_TEST, format!("test \"{}\" expects nothing", t.name.text)).primary(t.name.span, "no expect").hint("add `expect all pass` or similar"));
+            self.diags.push(
+                Diagnostic::error(
+                    code::BAD_TEST,
+                    format!("test \"{}\" expects nothing", t.name.text),
+                )
+                .primary(t.name.span, "no expect")
+                .hint("add `expect all pass` or similar"),
+            );
         }
         let mut expects = Vec::new();
         for e in &t.expects {
@@ -52,7 +81,11 @@ impl Lowerer<'_> {
                 n => match crate::value::parse_count(n, u64::from(u32::MAX)) {
                     Ok(n) => Quantity::Count(n as u32),
                     Err(_) => {
-                        self.test_error(&e.quantity, "invalid count", "use all, none, first, last or a number");
+                        self.test_error(
+                            &e.quantity,
+                            "invalid count",
+                            "use all, none, first, last or a number",
+                        );
                         continue;
                     }
                 },
@@ -75,7 +108,11 @@ impl Lowerer<'_> {
             }
             if let Some(l) = &e.label {
                 if !labels.contains(&l.text) {
-                    self.test_error(l, "no sample has this label", "label a sample: `request scraper { … }`");
+                    self.test_error(
+                        l,
+                        "no sample has this label",
+                        "label a sample: `request scraper { … }`",
+                    );
                 }
             }
             expects.push(Expect {
@@ -96,7 +133,11 @@ impl Lowerer<'_> {
     }
 
     fn test_error(&mut self, w: &Word, label: &str, hint: &str) {
-        self.diags.push(Diagnostic::error(code::BAD_TEST, format!("in test: {label}: `{}`", w.text)).primary(w.span, label.to_string()).hint(hint.to_string()));
+        self.diags.push(
+            Diagnostic::error(code::BAD_TEST, format!("in test: {label}: `{}`", w.text))
+                .primary(w.span, label.to_string())
+                .hint(hint.to_string()),
+        );
     }
 
     fn sample(&mut self, s: &ast::SampleDecl) -> Option<Sample> {
@@ -111,11 +152,19 @@ impl Lowerer<'_> {
             let n = name.text.to_ascii_lowercase();
             let http_only = matches!(n.as_str(), "method" | "host" | "path");
             if s.is_packet && http_only {
-                self.test_error(name, "packets have no HTTP fields", "use a `request { … }` block for method, host and path");
+                self.test_error(
+                    name,
+                    "packets have no HTTP fields",
+                    "use a `request { … }` block for method, host and path",
+                );
                 continue;
             }
             if !s.is_packet && n == "proto" {
-                self.test_error(name, "requests are always TCP", "use a `packet { … }` block to choose a protocol");
+                self.test_error(
+                    name,
+                    "requests are always TCP",
+                    "use a `packet { … }` block to choose a protocol",
+                );
                 continue;
             }
             match n.as_str() {
@@ -123,13 +172,21 @@ impl Lowerer<'_> {
                 "host" => host = value.text.clone(),
                 "path" => {
                     if !value.text.starts_with('/') {
-                        self.test_error(value, "a path starts with `/`", "write path \"/sparql?query=…\"");
+                        self.test_error(
+                            value,
+                            "a path starts with `/`",
+                            "write path \"/sparql?query=…\"",
+                        );
                     }
                     target = value.text.clone();
                 }
                 "ip" => match value.text.parse::<IpAddr>() {
                     Ok(a) => ip = a,
-                    Err(_) => self.test_error(value, "not an IP address", "write ip 192.0.2.1 or ip 2001:db8::1"),
+                    Err(_) => self.test_error(
+                        value,
+                        "not an IP address",
+                        "write ip 192.0.2.1 or ip 2001:db8::1",
+                    ),
                 },
                 "port" => match value.text.parse::<u16>() {
                     Ok(p) => port = p,
@@ -144,10 +201,18 @@ impl Lowerer<'_> {
             }
         }
         if s.is_packet && !s.headers.is_empty() {
-            self.test_error(&s.headers[0].0, "packets have no headers", "use a `request { … }` block");
+            self.test_error(
+                &s.headers[0].0,
+                "packets have no headers",
+                "use a `request { … }` block",
+            );
         }
         if let (false, Some(span)) = (s.is_packet, s.syn) {
-            self.diags.push(Diagnostic::error(code::BAD_TEST, "`syn` applies to packets").primary(span, "in a request block").hint("use a `packet { … syn }` block"));
+            self.diags.push(
+                Diagnostic::error(code::BAD_TEST, "`syn` applies to packets")
+                    .primary(span, "in a request block")
+                    .hint("use a `packet { … syn }` block"),
+            );
         }
         let (count, over_ms) = match &s.repeat {
             None => (1, 0),
@@ -177,13 +242,20 @@ impl Lowerer<'_> {
             None => 0,
         };
         let kind = if s.is_packet {
-            SampleKind::Packet { proto, syn: s.syn.is_some() }
+            SampleKind::Packet {
+                proto,
+                syn: s.syn.is_some(),
+            }
         } else {
             SampleKind::Request {
                 method,
                 host,
                 target,
-                headers: s.headers.iter().map(|(n, v)| (n.text.clone(), v.text.clone())).collect(),
+                headers: s
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.text.clone(), v.text.clone()))
+                    .collect(),
             }
         };
         (self.diags.error_count() == errors).then(|| Sample {

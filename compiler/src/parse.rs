@@ -306,7 +306,7 @@ impl Builder<'_> {
                 }
                 RuleProp::Action(ActionDecl::Deny(status, reason))
             }
-            Rule::throttle => RuleProp::Action(ActionDecl::Throttle(self.throttle(p)?)),
+            Rule::throttle => RuleProp::Action(ActionDecl::Throttle(Box::new(self.throttle(p)?))),
             _ => return None,
         };
         Some(Prop { prop, span })
@@ -356,7 +356,11 @@ impl Builder<'_> {
         Some(t)
     }
 
-    fn test<'i>(&self, mut inner: impl Iterator<Item = Pair<'i, Rule>>, span: Span) -> Option<Item> {
+    fn test<'i>(
+        &self,
+        mut inner: impl Iterator<Item = Pair<'i, Rule>>,
+        span: Span,
+    ) -> Option<Item> {
         let name = self.word(inner.next()?);
         let mut t = TestDecl {
             name,
@@ -511,7 +515,12 @@ fn too_deep(text: &str, max: usize) -> Option<usize> {
     None
 }
 
-fn syntax_diag(src: &SourceFile, file: FileId, base: usize, e: &pest::error::Error<Rule>) -> Diagnostic {
+fn syntax_diag(
+    src: &SourceFile,
+    file: FileId,
+    base: usize,
+    e: &pest::error::Error<Rule>,
+) -> Diagnostic {
     use pest::error::{ErrorVariant, InputLocation};
     let (s, end) = match e.location {
         InputLocation::Pos(p) => (p, p + 1),
@@ -551,9 +560,14 @@ fn syntax_diag(src: &SourceFile, file: FileId, base: usize, e: &pest::error::Err
 }
 
 fn hint_for(rest: &str) -> &'static str {
-    let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
     match word.to_ascii_lowercase().as_str() {
-        "action" => "requestctl's `action` is called `rule` here: `rule name { when … deny 403 \"…\" }`",
+        "action" => {
+            "requestctl's `action` is called `rule` here: `rule name { when … deny 403 \"…\" }`"
+        }
         "" if rest.starts_with('}') => "is a `when` condition or a value missing before this `}`?",
         _ => "see the language reference in README.md; strings need double quotes",
     }
@@ -569,17 +583,27 @@ fn friendly(r: Rule) -> Option<&'static str> {
         Rule::string => "a \"string\"",
         Rule::bare | Rule::status_code => "a value",
         Rule::expr | Rule::and_expr | Rule::unary | Rule::paren | Rule::condition => "a condition",
-        Rule::f_method | Rule::f_host | Rule::f_path | Rule::f_query | Rule::f_ip | Rule::f_port
-        | Rule::f_proto | Rule::f_header | Rule::f_query_param => "a field",
+        Rule::f_method
+        | Rule::f_host
+        | Rule::f_path
+        | Rule::f_query
+        | Rule::f_ip
+        | Rule::f_port
+        | Rule::f_proto
+        | Rule::f_header
+        | Rule::f_query_param => "a field",
         Rule::pattern_ref => "`pattern@scope/name`",
         Rule::ipblock_ref => "`ipblock@scope/name`",
         Rule::cmp_op | Rule::cmp => "an operator (==, !=, ~, ~*, starts_with, …)",
         Rule::set_test | Rule::kw_in => "`in`",
         Rule::presence => "`present`/`absent`",
         Rule::kw_and | Rule::kw_or => "`and`/`or`",
-        Rule::when | Rule::priority | Rule::sites | Rule::enabled | Rule::shadow | Rule::comment_prop => {
-            "a rule property (`when`, `priority`, `sites`, …)"
-        }
+        Rule::when
+        | Rule::priority
+        | Rule::sites
+        | Rule::enabled
+        | Rule::shadow
+        | Rule::comment_prop => "a rule property (`when`, `priority`, `sites`, …)",
         Rule::allow | Rule::log | Rule::drop | Rule::kw_deny | Rule::deny | Rule::throttle => {
             "an action (`allow`, `deny`, `throttle`, `log`, `drop`)"
         }
@@ -606,11 +630,15 @@ fn item_starts(text: &str) -> Vec<usize> {
     let mut out = Vec::new();
     let mut off = 0;
     for line in text.split_inclusive('\n') {
-        let lower: String = line.chars().take(9).collect::<String>().to_ascii_lowercase();
-        if ["ipblock", "pattern", "rule", "test", "include"].iter().any(|k| {
-            lower.starts_with(k)
-                && lower[k.len()..].starts_with(|c: char| c == ' ' || c == '\t' || c == '"')
-        }) {
+        let lower: String = line
+            .chars()
+            .take(9)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if ["ipblock", "pattern", "rule", "test", "include"]
+            .iter()
+            .any(|k| lower.starts_with(k) && lower[k.len()..].starts_with([' ', '\t', '"']))
+        {
             out.push(off);
         }
         off += line.len();
@@ -621,7 +649,12 @@ fn item_starts(text: &str) -> Vec<usize> {
 /// Parses one source file. Syntax errors are recovered from at item
 /// boundaries (lines starting with a top-level keyword), so a run reports
 /// every broken item, not just the first.
-pub fn parse_file(src: &SourceFile, file: FileId, limits: &ParseLimits, diags: &mut Diagnostics) -> File {
+pub fn parse_file(
+    src: &SourceFile,
+    file: FileId,
+    limits: &ParseLimits,
+    diags: &mut Diagnostics,
+) -> File {
     if let Some(at) = too_deep(&src.text, limits.max_depth) {
         diags.push(
             Diagnostic::error(
@@ -652,7 +685,11 @@ pub fn parse_file(src: &SourceFile, file: FileId, limits: &ParseLimits, diags: &
             for (i, &s) in starts.iter().enumerate() {
                 let e = starts.get(i + 1).copied().unwrap_or(src.text.len());
                 let chunk = &src.text[s..e];
-                if chunk.trim().is_empty() || chunk.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+                if chunk.trim().is_empty()
+                    || chunk
+                        .lines()
+                        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+                {
                     continue;
                 }
                 match RctlParser::parse(Rule::single_item, chunk) {
@@ -699,27 +736,42 @@ mod tests {
 
     #[test]
     fn nesting_is_limited_before_pest_recurses() {
-        let deep = format!("rule a {{ when {}path == \"/\"{} deny }}", "(".repeat(10_000), ")".repeat(10_000));
+        let deep = format!(
+            "rule a {{ when {}path == \"/\"{} deny }}",
+            "(".repeat(10_000),
+            ")".repeat(10_000)
+        );
         let (_, d) = parse(&deep);
         assert_eq!(d.iter().next().unwrap().code, code::TOO_DEEP);
     }
 
     #[test]
     fn stacked_nots_collapse() {
-        let text = format!("rule a {{ when {} path == \"/\" deny }}", "not ".repeat(10_001));
+        let text = format!(
+            "rule a {{ when {} path == \"/\" deny }}",
+            "not ".repeat(10_001)
+        );
         let (f, d) = parse(&text);
         assert!(!d.has_errors());
         let Item::Rule(r) = &f.items[0] else { panic!() };
-        let RuleProp::When(e) = &r.props[0].prop else { panic!() };
-        let ExprKind::Not(inner) = &e.kind else { panic!("{e:?}") };
+        let RuleProp::When(e) = &r.props[0].prop else {
+            panic!()
+        };
+        let ExprKind::Not(inner) = &e.kind else {
+            panic!("{e:?}")
+        };
         assert!(matches!(inner.kind, ExprKind::Cond(_)));
     }
 
     #[test]
     fn spans_point_at_nodes() {
         let (f, _) = parse("pattern ua/x {\n  header(\"User-Agent\") ~* \"^curl\"\n}\n");
-        let Item::Pattern(p) = &f.items[0] else { panic!() };
-        let ExprKind::Cond(c) = &p.body.kind else { panic!() };
+        let Item::Pattern(p) = &f.items[0] else {
+            panic!()
+        };
+        let ExprKind::Cond(c) = &p.body.kind else {
+            panic!()
+        };
         assert_eq!((c.field_span.line, c.field_span.col), (2, 3));
         let Test::Cmp(op, v) = &c.test else { panic!() };
         assert_eq!(*op, CmpOp::IMatch);

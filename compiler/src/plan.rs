@@ -11,7 +11,8 @@ use crate::Options;
 pub type SpannedRule = (Rule, Span, Span);
 
 fn sites_cover(outer: &Rule, inner: &Rule) -> bool {
-    outer.sites.is_empty() || (!inner.sites.is_empty() && inner.sites.iter().all(|s| outer.sites.contains(s)))
+    outer.sites.is_empty()
+        || (!inner.sites.is_empty() && inner.sites.iter().all(|s| outer.sites.contains(s)))
 }
 
 fn sites_meet(a: &Rule, b: &Rule) -> bool {
@@ -25,7 +26,8 @@ fn field_mask(t: &Term, atoms: &[Atom]) -> u64 {
         let key = match &atoms[a as usize] {
             Atom::Str { field, .. } | Atom::Present(field) => {
                 let s = format!("{field:?}");
-                s.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+                s.bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
             }
             Atom::Ip(_) => 1,
             Atom::Port(_) => 2,
@@ -36,10 +38,26 @@ fn field_mask(t: &Term, atoms: &[Atom]) -> u64 {
 }
 
 /// Reports unreachable rules (warnings) and exemption conflicts (errors).
-pub fn check_rules(rules: &[SpannedRule], atoms: &[Atom], ipsets: &[IpSet], opts: &Options, diags: &mut Diagnostics) {
+pub fn check_rules(
+    rules: &[SpannedRule],
+    atoms: &[Atom],
+    ipsets: &[IpSet],
+    opts: &Options,
+    diags: &mut Diagnostics,
+) {
     let mut an = Analyzer::new(atoms, ipsets);
-    let forms: Vec<Option<Vec<Term>>> = rules.iter().map(|(r, _, _)| dnf(&r.cond, opts.max_dnf_terms)).collect();
-    let masks: Vec<Vec<u64>> = forms.iter().map(|f| f.as_ref().map_or(Vec::new(), |f| f.iter().map(|t| field_mask(t, atoms)).collect())).collect();
+    let forms: Vec<Option<Vec<Term>>> = rules
+        .iter()
+        .map(|(r, _, _)| dnf(&r.cond, opts.max_dnf_terms))
+        .collect();
+    let masks: Vec<Vec<u64>> = forms
+        .iter()
+        .map(|f| {
+            f.as_ref().map_or(Vec::new(), |f| {
+                f.iter().map(|t| field_mask(t, atoms)).collect()
+            })
+        })
+        .collect();
     let active = |r: &Rule| r.enabled && !r.shadow;
     for j in 0..rules.len() {
         let (later, lspan, lwhen) = &rules[j];
@@ -58,7 +76,10 @@ pub fn check_rules(rules: &[SpannedRule], atoms: &[Atom], ipsets: &[IpSet], opts
                 continue;
             }
             let Some(eform) = &forms[i] else { continue };
-            let quick = lform.iter().zip(&masks[j]).all(|(_, lm)| masks[i].iter().any(|em| em & !lm == 0));
+            let quick = lform
+                .iter()
+                .zip(&masks[j])
+                .all(|(_, lm)| masks[i].iter().any(|em| em & !lm == 0));
             if !quick && !lform.is_empty() {
                 continue;
             }
@@ -77,7 +98,10 @@ pub fn check_rules(rules: &[SpannedRule], atoms: &[Atom], ipsets: &[IpSet], opts
         if later.action == Action::Allow && !later.shadow {
             for i in 0..j {
                 let (earlier, _, ewhen) = &rules[i];
-                if !active(earlier) || matches!(earlier.action, Action::Allow | Action::Log) || !sites_meet(earlier, later) {
+                if !active(earlier)
+                    || matches!(earlier.action, Action::Allow | Action::Log)
+                    || !sites_meet(earlier, later)
+                {
                     continue;
                 }
                 let Some(eform) = &forms[i] else { continue };
@@ -98,7 +122,13 @@ pub fn check_rules(rules: &[SpannedRule], atoms: &[Atom], ipsets: &[IpSet], opts
 /// Decides the plane of every rule. The packet plane takes a rule only when
 /// it can enforce it exactly; allows with HTTP parts exempt their address
 /// projection there, so traffic they might allow reaches user space.
-pub fn plan(rules: &[Rule], atoms: &[Atom], opts: &Options, diags: &mut Diagnostics, spans: &[Span]) -> Vec<RulePlan> {
+pub fn plan(
+    rules: &[Rule],
+    atoms: &[Atom],
+    opts: &Options,
+    diags: &mut Diagnostics,
+    spans: &[Span],
+) -> Vec<RulePlan> {
     let mut plans: Vec<RulePlan> = Vec::with_capacity(rules.len());
     // An earlier allow with no address part exempts every packet.
     let mut blanket_exempt: Option<usize> = None;
@@ -118,8 +148,12 @@ pub fn plan(rules: &[Rule], atoms: &[Atom], opts: &Options, diags: &mut Diagnost
             match (&r.action, l4_only) {
                 (Action::Log, _) => user("log rules are evaluated in user space".into()),
                 (Action::Deny { .. }, _) => user("deny answers with an HTTP response".into()),
-                (Action::Throttle(t), _) if t.unit == crate::ir::Unit::Requests => user("request limits need HTTP parsing".into()),
-                (Action::Drop | Action::Throttle(_), false) => user(format!("condition reads HTTP fields ({fields})")),
+                (Action::Throttle(t), _) if t.unit == crate::ir::Unit::Requests => {
+                    user("request limits need HTTP parsing".into())
+                }
+                (Action::Drop | Action::Throttle(_), false) => {
+                    user(format!("condition reads HTTP fields ({fields})"))
+                }
                 (Action::Allow, false) => match dnf(&r.cond, opts.max_dnf_terms) {
                     Some(terms) => {
                         let proj = project_l4(&terms, atoms);
@@ -136,17 +170,25 @@ pub fn plan(rules: &[Rule], atoms: &[Atom], opts: &Options, diags: &mut Diagnost
                         RulePlan { xdp: Some(XdpRule { kind: XdpKind::Exempt, dnf: vec![Vec::new()] }), note: "condition too complex to project; XDP passes all traffic to user space".into() }
                     }
                 },
-                (Action::Allow | Action::Drop | Action::Throttle(_), true) => match dnf(&r.cond, opts.max_dnf_terms) {
-                    Some(terms) => {
-                        let kind = match r.action {
-                            Action::Allow => XdpKind::Allow,
-                            Action::Drop => XdpKind::Drop,
-                            _ => XdpKind::Throttle,
-                        };
-                        RulePlan { xdp: Some(XdpRule { kind, dnf: terms }), note: String::new() }
+                (Action::Allow | Action::Drop | Action::Throttle(_), true) => {
+                    match dnf(&r.cond, opts.max_dnf_terms) {
+                        Some(terms) => {
+                            let kind = match r.action {
+                                Action::Allow => XdpKind::Allow,
+                                Action::Drop => XdpKind::Drop,
+                                _ => XdpKind::Throttle,
+                            };
+                            RulePlan {
+                                xdp: Some(XdpRule { kind, dnf: terms }),
+                                note: String::new(),
+                            }
+                        }
+                        None => user(format!(
+                            "condition has more than {} DNF terms",
+                            opts.max_dnf_terms
+                        )),
                     }
-                    None => user(format!("condition has more than {} DNF terms", opts.max_dnf_terms)),
-                },
+                }
             }
         };
         if let (Some(x), Some(b)) = (&p.xdp, blanket_exempt) {

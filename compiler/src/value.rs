@@ -27,8 +27,13 @@ pub fn parse_duration(s: &str) -> Result<u64, &'static str> {
 
 /// Formats milliseconds back into the largest exact unit.
 pub fn fmt_duration(ms: u64) -> String {
-    for (unit, m) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= m && ms % m == 0 {
+    for (unit, m) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= m && ms.is_multiple_of(m) {
             return format!("{}{unit}", ms / m);
         }
     }
@@ -105,7 +110,10 @@ mod tests {
     #[test]
     fn path_normalisation() {
         assert_eq!(normalize_path("/%73parql"), "/sparql");
-        assert_eq!(normalize_path("/page/html/%ea%9d%ae"), "/page/html/%EA%9D%AE");
+        assert_eq!(
+            normalize_path("/page/html/%ea%9d%ae"),
+            "/page/html/%EA%9D%AE"
+        );
         assert_eq!(normalize_path("/a%2Fb"), "/a%2Fb");
         assert_eq!(normalize_path("/bad%zz%"), "/bad%zz%");
         assert_eq!(normalize_path("/x%4"), "/x%4");

@@ -101,11 +101,17 @@ impl<'a> Reader<'a> {
         self.buf.len() - self.pos
     }
     pub fn err<T>(&self, msg: impl Into<String>) -> Result<T, ArtifactError> {
-        Err(ArtifactError { kind: ArtifactErrorKind::Invalid(msg.into()), offset: self.offset() })
+        Err(ArtifactError {
+            kind: ArtifactErrorKind::Invalid(msg.into()),
+            offset: self.offset(),
+        })
     }
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], ArtifactError> {
         if n > self.remaining() {
-            return Err(ArtifactError { kind: ArtifactErrorKind::Truncated, offset: self.base + self.buf.len() });
+            return Err(ArtifactError {
+                kind: ArtifactErrorKind::Truncated,
+                offset: self.base + self.buf.len(),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -149,7 +155,10 @@ impl<'a> Reader<'a> {
     pub fn count(&mut self, min_size: usize) -> Result<usize, ArtifactError> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min_size.max(1)) > self.remaining() {
-            return self.err(format!("count {n} exceeds the remaining {} bytes", self.remaining()));
+            return self.err(format!(
+                "count {n} exceeds the remaining {} bytes",
+                self.remaining()
+            ));
         }
         Ok(n)
     }
@@ -157,6 +166,9 @@ impl<'a> Reader<'a> {
         let n = self.count(1)?;
         let at = self.offset();
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| ArtifactError { kind: ArtifactErrorKind::Invalid("string is not UTF-8".into()), offset: at })
+        String::from_utf8(b.to_vec()).map_err(|_| ArtifactError {
+            kind: ArtifactErrorKind::Invalid("string is not UTF-8".into()),
+            offset: at,
+        })
     }
 }

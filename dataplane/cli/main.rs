@@ -1,1 +1,414 @@
-fn main(){}
+//! `rctl`: compile, check, explain, test and format rule sets.
+
+mod explain;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use rctl_compiler::diag::{Diagnostics, Severity};
+use rctl_compiler::source::SourceMap;
+use rctl_compiler::{artifact, Compilation, Options};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rctl",
+    version,
+    about = "Rule compiler and edge-filter data plane for scraper blocking and rate limits"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Limits {
+    /// Deepest parenthesis nesting allowed in an expression.
+    #[arg(long, default_value_t = 64)]
+    max_depth: usize,
+    /// Most rules allowed.
+    #[arg(long, default_value_t = 50_000)]
+    max_rules: usize,
+    /// Most prefixes allowed across all ipblocks, after merging.
+    #[arg(long, default_value_t = 4_000_000)]
+    max_prefixes: usize,
+}
+
+impl Limits {
+    fn options(&self) -> Options {
+        Options {
+            max_depth: self.max_depth,
+            max_rules: self.max_rules,
+            max_prefixes: self.max_prefixes,
+            ..Options::default()
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check rule files and directories; report every error and warning.
+    Check {
+        /// .rctl files, or directories of them (one ruleset).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+        #[command(flatten)]
+        limits: Limits,
+    },
+    /// Compile a ruleset into one versioned artifact.
+    Compile {
+        /// .rctl files, or directories of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Where to write the artifact (written atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+        #[command(flatten)]
+        limits: Limits,
+    },
+    /// Print the plan: rules in evaluation order, their plane and keys.
+    Explain {
+        /// Sources, or one compiled .rctlc artifact.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Show only rules for this site.
+        #[arg(long)]
+        site: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Run the ruleset's `test` blocks through the engine.
+    Test {
+        /// .rctl files, or directories of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Run only tests whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Format rule files canonically.
+    Fmt {
+        /// .rctl files, or directories of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Do not write; exit 1 if any file is not formatted.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Show a compiler stage: the AST, the IR or the plan.
+    Debug {
+        /// ast, ir or plan.
+        #[arg(value_enum)]
+        stage: Stage,
+        /// .rctl files, or directories of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum Stage {
+    Ast,
+    Ir,
+    Plan,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("rctl: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints diagnostics to stderr with a summary; returns whether the run fails.
+fn report(map: &SourceMap, diags: &Diagnostics, deny_warnings: bool) -> bool {
+    let mut err = std::io::stderr().lock();
+    for d in diags.sorted() {
+        let _ = writeln!(err, "{}", d.render(map));
+    }
+    let (e, w) = (diags.error_count(), diags.warning_count());
+    if e + w > 0 {
+        let _ = writeln!(
+            err,
+            "{e} error{}, {w} warning{}",
+            if e == 1 { "" } else { "s" },
+            if w == 1 { "" } else { "s" }
+        );
+    }
+    e > 0 || (deny_warnings && diags.iter().any(|d| d.severity == Severity::Warning))
+}
+
+fn compile(paths: &[PathBuf], opts: &Options) -> Compilation {
+    rctl_compiler::compile_paths(paths, opts)
+}
+
+fn is_artifact(paths: &[PathBuf]) -> bool {
+    paths.len() == 1
+        && paths[0].is_file()
+        && std::fs::read(&paths[0]).is_ok_and(|b| b.starts_with(&artifact::MAGIC))
+}
+
+/// Writes a file atomically: a temporary file in the same directory, then a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().context("output path has no file name")?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename into {}", path.display()))?;
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let fail = |b: bool| {
+        if b {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    };
+    match cli.command {
+        Command::Check {
+            paths,
+            deny_warnings,
+            limits,
+        } => {
+            let c = compile(&paths, &limits.options());
+            let failed = report(&c.sources, &c.diagnostics, deny_warnings);
+            if let (false, Some(rs)) = (failed, &c.ruleset) {
+                let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
+                eprintln!(
+                    "ok: {} files, {} rules, {} predicates, {} prefixes, {} tests",
+                    c.files.len(),
+                    rs.rules.len(),
+                    rs.atoms.len(),
+                    prefixes,
+                    c.tests.len()
+                );
+            }
+            Ok(fail(failed))
+        }
+        Command::Compile {
+            paths,
+            output,
+            deny_warnings,
+            limits,
+        } => {
+            let c = compile(&paths, &limits.options());
+            if report(&c.sources, &c.diagnostics, deny_warnings) {
+                return Ok(ExitCode::from(1));
+            }
+            let Some(rs) = c.ruleset else {
+                bail!("no ruleset produced")
+            };
+            let bytes = artifact::encode(&rs);
+            write_atomic(&output, &bytes)?;
+            let hash = artifact::content_hash(&bytes)
+                .map(|h| artifact::hex(&h))
+                .unwrap_or_default();
+            eprintln!(
+                "wrote {} ({} bytes, {} rules, content sha256 {hash})",
+                output.display(),
+                bytes.len(),
+                rs.rules.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explain {
+            paths,
+            site,
+            format,
+        } => {
+            let (rs, sizes) = if is_artifact(&paths) {
+                let bytes = std::fs::read(&paths[0])?;
+                let rs =
+                    artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
+                let sizes = rs
+                    .ipsets
+                    .iter()
+                    .filter(|s| s.name != "inline")
+                    .map(|s| (s.name.clone(), s.prefixes.v4.len(), s.prefixes.v6.len()))
+                    .collect();
+                (rs, sizes)
+            } else {
+                let c = compile(&paths, &Options::default());
+                if report(&c.sources, &c.diagnostics, false) {
+                    return Ok(ExitCode::from(1));
+                }
+                let Some(rs) = c.ruleset else {
+                    bail!("no ruleset produced")
+                };
+                (rs, c.ipblock_sizes)
+            };
+            let out = match format {
+                Format::Text => explain::text(&rs, &sizes, site.as_deref()),
+                Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
+            };
+            std::io::stdout().lock().write_all(out.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Test { paths, filter } => {
+            let c = compile(&paths, &Options::default());
+            if report(&c.sources, &c.diagnostics, false) {
+                return Ok(ExitCode::from(1));
+            }
+            let Some(rs) = c.ruleset else {
+                bail!("no ruleset produced")
+            };
+            let mut out = std::io::stdout().lock();
+            let (mut passed, mut failed) = (0, 0);
+            for t in c
+                .tests
+                .iter()
+                .filter(|t| filter.as_deref().is_none_or(|f| t.name.contains(f)))
+            {
+                let r = rctl_dataplane::testing::run_test(&rs, t)?;
+                let loc = c
+                    .sources
+                    .get(t.span.file)
+                    .map(|f| format!("{}:{}", f.path.display(), t.span.line))
+                    .unwrap_or_default();
+                if r.passed() {
+                    passed += 1;
+                    writeln!(out, "ok   {} ({} sent)", r.name, r.sent)?;
+                } else {
+                    failed += 1;
+                    writeln!(out, "FAIL {} ({loc})", r.name)?;
+                    for (i, msg) in &r.failures {
+                        let line = t.expects[*i].span.line;
+                        writeln!(out, "     line {line}: {msg}")?;
+                    }
+                }
+            }
+            writeln!(out, "test result: {passed} passed, {failed} failed")?;
+            Ok(fail(failed > 0))
+        }
+        Command::Fmt { paths, check } => fmt(&paths, check),
+        Command::Debug { stage, paths } => {
+            let c = compile(&paths, &Options::default());
+            let mut out = std::io::stdout().lock();
+            match stage {
+                Stage::Ast => {
+                    for (id, f) in &c.files {
+                        let name = c
+                            .sources
+                            .get(*id)
+                            .map(|s| s.path.display().to_string())
+                            .unwrap_or_default();
+                        writeln!(out, "// {name}\n{:#?}", f.items)?;
+                    }
+                }
+                Stage::Ir | Stage::Plan => {
+                    if report(&c.sources, &c.diagnostics, false) {
+                        return Ok(ExitCode::from(1));
+                    }
+                    let Some(rs) = c.ruleset else {
+                        bail!("no ruleset produced")
+                    };
+                    let v = if matches!(stage, Stage::Ir) {
+                        serde_json::json!({ "ipsets": rs.ipsets.iter().map(|s| serde_json::json!({"name": s.name, "v4": s.prefixes.v4.len(), "v6": s.prefixes.v6.len()})).collect::<Vec<_>>(), "atoms": rs.atoms, "rules": rs.rules })
+                    } else {
+                        serde_json::json!(rs
+                            .rules
+                            .iter()
+                            .zip(&rs.plan)
+                            .map(|(r, p)| serde_json::json!({"rule": r.name, "plan": p}))
+                            .collect::<Vec<_>>())
+                    };
+                    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn fmt(paths: &[PathBuf], check: bool) -> Result<ExitCode> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            collect(p, &mut files)?;
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut unformatted = 0;
+    let mut broken = false;
+    for path in files {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut map = SourceMap::new();
+        let id = map.add(path.clone(), text.clone());
+        let Some(src) = map.get(id) else { continue };
+        let mut diags = Diagnostics::default();
+        let file = rctl_compiler::parse::parse_file(src, id, &Default::default(), &mut diags);
+        if diags.has_errors() {
+            report(&map, &diags, false);
+            broken = true;
+            continue;
+        }
+        let formatted = rctl_compiler::fmt::format_file(&file, src);
+        if formatted != text {
+            unformatted += 1;
+            if check {
+                println!("{} is not formatted", path.display());
+            } else {
+                write_atomic(&path, formatted.as_bytes())?;
+                println!("formatted {}", path.display());
+            }
+        }
+    }
+    Ok(if broken || (check && unformatted > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect(&p, out)?;
+        } else if p.extension().is_some_and(|e| e == "rctl") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! `rctl explain`: the plan in evaluation order.
+
+use rctl_compiler::ir::{Action, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
+use rctl_compiler::value::fmt_duration;
+use std::fmt::Write as _;
+
+fn keys(keys: &[Key]) -> String {
+    keys.iter()
+        .map(|k| match k {
+            Key::Global => "global".to_string(),
+            Key::Ip => "ip".to_string(),
+            Key::Prefix { v4, v6 } => format!("prefix({v4}, {v6})"),
+            Key::Host => "host".to_string(),
+            Key::Path => "path".to_string(),
+            Key::Method => "method".to_string(),
+            Key::Header(h) => format!("header({h:?})"),
+            Key::Query(q) => format!("query({q:?})"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn action(a: &Action) -> String {
+    match a {
+        Action::Allow => "allow".into(),
+        Action::Log => "log".into(),
+        Action::Drop => "drop".into(),
+        Action::Deny { status, reason } => format!("deny {status} {reason:?}"),
+        Action::Throttle(t) => {
+            let unit = match t.unit {
+                Unit::Requests => "requests",
+                Unit::Packets => "packets",
+                Unit::Connections => "connections",
+            };
+            let ban = if t.ban_ms > 0 {
+                format!(", ban {}", fmt_duration(t.ban_ms))
+            } else {
+                String::new()
+            };
+            let excess = if t.unit == Unit::Requests {
+                format!("excess gets {} {:?} with Retry-After", t.status, t.reason)
+            } else {
+                "excess is dropped".to_string()
+            };
+            format!(
+                "throttle {} {unit} per {}, burst {}, by {}{ban}, {excess}",
+                t.limit,
+                fmt_duration(t.period_ms),
+                t.burst,
+                keys(&t.keys)
+            )
+        }
+    }
+}
+
+fn plane(p: &RulePlan) -> &'static str {
+    match p.xdp.as_ref().map(|x| x.kind) {
+        None => "user space",
+        Some(XdpKind::Exempt) => "user space, and XDP exempts its address projection",
+        Some(XdpKind::Allow) => "XDP (and user space)",
+        Some(XdpKind::Drop) => "XDP (and user space)",
+        Some(XdpKind::Throttle) => "XDP",
+    }
+}
+
+fn selected<'a>(
+    rs: &'a Ruleset,
+    site: Option<&'a str>,
+) -> impl Iterator<Item = (usize, &'a Rule, &'a RulePlan)> {
+    rs.rules
+        .iter()
+        .zip(&rs.plan)
+        .enumerate()
+        .filter(move |(_, (r, _))| r.applies_to(site))
+        .map(|(i, (r, p))| (i, r, p))
+}
+
+/// The plan as text.
+pub fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "ruleset: {} rules, {} predicates, {} sources",
+        rs.rules.len(),
+        rs.atoms.len(),
+        rs.sources.len()
+    );
+    if !sizes.is_empty() {
+        let _ = writeln!(o, "\nipblocks (prefixes after merging):");
+        let w = sizes.iter().map(|s| s.0.len()).max().unwrap_or(0);
+        for (name, v4, v6) in sizes {
+            let _ = writeln!(o, "  {name:<w$}  {v4:>8} IPv4  {v6:>8} IPv6");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nrules in evaluation order (ascending priority, then file order){}:",
+        site.map_or(String::new(), |s| format!(" for site {s}"))
+    );
+    for (n, (_, r, p)) in selected(rs, site).enumerate() {
+        let mut flags = Vec::new();
+        if !r.enabled {
+            flags.push("disabled");
+        }
+        if r.shadow {
+            flags.push("shadow");
+        }
+        let flags = if flags.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", flags.join(", "))
+        };
+        let sites = if r.sites.is_empty() {
+            "all sites".to_string()
+        } else {
+            format!("sites {}", r.sites.join(", "))
+        };
+        let _ = writeln!(
+            o,
+            "{:>3}. {}{flags}  priority {}, {sites}  ({}:{}:{})",
+            n + 1,
+            r.name,
+            r.priority,
+            r.origin.file,
+            r.origin.line,
+            r.origin.col
+        );
+        let _ = writeln!(o, "     action: {}", action(&r.action));
+        let _ = writeln!(o, "     plane:  {}", plane(p));
+        if let Some(x) = &p.xdp {
+            let _ = writeln!(
+                o,
+                "     xdp:    {} term{} over ip/port/proto",
+                x.dnf.len(),
+                if x.dnf.len() == 1 { "" } else { "s" }
+            );
+        }
+        if !p.note.is_empty() {
+            let _ = writeln!(o, "     why:    {}", p.note);
+        }
+    }
+    let xdp = rs.plan.iter().filter(|p| p.xdp.is_some()).count();
+    let _ = writeln!(o, "\n{xdp} of {} rules take part in XDP; every rule is enforced in user space except packet and connection limits, which are XDP's alone.", rs.rules.len());
+    o
+}
+
+/// The plan as JSON.
+pub fn json(
+    rs: &Ruleset,
+    sizes: &[(String, usize, usize)],
+    site: Option<&str>,
+) -> anyhow::Result<String> {
+    let rules: Vec<serde_json::Value> = selected(rs, site)
+        .map(|(i, r, p)| {
+            serde_json::json!({
+                "index": i,
+                "name": r.name,
+                "priority": r.priority,
+                "sites": r.sites,
+                "enabled": r.enabled,
+                "shadow": r.shadow,
+                "action": r.action.kind(),
+                "detail": action(&r.action),
+                "keys": match &r.action { Action::Throttle(t) => keys(&t.keys), _ => String::new() },
+                "plane": plane(p),
+                "xdp": p.xdp.as_ref().map(|x| format!("{:?}", x.kind).to_lowercase()),
+                "not_offloaded_because": p.note,
+                "origin": r.origin,
+            })
+        })
+        .collect();
+    let ipblocks: Vec<serde_json::Value> = sizes
+        .iter()
+        .map(|(n, a, b)| serde_json::json!({"name": n, "v4": a, "v6": b}))
+        .collect();
+    Ok(
+        serde_json::to_string_pretty(&serde_json::json!({"rules": rules, "ipblocks": ipblocks}))?
+            + "\n",
+    )
+}

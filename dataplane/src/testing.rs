@@ -1,0 +1,174 @@
+//! Runs a ruleset's `test` blocks through the engine (`rctl test`).
+
+use crate::engine::{Decision, Engine, EngineConfig, EngineError, Verdict};
+use crate::request::{Packet, Request};
+use rctl_compiler::ir::Ruleset;
+use rctl_compiler::spec::{Expect, Outcome, Quantity, SampleKind, TestCase};
+use std::collections::BTreeMap;
+
+/// The result of one test.
+#[derive(Debug, Clone)]
+pub struct TestReport {
+    /// The test's name.
+    pub name: String,
+    /// How many requests and packets it sent.
+    pub sent: u64,
+    /// One message per failed expectation, with the expectation's index.
+    pub failures: Vec<(usize, String)>,
+}
+
+impl TestReport {
+    /// Whether every expectation held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+struct Event {
+    time_ms: u64,
+    sample: usize,
+    copy: u32,
+}
+
+/// Runs one test on a fresh engine (fresh limiter state).
+pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, EngineError> {
+    let config = EngineConfig {
+        site: test.site.clone(),
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(ruleset.clone(), &config)?;
+    let mut events = Vec::new();
+    for (si, s) in test.samples.iter().enumerate() {
+        for i in 0..s.count {
+            events.push(Event {
+                time_ms: s.time_of(i),
+                sample: si,
+                copy: i,
+            });
+        }
+    }
+    events.sort_by_key(|e| (e.time_ms, e.copy, e.sample));
+    // Test time starts at 1000 s so that no arithmetic sits at zero.
+    let base_ns = 1_000_000_000_000u64;
+    let mut decisions: Vec<Vec<Decision>> = vec![Vec::new(); test.samples.len()];
+    for e in &events {
+        let s = &test.samples[e.sample];
+        let now = base_ns + e.time_ms * 1_000_000;
+        let d = match &s.kind {
+            SampleKind::Request {
+                method,
+                host,
+                target,
+                headers,
+            } => {
+                let hs: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(a, b)| (a.as_str(), b.as_str()))
+                    .collect();
+                engine.decide_request(&Request {
+                    method,
+                    host,
+                    target,
+                    headers: &hs,
+                    ip: s.ip,
+                    port: s.port,
+                    time_ns: now,
+                })
+            }
+            SampleKind::Packet { proto, syn } => engine.decide_packet(&Packet {
+                src: s.ip,
+                proto: *proto,
+                dst_port: s.port,
+                syn: *syn,
+                time_ns: now,
+            }),
+        };
+        decisions[e.sample].push(d);
+    }
+    // Per sample, decisions are in send order; merge selected ones by time.
+    let mut failures = Vec::new();
+    for (xi, x) in test.expects.iter().enumerate() {
+        let mut selected: Vec<(u64, &Decision)> = Vec::new();
+        for (si, s) in test.samples.iter().enumerate() {
+            if x.label.is_none() || x.label == s.label {
+                for (i, d) in decisions[si].iter().enumerate() {
+                    selected.push((s.time_of(i as u32), d));
+                }
+            }
+        }
+        selected.sort_by_key(|(t, _)| *t);
+        if let Some(msg) = check(&engine, x, &selected) {
+            failures.push((xi, msg));
+        }
+    }
+    Ok(TestReport {
+        name: test.name.clone(),
+        sent: events.len() as u64,
+        failures,
+    })
+}
+
+fn matches(engine: &Engine, x: &Expect, d: &Decision) -> bool {
+    let name = |i: usize| engine.rule(i).name.as_str();
+    let by = |i: Option<usize>| x.rule.as_deref().is_none_or(|r| i.map(name) == Some(r));
+    match x.outcome {
+        Outcome::Logged => d.logged.iter().any(|(i, _)| by(Some(*i))),
+        o => d.verdict.kind() == o.as_str() && by(d.verdict.rule()),
+    }
+}
+
+fn describe(engine: &Engine, v: &Verdict) -> String {
+    match v.rule() {
+        Some(i) => format!("{} by {}", v.kind(), engine.rule(i).name),
+        None => v.kind().to_string(),
+    }
+}
+
+fn check(engine: &Engine, x: &Expect, selected: &[(u64, &Decision)]) -> Option<String> {
+    let n = selected.len();
+    let hits = selected
+        .iter()
+        .filter(|(_, d)| matches(engine, x, d))
+        .count();
+    let ok = match x.quantity {
+        Quantity::All => hits == n && n > 0,
+        Quantity::None => hits == 0,
+        Quantity::First => selected.first().is_some_and(|(_, d)| matches(engine, x, d)),
+        Quantity::Last => selected.last().is_some_and(|(_, d)| matches(engine, x, d)),
+        Quantity::Count(k) => hits == k as usize,
+    };
+    if ok {
+        return None;
+    }
+    let mut dist: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, d) in selected {
+        *dist.entry(describe(engine, &d.verdict)).or_default() += 1;
+    }
+    let got: Vec<String> = dist.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let q = match x.quantity {
+        Quantity::All => "all".to_string(),
+        Quantity::None => "none".to_string(),
+        Quantity::First => "first".to_string(),
+        Quantity::Last => "last".to_string(),
+        Quantity::Count(k) => k.to_string(),
+    };
+    let by = x
+        .rule
+        .as_ref()
+        .map_or(String::new(), |r| format!(" by {r}"));
+    let position = match x.quantity {
+        Quantity::First => selected
+            .first()
+            .map(|(_, d)| format!("; the first was {}", describe(engine, &d.verdict))),
+        Quantity::Last => selected
+            .last()
+            .map(|(_, d)| format!("; the last was {}", describe(engine, &d.verdict))),
+        _ => None,
+    }
+    .unwrap_or_default();
+    Some(format!(
+        "expected {q} {}{by} of {n}, matched {hits}; got {}{position}",
+        x.outcome.as_str(),
+        got.join(", ")
+    ))
+}
