@@ -121,15 +121,16 @@ pub fn lower(
                     }
                 }
                 Item::Rule(d) => {
+                    // A duplicate is still lowered, so its own errors show too.
                     if let Some(prev) = rule_names.get(d.name.text.as_str()) {
                         lw.dup("rule", &d.name, *prev);
                     } else {
                         rule_names.insert(&d.name.text, d.name.span);
-                        rules.push(Decl {
-                            decl: d,
-                            file: *file,
-                        });
                     }
+                    rules.push(Decl {
+                        decl: d,
+                        file: *file,
+                    });
                 }
                 Item::Test(d) => {
                     if let Some(prev) = test_names.get(d.name.text.as_str()) {

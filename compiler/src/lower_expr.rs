@@ -189,6 +189,7 @@ impl Lowerer<'_> {
                     let SetExpr::Ipblock(w) = set else {
                         return None;
                     };
+                    uses.1.push(w.text.clone());
                     return self.type_error(
                         w.span,
                         format!(

@@ -199,16 +199,19 @@ impl Builder<'_> {
         }
     }
 
+    /// The name of a `pattern@…`/`ipblock@…` reference, spanning the whole
+    /// reference so diagnostics underline `pattern@scope/name`.
     fn ref_name(&self, p: Pair<'_, Rule>) -> Word {
         let span = self.span(&p);
-        p.into_inner()
+        let text = p
+            .into_inner()
             .find(|c| c.as_rule() == Rule::object_name)
-            .map(|c| self.word(c))
-            .unwrap_or(Word {
-                text: String::new(),
-                quoted: false,
-                span,
-            })
+            .map_or(String::new(), |c| c.as_str().to_string());
+        Word {
+            text,
+            quoted: false,
+            span,
+        }
     }
 
     fn condition(&self, p: Pair<'_, Rule>) -> Condition {

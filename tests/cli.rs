@@ -1,0 +1,217 @@
+//! The `rctl` binary, run the way an operator runs it.
+
+use crate::util::*;
+
+fn text(o: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_test_compile_explain_on_the_shipped_rules() {
+    let rules = root().join("rules");
+    let rules = rules.to_str().unwrap();
+    let o = rctl(&["check", "--deny-warnings", rules]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = rctl(&["test", rules]);
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "ok   the updater is never throttled, even at 10,000 requests a minute (10600 sent)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(" passed, 0 failed"));
+
+    let dir = tempdir("compile");
+    let art = dir.join("r.rctlc");
+    let o = rctl(&["compile", rules, "-o", art.to_str().unwrap()]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let first = std::fs::read(&art).unwrap();
+    let o = rctl(&["compile", rules, "-o", art.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert_eq!(std::fs::read(&art).unwrap(), first, "byte-identical output");
+    // No temporary files are left behind by the atomic write.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+
+    let o = rctl(&["explain", art.to_str().unwrap()]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    assert!(out.contains("wdqs_updater_exempt  priority 10"), "{out}");
+    assert!(out.contains("why:    request limits need HTTP parsing"));
+    assert!(
+        out.contains("abuse/bogons             13 IPv4         8 IPv6"),
+        "{out}"
+    );
+    let o = rctl(&["explain", "--format", "json", "--site", "esams", rules]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[0], "monitoring_exempt");
+    assert!(names.contains(&"cloud_without_ua"));
+    let o = rctl(&["explain", "--site", "nowhere", rules]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("cloud_without_ua"));
+}
+
+#[test]
+fn errors_exit_1_with_every_diagnostic() {
+    let dir = tempdir("errors");
+    std::fs::write(
+        dir.join("a.rctl"),
+        "rule a { when path == x deny }\nrule b { when ipblock@no/pe deny }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("b.rctl"), "rule a { when true deny 999 }\n").unwrap();
+    let o = rctl(&["check", dir.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("error[E0025]: `x` must be a quoted string"),
+        "{err}"
+    );
+    assert!(err.contains("a.rctl:1:23"), "{err}");
+    assert!(err.contains("error[E0011]: unknown ipblock `no/pe`"));
+    assert!(err.contains("error[E0010]: rule `a` is defined twice"));
+    assert!(err.contains("error[E0023]"));
+    assert!(err.contains("4 errors, 0 warnings"), "{err}");
+}
+
+#[test]
+fn warnings_fail_only_when_denied() {
+    let dir = tempdir("warn");
+    std::fs::write(
+        dir.join("w.rctl"),
+        "ipblock x/y { 10.0.0.1/8 }\nrule r { when ipblock@x/y drop }\n",
+    )
+    .unwrap();
+    let p = dir.to_str().unwrap();
+    assert_eq!(rctl(&["check", p]).status.code(), Some(0));
+    let o = rctl(&["check", "--deny-warnings", p]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o)
+        .1
+        .contains("warning[W0101]: CIDR has host bits set"));
+}
+
+#[test]
+fn bad_inputs_get_clear_errors() {
+    let dir = tempdir("bad");
+    // Non-UTF-8, pointing at the byte.
+    std::fs::write(
+        dir.join("latin1.rctl"),
+        b"rule r { when path == \"/caf\xe9\" deny }\n",
+    )
+    .unwrap();
+    let o = rctl(&["check", dir.join("latin1.rctl").to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("error[E0003]")
+            && err.contains("byte offset 27")
+            && err.contains("latin1.rctl:1:28"),
+        "{err}"
+    );
+    // A missing include and a missing list file, at the naming span.
+    std::fs::write(dir.join("inc.rctl"), "include \"nope.rctl\"\nipblock a/b { file \"missing.txt\" }\nrule r { when ipblock@a/b drop }\n").unwrap();
+    let o = rctl(&["check", dir.join("inc.rctl").to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("cannot read") && err.contains("nope.rctl") && err.contains("inc.rctl:1:9"),
+        "{err}"
+    );
+    assert!(
+        err.contains("missing.txt") && err.contains("inc.rctl:2:20"),
+        "{err}"
+    );
+    // An empty directory.
+    let empty = tempdir("empty");
+    let o = rctl(&["check", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("error[E0005]: no .rctl files in"));
+    // A corrupt or foreign artifact for explain.
+    let art = dir.join("x.rctlc");
+    std::fs::write(&art, b"RCTLC\0\r\n\x07\0").unwrap();
+    let o = rctl(&["explain", art.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).1.contains("version 7 is not supported"),
+        "{:?}",
+        text(&o)
+    );
+}
+
+#[test]
+fn includes_are_followed_once() {
+    let dir = tempdir("include");
+    std::fs::write(
+        dir.join("main.rctl"),
+        "include \"lib.rctl\"\ninclude \"lib.rctl\"\nrule r { when pattern@lib/x deny }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("lib.rctl"), "pattern lib/x { path == \"/x\" }\n").unwrap();
+    let o = rctl(&[
+        "check",
+        "--deny-warnings",
+        dir.join("main.rctl").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    // The directory form reads lib.rctl once as well.
+    assert!(rctl(&["check", dir.to_str().unwrap()]).status.success());
+}
+
+#[test]
+fn failing_tests_exit_1_and_say_why() {
+    let dir = tempdir("failing");
+    std::fs::write(dir.join("t.rctl"), "rule r { when true throttle 1 requests per 1m by ip }\ntest \"too strict\" {\n  request { repeat 3 }\n  expect all pass\n}\n").unwrap();
+    let o = rctl(&["test", dir.to_str().unwrap()]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out.contains("FAIL too strict"), "{out}");
+    assert!(
+        out.contains("line 4: expected all pass of 3, matched 1; got 1 pass, 2 throttle by r"),
+        "{out}"
+    );
+    assert!(out.contains("test result: 0 passed, 1 failed"));
+}
+
+#[test]
+fn fmt_check_and_write() {
+    let dir = tempdir("fmt");
+    let f = dir.join("a.rctl");
+    std::fs::write(&f, "rule r{when true deny}\n").unwrap();
+    assert_eq!(
+        rctl(&["fmt", "--check", dir.to_str().unwrap()])
+            .status
+            .code(),
+        Some(1)
+    );
+    assert!(rctl(&["fmt", dir.to_str().unwrap()]).status.success());
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        "rule r {\n  when true\n  deny\n}\n"
+    );
+    assert!(rctl(&["fmt", "--check", dir.to_str().unwrap()])
+        .status
+        .success());
+}
+
+#[test]
+fn debug_shows_each_stage() {
+    let rules = root().join("rules");
+    let rules = rules.to_str().unwrap();
+    let o = rctl(&["debug", "ast", rules]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("span: Span {"));
+    let o = rctl(&["debug", "ir", rules]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["atoms"].as_array().unwrap().len() > 10);
+    let o = rctl(&["debug", "plan", rules]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["rule"], "monitoring_exempt");
+}

@@ -1,0 +1,95 @@
+//! `rctl fmt`: canonical, idempotent, comment-preserving.
+
+use crate::util::*;
+use rctl_compiler::source::SourceMap;
+
+fn format(text: &str) -> String {
+    let mut map = SourceMap::new();
+    let id = map.add("t.rctl".into(), text.into());
+    let src = map.get(id).unwrap();
+    let mut d = Default::default();
+    let f = rctl_compiler::parse::parse_file(src, id, &Default::default(), &mut d);
+    assert!(!d.has_errors());
+    rctl_compiler::fmt::format_file(&f, src)
+}
+
+const MESSY: &str = "# leading comment
+
+IPBLOCK   cloud/x{10.0.0.0/8,   # trailing
+2001:db8::/32}
+pattern ua/x {header(\"User-Agent\")~*\"^curl\\\\/\"   OR   HEADER(\"x\") Absent}
+rule   r{
+    # about the condition
+  WHEN  pattern@ua/x  AND NOT(ipblock@cloud/x or ip==192.0.2.1)   # why
+      and port in {80,443}
+  Throttle 10 Requests per 1m BY ip , header(\"x\") ban 5m
+  priority 5 sites{a,b}
+}
+test \"t\"{request lbl{path \"/\" header \"A\" \"b\" repeat 3 over 1s}
+expect for lbl ALL pass}
+# trailing comment
+";
+
+#[test]
+fn canonical_output() {
+    let want = "# leading comment
+
+ipblock cloud/x {
+  10.0.0.0/8 # trailing
+  2001:db8::/32
+}
+
+pattern ua/x {
+  header(\"User-Agent\") ~* \"^curl\\\\/\" or header(\"x\") absent
+}
+
+rule r {
+  # about the condition
+  when pattern@ua/x and not (ipblock@cloud/x or ip == 192.0.2.1) and port in { 80, 443 } # why
+  throttle 10 requests per 1m by ip, header(\"x\") ban 5m
+  priority 5
+  sites { a, b }
+}
+
+test \"t\" {
+  request lbl {
+    path \"/\"
+    header \"A\" \"b\"
+    repeat 3 over 1s
+  }
+  expect for lbl all pass
+}
+# trailing comment
+";
+    assert_eq!(format(MESSY), want);
+}
+
+#[test]
+fn idempotent_and_meaning_preserving() {
+    let once = format(MESSY);
+    assert_eq!(format(&once), once);
+    let a = compile(MESSY).ruleset.unwrap();
+    let b = compile(&once).ruleset.unwrap();
+    let shape = |r: &rctl_compiler::ir::Rule| {
+        (
+            r.name.clone(),
+            r.priority,
+            r.sites.clone(),
+            r.cond.clone(),
+            r.action.clone(),
+        )
+    };
+    assert_eq!(
+        a.rules.iter().map(shape).collect::<Vec<_>>(),
+        b.rules.iter().map(shape).collect::<Vec<_>>()
+    );
+    assert_eq!(a.atoms, b.atoms);
+    assert_eq!(MESSY.matches('#').count(), once.matches('#').count());
+    for entry in std::fs::read_dir(root().join("rules")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "rctl") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert_eq!(format(&text), text, "{} is not canonical", p.display());
+        }
+    }
+}

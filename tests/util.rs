@@ -1,0 +1,150 @@
+//! Helpers shared by the integration tests.
+
+use rctl_compiler::{compile_str, Compilation, Options};
+use rctl_dataplane::{Decision, Engine, EngineConfig, Request, Verdict};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Compiles a source string.
+pub fn compile(src: &str) -> Compilation {
+    compile_str("t.rctl", src, &Options::default())
+}
+
+/// Compiles and asserts there are no errors; returns an engine.
+pub fn engine(src: &str) -> Engine {
+    engine_at(src, None)
+}
+
+/// Like [`engine`], for one site.
+pub fn engine_at(src: &str, site: Option<&str>) -> Engine {
+    let c = compile(src);
+    let rendered: Vec<String> = c.diagnostics.iter().map(|d| d.render(&c.sources)).collect();
+    let rs = c
+        .ruleset
+        .unwrap_or_else(|| panic!("does not compile:\n{}", rendered.join("\n")));
+    Engine::new(
+        rs,
+        &EngineConfig {
+            site: site.map(String::from),
+            ..Default::default()
+        },
+    )
+    .expect("engine")
+}
+
+/// (code, line, col) of every diagnostic, in source order.
+pub fn codes(src: &str) -> Vec<(&'static str, u32, u32)> {
+    let c = compile(src);
+    c.diagnostics
+        .sorted()
+        .iter()
+        .map(|d| {
+            let s = d.location().unwrap_or_default();
+            (d.code, s.line, s.col)
+        })
+        .collect()
+}
+
+/// A request builder with sensible defaults.
+pub struct Req {
+    pub method: &'static str,
+    pub host: &'static str,
+    pub target: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub ip: IpAddr,
+    pub port: u16,
+    pub t_ms: u64,
+}
+
+impl Req {
+    pub fn get(target: &str) -> Req {
+        Req {
+            method: "GET",
+            host: "example.org",
+            target: target.into(),
+            headers: Vec::new(),
+            ip: "198.51.100.1".parse().unwrap(),
+            port: 443,
+            t_ms: 0,
+        }
+    }
+    pub fn ip(mut self, ip: &str) -> Req {
+        self.ip = ip.parse().unwrap();
+        self
+    }
+    pub fn header(mut self, n: &'static str, v: &str) -> Req {
+        self.headers.push((n, v.into()));
+        self
+    }
+    pub fn method(mut self, m: &'static str) -> Req {
+        self.method = m;
+        self
+    }
+    pub fn host(mut self, h: &'static str) -> Req {
+        self.host = h;
+        self
+    }
+    pub fn at(mut self, ms: u64) -> Req {
+        self.t_ms = ms;
+        self
+    }
+    /// Decides and shows the verdict.
+    pub fn run(&self, e: &mut Engine) -> String {
+        let v = self.decide(e).verdict;
+        show(e, &v)
+    }
+    pub fn decide(&self, e: &mut Engine) -> Decision {
+        let hs: Vec<(&str, &str)> = self.headers.iter().map(|(a, b)| (*a, b.as_str())).collect();
+        e.decide_request(&Request {
+            method: self.method,
+            host: self.host,
+            target: &self.target,
+            headers: &hs,
+            ip: self.ip,
+            port: self.port,
+            time_ns: 1_000_000_000_000 + self.t_ms * 1_000_000,
+        })
+    }
+}
+
+/// "pass" or "kind:rule" for a verdict.
+pub fn show(e: &Engine, v: &Verdict) -> String {
+    match v.rule() {
+        Some(i) => format!("{}:{}", v.kind(), e.rule(i).name),
+        None => v.kind().to_string(),
+    }
+}
+
+/// Decides a packet and shows the verdict.
+pub fn pkt(e: &mut Engine, p: &rctl_dataplane::Packet) -> String {
+    let v = e.decide_packet(p).verdict;
+    show(e, &v)
+}
+
+/// A fresh, empty temporary directory.
+pub fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "rctl-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs the rctl binary.
+pub fn rctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args(args)
+        .output()
+        .expect("run rctl")
+}
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
