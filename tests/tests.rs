@@ -3,8 +3,12 @@
 
 mod util;
 
+#[path = "../compiler/benches/support/gen.rs"]
+mod gen;
+
 mod artifact;
 mod cli;
 mod diagnostics;
 mod format;
+mod generated;
 mod language;

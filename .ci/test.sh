@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The test command (see README.md): installs what it needs, then runs
+# formatting, lints, every test, the shipped rules' own tests, and the fuzz
+# targets (built, corpus replayed, then a short fuzzing run each).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchains and tools"
+rustup component add rustfmt clippy >/dev/null
+if ! rustup toolchain list | grep -q '^nightly'; then
+  echo "the nightly toolchain is required for cargo-fuzz (rustup toolchain install nightly)" >&2
+  exit 1
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "rctl check and rctl test on the shipped rules"
+cargo build --release --locked -q
+./target/release/rctl check --deny-warnings rules/
+./target/release/rctl test rules/
+
+step "fuzz targets: build, replay the seeds, fuzz briefly"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+(
+  cd compiler
+  cargo +nightly fuzz build --sanitizer none
+  for target in compile artifact; do
+    mkdir -p "fuzz/corpus/$target"
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
+  done
+)
+
+step "all green"

@@ -1,0 +1,143 @@
+//! Generates a large, realistic ruleset for benchmarks: 100,000 CIDRs in 50
+//! ipblock list files, 1,000 patterns and 1,000 rules.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A small deterministic generator (xorshift64*), so every run compiles the
+/// same input.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+const UAS: &[&str] = &[
+    "python-requests",
+    "Go-http-client",
+    "curl",
+    "Wget",
+    "okhttp",
+    "axios",
+    "Scrapy",
+    "HeadlessChrome",
+    "PetalBot",
+    "AhrefsBot",
+    "SemrushBot",
+    "MJ12bot",
+    "DotBot",
+    "BLEXBot",
+    "DataForSeoBot",
+    "Bytespider",
+    "ClaudeBot",
+    "GPTBot",
+    "CCBot",
+    "Amazonbot",
+];
+const PATHS: &[&str] = &[
+    "/w/index.php",
+    "/w/api.php",
+    "/wiki/Special:",
+    "/api/rest_v1/page/html/",
+    "/sparql",
+    "/bigdata/namespace/wdq/sparql",
+    "/w/load.php",
+    "/static/images/",
+    "/api/rest_v1/media/math/",
+    "/wiki/",
+];
+
+/// Writes the ruleset into `dir` (`rules.rctl` and `lists/*.txt`); returns
+/// the number of source bytes of `rules.rctl`.
+pub fn write_ruleset(
+    dir: &Path,
+    blocks: usize,
+    cidrs_per_block: usize,
+    patterns: usize,
+    rules: usize,
+) -> usize {
+    let mut rng = Rng::new(0x5eed);
+    std::fs::create_dir_all(dir.join("lists")).unwrap();
+    let mut src = String::new();
+    for b in 0..blocks {
+        let mut list = String::from("# generated\n");
+        for _ in 0..cidrs_per_block {
+            if rng.below(10) == 0 {
+                let hi = rng.next_u64() as u16 | 0x2000;
+                let _ = writeln!(
+                    list,
+                    "{hi:x}:{:x}:{:x}::/{}",
+                    rng.next_u64() as u16,
+                    rng.next_u64() as u16,
+                    32 + rng.below(33)
+                );
+            } else {
+                let a = rng.next_u64() as u32;
+                let len = 16 + rng.below(17) as u32;
+                let net = a & (u32::MAX << (32 - len));
+                let _ = writeln!(list, "{}/{len}", std::net::Ipv4Addr::from(net));
+            }
+        }
+        std::fs::write(dir.join(format!("lists/block{b}.txt")), list).unwrap();
+        let _ = writeln!(
+            src,
+            "ipblock gen/b{b} {{\n  file \"lists/block{b}.txt\"\n}}\n"
+        );
+    }
+    for p in 0..patterns {
+        let ua = UAS[p % UAS.len()];
+        let path = PATHS[(p / UAS.len()) % PATHS.len()];
+        let body = match p % 5 {
+            0 => format!("header(\"user-agent\") ~* \"^{ua}[/ ]\" and path starts_with \"{path}\""),
+            1 => format!("header(\"user-agent\") contains \"{ua}/{p}\""),
+            2 => format!("path starts_with \"{path}{p}\" and method in {{ GET, HEAD }}"),
+            3 => format!("query(\"action\") == \"q{p}\" and path == \"{path}\""),
+            _ => format!("header(\"referer\") ~ \"^https?://spam{p}\\\\.example/\""),
+        };
+        let _ = writeln!(src, "pattern gen/p{p} {{\n  {body}\n}}\n");
+    }
+    for r in 0..rules {
+        let p = r % patterns;
+        let b = r % blocks;
+        let (prio, when, action) = match r % 10 {
+            0 => (
+                1,
+                format!("ipblock@gen/b{b} and header(\"x-trusted-{r}\") present"),
+                "allow".to_string(),
+            ),
+            1..=4 => (
+                100,
+                format!("pattern@gen/p{p}"),
+                "deny 403 \"blocked\"".to_string(),
+            ),
+            5..=7 => (
+                200,
+                format!("pattern@gen/p{p} and not ipblock@gen/b{b}"),
+                format!("throttle {} requests per 1m by ip", 10 + r),
+            ),
+            8 => (300, format!("pattern@gen/p{p}"), "log".to_string()),
+            _ => (
+                5,
+                format!("ipblock@gen/b{b} and port == {}", 1000 + r),
+                "drop".to_string(),
+            ),
+        };
+        let _ = writeln!(
+            src,
+            "rule gen_r{r} {{\n  priority {prio}\n  when {when}\n  {action}\n}}\n"
+        );
+    }
+    std::fs::write(dir.join("rules.rctl"), &src).unwrap();
+    src.len()
+}
