@@ -5,8 +5,8 @@ use rctl_compiler::ir::{Action, Key, Proto};
 use rctl_dataplane::{Packet, Verdict};
 
 fn verdict(src: &str, r: Req) -> String {
-    let mut e = engine(src);
-    let d = r.decide(&mut e);
+    let e = engine(src);
+    let d = r.decide(&e);
     show(&e, &d.verdict)
 }
 
@@ -140,23 +140,23 @@ fn precedence_and_requestctl_syntax() {
         ipblock cloud/aws { 3.5.140.0/22 }
         rule a { when pattern@ua/bot AND NOT ipblock@cloud/aws deny 403 }
         rule b { when path == \"/a\" or path == \"/b\" and method == \"POST\" deny 410 }";
-    let mut e = engine(src);
+    let e = engine(src);
     let bot = Req::get("/").header("User-Agent", "SomeBot/1");
-    assert_eq!(bot.run(&mut e), "deny:a");
+    assert_eq!(bot.run(&e), "deny:a");
     let bot_aws = Req::get("/")
         .header("User-Agent", "SomeBot/1")
         .ip("3.5.140.9");
-    assert_eq!(bot_aws.run(&mut e), "pass");
+    assert_eq!(bot_aws.run(&e), "pass");
     // `and` binds tighter than `or`: /a matches whatever the method.
-    assert_eq!(Req::get("/a").run(&mut e), "deny:b");
-    assert_eq!(Req::get("/b").run(&mut e), "pass");
-    assert_eq!(Req::get("/b").method("POST").run(&mut e), "deny:b");
+    assert_eq!(Req::get("/a").run(&e), "deny:b");
+    assert_eq!(Req::get("/b").run(&e), "pass");
+    assert_eq!(Req::get("/b").method("POST").run(&e), "deny:b");
 }
 
 #[test]
 fn deny_status_and_reason() {
-    let mut e = engine("rule r { when true deny 451 \"Unavailable\" } rule s { when true deny }");
-    let d = Req::get("/").decide(&mut e);
+    let e = engine("rule r { when true deny 451 \"Unavailable\" } rule s { when true deny }");
+    let d = Req::get("/").decide(&e);
     assert_eq!(
         d.verdict,
         Verdict::Deny {
@@ -189,8 +189,8 @@ fn priority_orders_and_ties_go_by_file_order() {
         .map(|r| r.name.clone())
         .collect();
     assert_eq!(names, ["first", "late", "tie_a"]);
-    let mut e = engine(&src.replace("rule tie_a { priority 50 when true deny 405 }", ""));
-    assert_eq!(Req::get("/x").run(&mut e), "deny:first");
+    let e = engine(&src.replace("rule tie_a { priority 50 when true deny 405 }", ""));
+    assert_eq!(Req::get("/x").run(&e), "deny:first");
 }
 
 #[test]
@@ -199,17 +199,17 @@ fn allow_exempts_from_everything_after_it() {
         rule limit { when true throttle 1 requests per 1m by ip }
         rule block { when path == \"/x\" deny 403 }
         rule gone { when path == \"/x\" drop }";
-    let mut e = engine(src);
+    let e = engine(src);
     for i in 0..50 {
         let v = Req::get("/x")
             .header("X-Trusted", "1")
             .at(i)
-            .decide(&mut e)
+            .decide(&e)
             .verdict;
         assert_eq!(show(&e, &v), "allow:ok");
     }
-    assert_eq!(Req::get("/y").run(&mut e), "pass");
-    assert_eq!(Req::get("/y").run(&mut e), "throttle:limit");
+    assert_eq!(Req::get("/y").run(&e), "pass");
+    assert_eq!(Req::get("/y").run(&e), "throttle:limit");
 }
 
 #[test]
@@ -217,10 +217,10 @@ fn log_and_shadow_record_but_never_enforce() {
     let src = "rule seen { when path starts_with \"/w/\" log }
         rule trial { shadow when true throttle 2 requests per 1m by ip }
         rule trial_deny { shadow when header(\"user-agent\") absent deny 403 }";
-    let mut e = engine(src);
+    let e = engine(src);
     let mut would_throttle = 0;
     for i in 0..5 {
-        let d = Req::get("/w/index.php").at(i).decide(&mut e);
+        let d = Req::get("/w/index.php").at(i).decide(&e);
         assert_eq!(d.verdict, Verdict::Pass);
         let names: Vec<&str> = d
             .logged
@@ -242,17 +242,17 @@ fn throttle_keys_retry_after_and_ban() {
     // Keyed by host and path: different clients share the title's bucket.
     let src = "rule loop { when header(\"cache-control\") contains \"no-cache\"
         throttle 2 requests per 1m by host, path ban 5m status 503 reason \"loop\" }";
-    let mut e = engine(src);
+    let e = engine(src);
     let r = |ip: &str, path: &str, t: u64| {
         Req::get(path)
             .header("Cache-Control", "no-cache")
             .ip(ip)
             .at(t)
     };
-    assert_eq!(r("10.0.0.1", "/t", 0).decide(&mut e).verdict, Verdict::Pass);
-    assert_eq!(r("10.0.0.2", "/t", 1).decide(&mut e).verdict, Verdict::Pass);
+    assert_eq!(r("10.0.0.1", "/t", 0).decide(&e).verdict, Verdict::Pass);
+    assert_eq!(r("10.0.0.2", "/t", 1).decide(&e).verdict, Verdict::Pass);
     assert_eq!(
-        r("10.0.0.3", "/t", 2).decide(&mut e).verdict,
+        r("10.0.0.3", "/t", 2).decide(&e).verdict,
         Verdict::Throttle {
             rule: 0,
             status: 503,
@@ -260,30 +260,27 @@ fn throttle_keys_retry_after_and_ban() {
             retry_after_s: 300
         }
     );
-    assert_eq!(
-        r("10.0.0.3", "/other", 3).decide(&mut e).verdict,
-        Verdict::Pass
-    );
+    assert_eq!(r("10.0.0.3", "/other", 3).decide(&e).verdict, Verdict::Pass);
     // Still banned after the bucket would have refilled.
     assert_eq!(
-        r("10.0.0.1", "/t", 120_000).decide(&mut e).verdict.kind(),
+        r("10.0.0.1", "/t", 120_000).decide(&e).verdict.kind(),
         "throttle"
     );
     assert_eq!(
-        r("10.0.0.1", "/t", 302_003).decide(&mut e).verdict,
+        r("10.0.0.1", "/t", 302_003).decide(&e).verdict,
         Verdict::Pass
     );
 
     // Without a ban, Retry-After is the wait for the next token.
-    let mut e = engine("rule t { when true throttle 6 requests per 1m burst 1 by header(\"x-api-key\"), query(\"title\") }");
+    let e = engine("rule t { when true throttle 6 requests per 1m burst 1 by header(\"x-api-key\"), query(\"title\") }");
     let k = |key: &str, t| Req::get("/?title=A").header("X-Api-Key", key).at(t);
-    assert_eq!(k("a", 0).decide(&mut e).verdict, Verdict::Pass);
-    assert_eq!(k("b", 0).decide(&mut e).verdict, Verdict::Pass);
+    assert_eq!(k("a", 0).decide(&e).verdict, Verdict::Pass);
+    assert_eq!(k("b", 0).decide(&e).verdict, Verdict::Pass);
     let Verdict::Throttle {
         retry_after_s,
         status,
         ..
-    } = k("a", 1).decide(&mut e).verdict
+    } = k("a", 1).decide(&e).verdict
     else {
         panic!()
     };
@@ -292,16 +289,16 @@ fn throttle_keys_retry_after_and_ban() {
 
 #[test]
 fn global_key_is_one_bucket_per_host() {
-    let mut e = engine("rule g { when true throttle 1 requests per 1h }");
+    let e = engine("rule g { when true throttle 1 requests per 1h }");
     assert_eq!(
-        Req::get("/").host("a.org").decide(&mut e).verdict,
+        Req::get("/").host("a.org").decide(&e).verdict,
         Verdict::Pass
     );
     assert_eq!(
         Req::get("/")
             .host("b.org")
             .ip("10.9.9.9")
-            .decide(&mut e)
+            .decide(&e)
             .verdict,
         Verdict::Pass
     );
@@ -309,7 +306,7 @@ fn global_key_is_one_bucket_per_host() {
         Req::get("/")
             .host("a.org")
             .ip("10.9.9.9")
-            .decide(&mut e)
+            .decide(&e)
             .verdict
             .kind(),
         "throttle"
@@ -323,31 +320,27 @@ fn global_key_is_one_bucket_per_host() {
 
 #[test]
 fn prefix_key_aggregates_v4_and_v6() {
-    let mut e = engine("rule p { when true throttle 1 requests per 1h by prefix(24, 64) }");
+    let e = engine("rule p { when true throttle 1 requests per 1h by prefix(24, 64) }");
     assert_eq!(
-        Req::get("/").ip("192.0.2.1").decide(&mut e).verdict,
+        Req::get("/").ip("192.0.2.1").decide(&e).verdict,
         Verdict::Pass
     );
     assert_eq!(
-        Req::get("/")
-            .ip("192.0.2.200")
-            .decide(&mut e)
-            .verdict
-            .kind(),
+        Req::get("/").ip("192.0.2.200").decide(&e).verdict.kind(),
         "throttle"
     );
     assert_eq!(
-        Req::get("/").ip("192.0.3.1").decide(&mut e).verdict,
+        Req::get("/").ip("192.0.3.1").decide(&e).verdict,
         Verdict::Pass
     );
     assert_eq!(
-        Req::get("/").ip("2001:db8:0:1::1").decide(&mut e).verdict,
+        Req::get("/").ip("2001:db8:0:1::1").decide(&e).verdict,
         Verdict::Pass
     );
     assert_eq!(
         Req::get("/")
             .ip("2001:db8:0:1:ffff::9")
-            .decide(&mut e)
+            .decide(&e)
             .verdict
             .kind(),
         "throttle"
@@ -357,10 +350,10 @@ fn prefix_key_aggregates_v4_and_v6() {
 #[test]
 fn sites_and_enabled() {
     let src = "rule here { sites { esams } when true deny 403 } rule off { enabled false when true deny 410 }";
-    let mut e = engine_at(src, Some("eqiad"));
-    assert_eq!(Req::get("/").decide(&mut e).verdict, Verdict::Pass);
-    let mut e = engine_at(src, Some("esams"));
-    assert_eq!(Req::get("/").run(&mut e), "deny:here");
+    let e = engine_at(src, Some("eqiad"));
+    assert_eq!(Req::get("/").decide(&e).verdict, Verdict::Pass);
+    let e = engine_at(src, Some("esams"));
+    assert_eq!(Req::get("/").run(&e), "deny:here");
 }
 
 #[test]
@@ -387,7 +380,7 @@ fn packet_path_follows_the_plan() {
         rule updater { priority 1 when ipblock@upd/hosts and header(\"user-agent\") == \"updater\" allow }
         rule bad { priority 2 when ipblock@bad/net drop }
         rule syn { priority 3 when proto == tcp throttle 2 connections per 1m by ip }";
-    let mut e = engine(src);
+    let e = engine(src);
     let p = |ip: &str, syn: bool| Packet {
         src: ip.parse().unwrap(),
         proto: Proto::Tcp,
@@ -397,10 +390,10 @@ fn packet_path_follows_the_plan() {
     };
     // The updater's addresses are exempted in XDP (its projection), so its
     // packets reach user space, which sees the User-Agent.
-    assert_eq!(pkt(&mut e, &p("203.0.113.9", true)), "allow:updater");
-    assert_eq!(pkt(&mut e, &p("203.0.113.1", true)), "drop:bad");
+    assert_eq!(pkt(&e, &p("203.0.113.9", true)), "allow:updater");
+    assert_eq!(pkt(&e, &p("203.0.113.1", true)), "drop:bad");
     // In user space, a request from the updater range without the UA is dropped.
-    assert_eq!(Req::get("/").ip("203.0.113.9").run(&mut e), "drop:bad");
+    assert_eq!(Req::get("/").ip("203.0.113.9").run(&e), "drop:bad");
     // Connections count SYNs only.
     for _ in 0..10 {
         assert_eq!(
@@ -416,10 +409,10 @@ fn packet_path_follows_the_plan() {
         e.decide_packet(&p("198.51.100.7", true)).verdict,
         Verdict::Pass
     );
-    assert_eq!(pkt(&mut e, &p("198.51.100.7", true)), "throttle:syn");
+    assert_eq!(pkt(&e, &p("198.51.100.7", true)), "throttle:syn");
     // Packet limits are not request rules.
     assert_eq!(
-        Req::get("/").ip("198.51.100.7").decide(&mut e).verdict,
+        Req::get("/").ip("198.51.100.7").decide(&e).verdict,
         Verdict::Pass
     );
 }

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 
 use rctl_compiler::{compile_str, Compilation, Options};
-use rctl_dataplane::{Decision, Engine, EngineConfig, Request, Verdict};
+use rctl_dataplane::{Decision, Engine, EngineConfig, NaiveEngine, Request, Verdict};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -13,25 +13,25 @@ pub fn compile(src: &str) -> Compilation {
 }
 
 /// Compiles and asserts there are no errors; returns an engine.
-pub fn engine(src: &str) -> Engine {
+pub fn engine(src: &str) -> Both {
     engine_at(src, None)
 }
 
 /// Like [`engine`], for one site.
-pub fn engine_at(src: &str, site: Option<&str>) -> Engine {
+pub fn engine_at(src: &str, site: Option<&str>) -> Both {
     let c = compile(src);
     let rendered: Vec<String> = c.diagnostics.iter().map(|d| d.render(&c.sources)).collect();
     let rs = c
         .ruleset
         .unwrap_or_else(|| panic!("does not compile:\n{}", rendered.join("\n")));
-    Engine::new(
-        rs,
-        &EngineConfig {
-            site: site.map(String::from),
-            ..Default::default()
-        },
-    )
-    .expect("engine")
+    let config = EngineConfig {
+        site: site.map(String::from),
+        ..Default::default()
+    };
+    Both {
+        fast: Engine::new(rs.clone(), &config).expect("engine"),
+        naive: NaiveEngine::new(rs, &config).expect("naive"),
+    }
 }
 
 /// (code, line, col) of every diagnostic, in source order.
@@ -91,26 +91,64 @@ impl Req {
         self
     }
     /// Decides and shows the verdict.
-    pub fn run(&self, e: &mut Engine) -> String {
+    pub fn run(&self, e: &Both) -> String {
         let v = self.decide(e).verdict;
         show(e, &v)
     }
-    pub fn decide(&self, e: &mut Engine) -> Decision {
-        let hs: Vec<(&str, &str)> = self.headers.iter().map(|(a, b)| (*a, b.as_str())).collect();
-        e.decide_request(&Request {
-            method: self.method,
-            host: self.host,
-            target: &self.target,
-            headers: &hs,
+    pub fn request<'a>(&'a self, hs: &'a [(&'a [u8], &'a [u8])]) -> Request<'a> {
+        Request {
+            method: self.method.as_bytes(),
+            host: self.host.as_bytes(),
+            target: self.target.as_bytes(),
+            headers: hs,
             ip: self.ip,
             port: self.port,
             time_ns: 1_000_000_000_000 + self.t_ms * 1_000_000,
-        })
+        }
+    }
+    pub fn decide(&self, e: &Both) -> Decision {
+        let hs: Vec<(&[u8], &[u8])> = self
+            .headers
+            .iter()
+            .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
+            .collect();
+        e.decide_request(&self.request(&hs))
+    }
+}
+
+/// The compiled engine and the reference evaluator on the same ruleset:
+/// every decision is made by both, and they must agree.
+pub struct Both {
+    pub fast: Engine,
+    pub naive: NaiveEngine,
+}
+
+impl Both {
+    pub fn decide_request(&self, r: &Request<'_>) -> Decision {
+        let d = self.fast.decide_request(r);
+        assert_eq!(
+            d,
+            self.naive.decide_request(r),
+            "compiled engine and reference disagree on {r:?}"
+        );
+        d
+    }
+    pub fn decide_packet(&self, p: &rctl_dataplane::Packet) -> Decision {
+        let d = self.fast.decide_packet(p);
+        assert_eq!(
+            d,
+            self.naive.decide_packet(p),
+            "compiled engine and reference disagree on {p:?}"
+        );
+        d
+    }
+    pub fn rule(&self, i: usize) -> &rctl_compiler::ir::Rule {
+        self.fast.rule(i)
     }
 }
 
 /// "pass" or "kind:rule" for a verdict.
-pub fn show(e: &Engine, v: &Verdict) -> String {
+pub fn show(e: &Both, v: &Verdict) -> String {
     match v.rule() {
         Some(i) => format!("{}:{}", v.kind(), e.rule(i).name),
         None => v.kind().to_string(),
@@ -118,7 +156,7 @@ pub fn show(e: &Engine, v: &Verdict) -> String {
 }
 
 /// Decides a packet and shows the verdict.
-pub fn pkt(e: &mut Engine, p: &rctl_dataplane::Packet) -> String {
+pub fn pkt(e: &Both, p: &rctl_dataplane::Packet) -> String {
     let v = e.decide_packet(p).verdict;
     show(e, &v)
 }

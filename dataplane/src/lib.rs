@@ -1,13 +1,20 @@
-//! The user-space data plane of rctl: a decision engine for compiled
-//! rulesets, keyed rate limiters, and the runner for `test` blocks.
+//! The user-space data plane of rctl: a compiled decision engine for
+//! rulesets, the reference evaluator it is checked against, keyed rate
+//! limiters, and the runner for `test` blocks.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod core;
 pub mod engine;
+pub mod iptable;
 pub mod limiter;
+pub mod matcher;
+pub mod naive;
 pub mod request;
 pub mod testing;
 
-pub use engine::{Decision, Engine, EngineConfig, EngineError, Verdict};
+pub use crate::core::{Decision, EngineConfig, Step, Verdict};
+pub use engine::{Engine, EngineError, Scratch, Trace};
+pub use naive::NaiveEngine;
 pub use request::{Packet, Request};

@@ -1,17 +1,35 @@
-//! Keyed rate limiting: GCRA (a token bucket in one timestamp) plus an
-//! optional ban, with a bounded number of tracked keys.
+//! Keyed rate limiting: GCRA (a token bucket kept as one timestamp) plus an
+//! optional ban, sharded for concurrency, with bounded memory.
 //!
 //! Semantics, matching requestctl's vsthrottle ("`limit` per `period`, then
 //! deny for `ban`"):
 //! - each key gets `burst` hits at once, refilling at `limit` per `period`;
-//! - a hit that finds the bucket empty is limited, and if `ban` is set the
-//!   key is then limited for `ban` from that moment, whatever it sends;
+//! - a hit that finds the bucket empty is limited; with a `ban`, the key is
+//!   then limited for the whole ban from that moment, whatever it sends;
 //! - limited hits do not consume the allowance.
 //!
 //! Time is injected (nanoseconds on any monotonic clock), so replays of
 //! captured traffic see exactly what would have happened live.
+//!
+//! **Memory.** Keys are stored as 64-bit hashes (SipHash with a per-process
+//! random key, so clients cannot aim collisions at each other) in
+//! `SHARDS` independently locked tables, each holding at most
+//! `max_keys / SHARDS` keys: 24 bytes of state a key, plus the table's
+//! overhead (measured in the README). **When a shard is full**, a new key
+//! evicts one of 16 sampled entries: first one whose bucket has refilled
+//! and that is not banned (forgetting it changes nothing), else the
+//! unbanned key closest to full; a banned key only when all 16 are banned.
+//! A flood of spoofed sources can thus reset partial buckets, but cannot
+//! lift a ban or grow memory past the bound. Exempted (allowed) traffic
+//! never reaches a limiter, so it has no standing to lose.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Mutex;
+
+/// Number of independently locked shards per limiter.
+pub const SHARDS: usize = 16;
+const SAMPLE: usize = 16;
 
 /// What the limiter says about one hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,19 +51,54 @@ struct State {
     banned_until: u64,
 }
 
+#[derive(Debug, Default)]
+struct Shard {
+    keys: HashMap<u64, State, NoHash>,
+}
+
+/// Keys are already hashes: the table uses them as they are.
+#[derive(Debug, Default, Clone, Copy)]
+struct NoHash;
+
+impl BuildHasher for NoHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+#[derive(Debug, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
     interval_ns: u64,
     tolerance_ns: u64,
     ban_ns: u64,
-    max_keys: usize,
-    keys: HashMap<Vec<u8>, State>,
+    per_shard: usize,
+    hasher: RandomState,
+    shards: Vec<Mutex<Shard>>,
 }
 
 impl Limiter {
     /// `limit` per `period_ms`, bucket size `burst`, ban `ban_ms` (0: none),
-    /// tracking at most `max_keys` keys.
+    /// tracking at most `max_keys` keys (rounded up to a multiple of the
+    /// shard count).
     pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64, max_keys: usize) -> Self {
         let period_ns = u128::from(period_ms) * 1_000_000;
         let interval_ns = (period_ns / u128::from(limit.max(1))).max(1) as u64;
@@ -53,27 +106,50 @@ impl Limiter {
             interval_ns,
             tolerance_ns: interval_ns.saturating_mul(u64::from(burst.max(1)) - 1),
             ban_ns: ban_ms.saturating_mul(1_000_000),
-            max_keys: max_keys.max(1),
-            keys: HashMap::new(),
+            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
         }
     }
 
     /// Number of keys tracked now.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.keys.len()))
+            .sum()
     }
 
     /// Whether no key is tracked.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.len() == 0
+    }
+
+    /// The most keys this limiter holds.
+    pub fn capacity(&self) -> usize {
+        self.per_shard * SHARDS
+    }
+
+    /// Bytes of table memory now allocated (entries and control bytes).
+    pub fn table_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(u64, State)>() + 1;
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.keys.capacity() * entry))
+            .sum()
     }
 
     /// Records one hit for `key` at `now_ns`.
-    pub fn hit(&mut self, key: &[u8], now_ns: u64) -> Outcome {
-        if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
-            self.evict(now_ns);
+    pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
+        let h = self.hasher.hash_one(key);
+        let shard = &self.shards[(h >> 60) as usize % SHARDS];
+        // A poisoned lock only means another thread panicked mid-update of
+        // plain integers; the state is still usable.
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if shard.keys.len() >= self.per_shard && !shard.keys.contains_key(&h) {
+            evict(&mut shard.keys, now_ns);
         }
-        let st = self.keys.entry(key.to_vec()).or_insert(State {
+        let st = shard.keys.entry(h).or_insert(State {
             tat: now_ns,
             banned_until: 0,
         });
@@ -97,23 +173,29 @@ impl Limiter {
         st.tat = tat.saturating_add(self.interval_ns);
         Outcome::Allowed
     }
+}
 
-    /// Makes room: first drops every key whose bucket is full again and that
-    /// is not banned (forgetting it changes nothing), then, if still full,
-    /// the key closest to full. Banned keys go last.
-    fn evict(&mut self, now_ns: u64) {
-        self.keys
-            .retain(|_, s| s.tat > now_ns || s.banned_until > now_ns);
-        if self.keys.len() >= self.max_keys {
-            let victim = self
-                .keys
-                .iter()
-                .min_by_key(|(_, s)| (s.banned_until > now_ns, s.tat))
-                .map(|(k, _)| k.clone());
-            if let Some(k) = victim {
-                self.keys.remove(&k);
-            }
-        }
+fn evict(keys: &mut HashMap<u64, State, NoHash>, now: u64) {
+    // Sample from a position that moves with time, so eviction does not
+    // keep hitting the same part of the table.
+    let skip = (now as usize / 1_000) % keys.len().max(1);
+    let skip = skip.min(keys.len().saturating_sub(SAMPLE));
+    let victim = keys
+        .iter()
+        .skip(skip)
+        .take(SAMPLE)
+        .min_by_key(|(_, s)| {
+            let banned = s.banned_until > now;
+            let refilled = s.tat <= now;
+            (
+                banned,
+                !refilled,
+                if banned { s.banned_until } else { s.tat },
+            )
+        })
+        .map(|(k, _)| *k);
+    if let Some(k) = victim {
+        keys.remove(&k);
     }
 }
 
@@ -125,7 +207,7 @@ mod tests {
 
     #[test]
     fn burst_then_steady_rate() {
-        let mut l = Limiter::new(10, 1_000, 10, 0, 100);
+        let l = Limiter::new(10, 1_000, 10, 0, 100);
         for _ in 0..10 {
             assert_eq!(l.hit(b"k", 0), Outcome::Allowed);
         }
@@ -135,13 +217,12 @@ mod tests {
         assert_eq!(retry_after_ns, S / 10);
         assert_eq!(l.hit(b"k", S / 10), Outcome::Allowed);
         assert!(matches!(l.hit(b"k", S / 10), Outcome::Limited { .. }));
-        // Another key has its own bucket.
         assert_eq!(l.hit(b"other", 0), Outcome::Allowed);
     }
 
     #[test]
     fn ban_holds_for_its_duration() {
-        let mut l = Limiter::new(1, 1_000, 1, 60_000, 100);
+        let l = Limiter::new(1, 1_000, 1, 60_000, 100);
         assert_eq!(l.hit(b"k", 0), Outcome::Allowed);
         assert_eq!(
             l.hit(b"k", 1),
@@ -154,14 +235,51 @@ mod tests {
     }
 
     #[test]
-    fn bounded_keys_and_banned_keys_survive_eviction() {
-        let mut l = Limiter::new(1, 60_000, 1, 600_000, 4);
-        l.hit(b"bad", 0);
-        l.hit(b"bad", 1);
-        for i in 0..10_000u32 {
-            l.hit(&i.to_le_bytes(), 2 + u64::from(i));
-            assert!(l.len() <= 4);
+    fn a_million_spoofed_sources_neither_grow_memory_nor_lift_bans() {
+        let l = Limiter::new(1, 60_000, 1, 600_000, 4_096);
+        // 100 abusers get banned.
+        for i in 0..100u32 {
+            let k = format!("bad{i}");
+            l.hit(k.as_bytes(), 0);
+            assert!(matches!(l.hit(k.as_bytes(), 1), Outcome::Limited { .. }));
         }
-        assert!(matches!(l.hit(b"bad", 20_000), Outcome::Limited { .. }));
+        let mut peak_bytes = 0;
+        for i in 0..1_000_000u32 {
+            l.hit(&i.to_le_bytes(), 2 + u64::from(i) * 100);
+            if i % 65_536 == 0 {
+                peak_bytes = peak_bytes.max(l.table_bytes());
+            }
+        }
+        assert!(l.len() <= l.capacity(), "{} > {}", l.len(), l.capacity());
+        // 24 bytes of state a key; under churn the tables settle at about 3.5x
+        // their fill (tombstones force one doubling), and never grow past it.
+        assert!(peak_bytes <= 4_096 * 90, "table grew to {peak_bytes} bytes");
+        for i in 0..100u32 {
+            let k = format!("bad{i}");
+            assert!(
+                matches!(l.hit(k.as_bytes(), 200_000_000), Outcome::Limited { .. }),
+                "ban of bad{i} was lifted"
+            );
+        }
+    }
+
+    #[test]
+    fn shared_across_threads() {
+        let l = std::sync::Arc::new(Limiter::new(1_000, 1_000, 1_000, 0, 1 << 16));
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    (0..1_000)
+                        .filter(|i| l.hit(b"shared", t * 10 + i % 3) == Outcome::Allowed)
+                        .count()
+                })
+            })
+            .collect();
+        let allowed: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(
+            allowed, 1_000,
+            "exactly the burst is allowed, whatever the interleaving"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! The inputs the engine decides on: HTTP requests and packets, and the
-//! field extraction shared by every caller.
+//! field extraction shared by every evaluator. Everything is bytes: a
+//! request with invalid UTF-8 is still decided.
 
 use rctl_compiler::ir::{Proto, StrField};
-use rctl_compiler::value::normalize_path;
 use std::borrow::Cow;
 use std::net::IpAddr;
 
@@ -10,13 +10,13 @@ use std::net::IpAddr;
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
     /// Method, as sent.
-    pub method: &'a str,
+    pub method: &'a [u8],
     /// Host header (or authority), any case, port allowed.
-    pub host: &'a str,
+    pub host: &'a [u8],
     /// Request target: path with an optional `?query`.
-    pub target: &'a str,
+    pub target: &'a [u8],
     /// Headers in order, names in any case.
-    pub headers: &'a [(&'a str, &'a str)],
+    pub headers: &'a [(&'a [u8], &'a [u8])],
     /// Client address.
     pub ip: IpAddr,
     /// Destination port.
@@ -40,22 +40,32 @@ pub struct Packet {
     pub time_ns: u64,
 }
 
-/// Request fields extracted once per request.
-pub(crate) struct Fields<'a> {
-    pub method: &'a str,
-    pub host: String,
-    pub path: String,
-    pub query: Option<&'a str>,
+/// Request fields, normalised once per request.
+pub struct Fields<'a> {
+    /// The method.
+    pub method: &'a [u8],
+    /// Lower-case host without port.
+    pub host: Cow<'a, [u8]>,
+    /// Percent-normalised path.
+    pub path: Cow<'a, [u8]>,
+    /// The raw query, if the target has `?`.
+    pub query: Option<&'a [u8]>,
     req: &'a Request<'a>,
 }
 
 impl<'a> Fields<'a> {
+    /// Extracts and normalises.
     pub fn new(req: &'a Request<'a>) -> Self {
-        let (path, query) = match req.target.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
+        let (path, query) = match req.target.iter().position(|&b| b == b'?') {
+            Some(i) => (&req.target[..i], Some(&req.target[i + 1..])),
             None => (req.target, None),
         };
-        let host = strip_port(req.host).to_ascii_lowercase();
+        let host = strip_port(req.host);
+        let host = if host.iter().any(u8::is_ascii_uppercase) {
+            Cow::Owned(host.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(host)
+        };
         Fields {
             method: req.method,
             host,
@@ -66,68 +76,112 @@ impl<'a> Fields<'a> {
     }
 
     /// The value of a string field, or `None` when absent.
-    pub fn get(&self, f: &StrField) -> Option<Cow<'a, str>> {
+    pub fn get(&self, f: &StrField) -> Option<Cow<'a, [u8]>> {
         match f {
             StrField::Method => Some(Cow::Borrowed(self.method)),
-            StrField::Host => Some(Cow::Owned(self.host.clone())),
-            StrField::Path => Some(Cow::Owned(self.path.clone())),
-            StrField::Query => Some(Cow::Borrowed(self.query.unwrap_or(""))),
-            StrField::QueryParam(p) => query_param(self.query?, p).map(Cow::Owned),
-            StrField::Header(h) => self
-                .req
-                .headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(h))
-                .map(|(_, v)| Cow::Borrowed(*v)),
+            StrField::Host => Some(self.host.clone()),
+            StrField::Path => Some(self.path.clone()),
+            StrField::Query => Some(Cow::Borrowed(self.query.unwrap_or(b""))),
+            StrField::QueryParam(p) => query_param(self.query?, p.as_bytes()).map(Cow::Owned),
+            StrField::Header(h) => self.header(h.as_bytes()).map(Cow::Borrowed),
         }
+    }
+
+    /// The first header with this (lower-case) name.
+    pub fn header(&self, lower: &[u8]) -> Option<&'a [u8]> {
+        self.req
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(lower))
+            .map(|(_, v)| *v)
+    }
+
+    /// The request.
+    pub fn request(&self) -> &'a Request<'a> {
+        self.req
     }
 }
 
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host
-            .split_once(']')
-            .map_or(host, |(h, _)| &host[..h.len() + 1]);
+fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        return match host.iter().position(|&b| b == b']') {
+            Some(i) => &host[..=i],
+            None => host,
+        };
     }
-    match host.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') && p.bytes().all(|b| b.is_ascii_digit()) => h,
+    match host.iter().rposition(|&b| b == b':') {
+        Some(i) if !host[..i].contains(&b':') && host[i + 1..].iter().all(u8::is_ascii_digit) => {
+            &host[..i]
+        }
         _ => host,
     }
 }
 
-/// Decodes `+` and `%XX` in a query component.
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Normalises a path exactly as the compiler normalises path literals
+/// ([`rctl_compiler::value::normalize_path`]), on bytes.
+pub fn normalize_path(p: &[u8]) -> Cow<'_, [u8]> {
+    if !p.contains(&b'%') {
+        return Cow::Borrowed(p);
+    }
+    let mut out = Vec::with_capacity(p.len());
     let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match (
-                    char::from(b[i + 1]).to_digit(16),
-                    char::from(b[i + 2]).to_digit(16),
-                ) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+    while i < p.len() {
+        if p[i] == b'%' && i + 2 < p.len() {
+            if let (Some(h), Some(l)) = (hex(p[i + 1]), hex(p[i + 2])) {
+                let v = h * 16 + l;
+                if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
+                    out.push(v);
+                } else {
+                    out.extend_from_slice(&[
+                        b'%',
+                        p[i + 1].to_ascii_uppercase(),
+                        p[i + 2].to_ascii_uppercase(),
+                    ]);
                 }
+                i += 3;
+                continue;
             }
+        }
+        out.push(p[i]);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// Decodes `+` and `%XX` in a query component.
+pub fn decode_component(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < s.len() => match (hex(s[i + 1]), hex(s[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
             c => out.push(c),
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The decoded value of the first parameter called `name` (`a&b` has
 /// parameter `a` with value "").
-pub fn query_param(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (decode(k) == name).then(|| decode(v))
+pub fn query_param(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    query.split(|&b| b == b'&').find_map(|kv| {
+        let (k, v) = match kv.iter().position(|&b| b == b'=') {
+            Some(i) => (&kv[..i], &kv[i + 1..]),
+            None => (kv, &b""[..]),
+        };
+        (decode_component(k) == name).then(|| decode_component(v))
     })
 }
 
@@ -137,20 +191,43 @@ mod tests {
 
     #[test]
     fn query_params_are_decoded() {
+        let q = |s: &str, n: &str| {
+            query_param(s.as_bytes(), n.as_bytes()).map(|v| String::from_utf8(v).unwrap())
+        };
         assert_eq!(
-            query_param("a=1&query=SELECT+%3Fx&a=2", "query").as_deref(),
+            q("a=1&query=SELECT+%3Fx&a=2", "query").as_deref(),
             Some("SELECT ?x")
         );
-        assert_eq!(query_param("a=1&a=2", "a").as_deref(), Some("1"));
-        assert_eq!(query_param("flag&x=1", "flag").as_deref(), Some(""));
-        assert_eq!(query_param("x=%zz%", "x").as_deref(), Some("%zz%"));
-        assert_eq!(query_param("x=1", "y"), None);
+        assert_eq!(q("a=1&a=2", "a").as_deref(), Some("1"));
+        assert_eq!(q("flag&x=1", "flag").as_deref(), Some(""));
+        assert_eq!(q("x=%zz%", "x").as_deref(), Some("%zz%"));
+        assert_eq!(q("x=1", "y"), None);
     }
 
     #[test]
     fn host_port_is_stripped() {
-        assert_eq!(strip_port("Example.org:8080"), "Example.org");
-        assert_eq!(strip_port("[2001:db8::1]:443"), "[2001:db8::1]");
-        assert_eq!(strip_port("2001:db8::1"), "2001:db8::1");
+        assert_eq!(strip_port(b"Example.org:8080"), b"Example.org");
+        assert_eq!(strip_port(b"[2001:db8::1]:443"), b"[2001:db8::1]");
+        assert_eq!(strip_port(b"2001:db8::1"), b"2001:db8::1");
+    }
+
+    #[test]
+    fn path_normalisation_matches_the_compiler() {
+        for p in [
+            "/%73parql",
+            "/page/html/%ea%9d%ae",
+            "/a%2Fb",
+            "/bad%zz%",
+            "/x%4",
+            "/\u{e9}",
+            "/%",
+        ] {
+            assert_eq!(
+                normalize_path(p.as_bytes()).as_ref(),
+                rctl_compiler::value::normalize_path(p).as_bytes(),
+                "{p}"
+            );
+        }
+        assert_eq!(normalize_path(b"/\xff%41").as_ref(), b"/\xffA");
     }
 }

@@ -1,7 +1,7 @@
 //! Runs a ruleset's `test` blocks through the engine (`rctl test`).
 
-use crate::engine::{Decision, Engine, EngineConfig, EngineError, Verdict};
 use crate::request::{Packet, Request};
+use crate::{Decision, Engine, EngineConfig, EngineError, Verdict};
 use rctl_compiler::ir::Ruleset;
 use rctl_compiler::spec::{Expect, Outcome, Quantity, SampleKind, TestCase};
 use std::collections::BTreeMap;
@@ -36,7 +36,8 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
         site: test.site.clone(),
         ..EngineConfig::default()
     };
-    let mut engine = Engine::new(ruleset.clone(), &config)?;
+    let engine = Engine::new(ruleset.clone(), &config)?;
+    let mut scratch = engine.scratch();
     let mut events = Vec::new();
     for (si, s) in test.samples.iter().enumerate() {
         for i in 0..s.count {
@@ -61,19 +62,23 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
                 target,
                 headers,
             } => {
-                let hs: Vec<(&str, &str)> = headers
+                let hs: Vec<(&[u8], &[u8])> = headers
                     .iter()
-                    .map(|(a, b)| (a.as_str(), b.as_str()))
+                    .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
                     .collect();
-                engine.decide_request(&Request {
-                    method,
-                    host,
-                    target,
-                    headers: &hs,
-                    ip: s.ip,
-                    port: s.port,
-                    time_ns: now,
-                })
+                engine.decide_request_with(
+                    &Request {
+                        method: method.as_bytes(),
+                        host: host.as_bytes(),
+                        target: target.as_bytes(),
+                        headers: &hs,
+                        ip: s.ip,
+                        port: s.port,
+                        time_ns: now,
+                    },
+                    &mut scratch,
+                    None,
+                )
             }
             SampleKind::Packet { proto, syn } => engine.decide_packet(&Packet {
                 src: s.ip,

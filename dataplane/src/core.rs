@@ -1,0 +1,338 @@
+//! What every evaluator shares: verdicts, and the one implementation of the
+//! priority, exemption and shadow semantics. Evaluators differ only in how
+//! they decide whether a rule's condition holds.
+//!
+//! Evaluation order is the ruleset's order (ascending priority, then file
+//! order). For each rule that applies to the site and matches:
+//! - `shadow` rules and `log` rules are recorded and evaluation continues
+//!   (a shadow throttle still counts, to report what it would have done);
+//! - `allow` ends evaluation: nothing later can deny, drop or throttle it;
+//! - `deny` and `drop` end evaluation;
+//! - `throttle` ends evaluation only when its key is over the limit.
+
+use crate::limiter::{Limiter, Outcome};
+use crate::request::Fields;
+use rctl_compiler::ir::{Action, Key, Rule, Ruleset, StrField};
+use std::net::IpAddr;
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Only rules for this site (and rules for all sites) apply.
+    pub site: Option<String>,
+    /// Most keys each limiter tracks.
+    pub max_keys_per_limiter: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            site: None,
+            max_keys_per_limiter: 1 << 20,
+        }
+    }
+}
+
+/// The final decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No rule decided.
+    Pass,
+    /// An allow rule (or, on the packet path, an exemption) decided.
+    Allow {
+        /// Deciding rule index.
+        rule: usize,
+    },
+    /// Answer with an HTTP error.
+    Deny {
+        /// Deciding rule index.
+        rule: usize,
+        /// Status.
+        status: u16,
+        /// Reason.
+        reason: String,
+    },
+    /// Over a rate limit.
+    Throttle {
+        /// Deciding rule index.
+        rule: usize,
+        /// Status.
+        status: u16,
+        /// Reason.
+        reason: String,
+        /// Seconds for the Retry-After header (at least 1).
+        retry_after_s: u64,
+    },
+    /// Close (or drop the packet) without a response.
+    Drop {
+        /// Deciding rule index.
+        rule: usize,
+    },
+}
+
+impl Verdict {
+    /// The deciding rule, if any.
+    pub fn rule(&self) -> Option<usize> {
+        match self {
+            Verdict::Pass => None,
+            Verdict::Allow { rule }
+            | Verdict::Deny { rule, .. }
+            | Verdict::Throttle { rule, .. }
+            | Verdict::Drop { rule } => Some(*rule),
+        }
+    }
+
+    /// pass, allow, deny, throttle or drop.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Allow { .. } => "allow",
+            Verdict::Deny { .. } => "deny",
+            Verdict::Throttle { .. } => "throttle",
+            Verdict::Drop { .. } => "drop",
+        }
+    }
+}
+
+/// A verdict and what shadow and log rules saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What is enforced.
+    pub verdict: Verdict,
+    /// Log and shadow rules that matched, with what each would have done.
+    pub logged: Vec<(usize, Verdict)>,
+}
+
+/// One rule's part in a decision, for traces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Rule index.
+    pub rule: usize,
+    /// What its match did: the verdict it gave, or would give in shadow.
+    pub effect: Verdict,
+    /// Whether it was only recorded (log or shadow).
+    pub shadow: bool,
+}
+
+/// The ruleset, its site selection and its limiters.
+pub(crate) struct Core {
+    pub ruleset: Ruleset,
+    pub active: Vec<bool>,
+    limiters: Vec<Option<Limiter>>,
+}
+
+impl Core {
+    pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Core {
+        let active = ruleset
+            .rules
+            .iter()
+            .map(|r| r.enabled && r.applies_to(config.site.as_deref()))
+            .collect();
+        let limiters = ruleset
+            .rules
+            .iter()
+            .map(|r| match &r.action {
+                Action::Throttle(t) => Some(Limiter::new(
+                    t.limit,
+                    t.period_ms,
+                    t.burst,
+                    t.ban_ms,
+                    config.max_keys_per_limiter,
+                )),
+                _ => None,
+            })
+            .collect();
+        Core {
+            ruleset,
+            active,
+            limiters,
+        }
+    }
+
+    pub fn rule(&self, i: usize) -> &Rule {
+        &self.ruleset.rules[i]
+    }
+
+    pub fn limiter(&self, i: usize) -> Option<&Limiter> {
+        self.limiters.get(i).and_then(Option::as_ref)
+    }
+
+    /// Whether rule `i` takes part in request decisions.
+    pub fn on_request_path(&self, i: usize) -> bool {
+        self.active[i] && !self.ruleset.rules[i].is_packet_limit()
+    }
+
+    fn key(keys: &[Key], f: Option<&Fields<'_>>, ip: IpAddr, out: &mut Vec<u8>) {
+        out.clear();
+        for k in keys {
+            match k {
+                Key::Ip => match ip {
+                    IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
+                    IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+                },
+                Key::Prefix { v4, v6 } => match ip {
+                    IpAddr::V4(a) => {
+                        let m = if *v4 == 0 {
+                            0
+                        } else {
+                            u32::MAX << (32 - u32::from((*v4).min(32)))
+                        };
+                        out.extend_from_slice(&(u32::from(a) & m).to_be_bytes());
+                        out.push(*v4);
+                    }
+                    IpAddr::V6(a) => {
+                        let m = if *v6 == 0 {
+                            0
+                        } else {
+                            u128::MAX << (128 - u32::from((*v6).min(128)))
+                        };
+                        out.extend_from_slice(&(u128::from(a) & m).to_be_bytes());
+                        out.push(*v6);
+                    }
+                },
+                Key::Global | Key::Host => out.extend_from_slice(f.map_or(&b""[..], |f| &f.host)),
+                Key::Path => out.extend_from_slice(f.map_or(&b""[..], |f| &f.path)),
+                Key::Method => out.extend_from_slice(f.map_or(&b""[..], |f| f.method)),
+                Key::Header(h) => {
+                    if let Some(v) = f.and_then(|f| f.header(h.as_bytes())) {
+                        out.extend_from_slice(v);
+                    }
+                }
+                Key::Query(q) => {
+                    if let Some(v) = f.and_then(|f| f.get(&StrField::QueryParam(q.clone()))) {
+                        out.extend_from_slice(&v);
+                    }
+                }
+            }
+            // A separator that cannot be confused with the length of a
+            // value: the value's length, then a marker.
+            out.extend_from_slice(&(out.len() as u32).to_le_bytes());
+        }
+    }
+
+    /// Counts a hit in rule `i`'s limiter; the throttle verdict if over.
+    pub fn throttle(
+        &self,
+        i: usize,
+        f: Option<&Fields<'_>>,
+        ip: IpAddr,
+        now: u64,
+        key: &mut Vec<u8>,
+    ) -> Option<Verdict> {
+        let Action::Throttle(t) = &self.ruleset.rules[i].action else {
+            return None;
+        };
+        Self::key(&t.keys, f, ip, key);
+        match self.limiter(i)?.hit(key, now) {
+            Outcome::Allowed => None,
+            Outcome::Limited { retry_after_ns } => Some(Verdict::Throttle {
+                rule: i,
+                status: t.status,
+                reason: t.reason.clone(),
+                retry_after_s: retry_after_ns.div_ceil(1_000_000_000).max(1),
+            }),
+        }
+    }
+
+    /// Runs the request semantics over `candidates` (rule indices in
+    /// ascending order), asking `matches` whether each rule's condition holds.
+    pub fn decide_request(
+        &self,
+        f: &Fields<'_>,
+        candidates: impl Iterator<Item = usize>,
+        mut matches: impl FnMut(usize) -> bool,
+        mut trace: Option<&mut Vec<Step>>,
+    ) -> Decision {
+        let req = f.request();
+        let mut logged = Vec::new();
+        let mut key = Vec::new();
+        for i in candidates {
+            if !self.on_request_path(i) || !matches(i) {
+                continue;
+            }
+            let r = &self.ruleset.rules[i];
+            let shadow = r.shadow || r.action == Action::Log;
+            let v = match &r.action {
+                Action::Allow => Some(Verdict::Allow { rule: i }),
+                Action::Drop => Some(Verdict::Drop { rule: i }),
+                Action::Deny { status, reason } => Some(Verdict::Deny {
+                    rule: i,
+                    status: *status,
+                    reason: reason.clone(),
+                }),
+                Action::Log => None,
+                Action::Throttle(_) => self.throttle(i, Some(f), req.ip, req.time_ns, &mut key),
+            };
+            if let Some(t) = trace.as_deref_mut() {
+                t.push(Step {
+                    rule: i,
+                    effect: v.clone().unwrap_or(Verdict::Pass),
+                    shadow,
+                });
+            }
+            if shadow {
+                logged.push((i, v.unwrap_or(Verdict::Pass)));
+                continue;
+            }
+            if let Some(v) = v {
+                return Decision { verdict: v, logged };
+            }
+        }
+        Decision {
+            verdict: Verdict::Pass,
+            logged,
+        }
+    }
+}
+
+impl Core {
+    /// Runs the packet semantics (what XDP does) given a test for atoms.
+    pub fn decide_packet(
+        &self,
+        p: &crate::request::Packet,
+        atom: impl Fn(u32) -> bool,
+    ) -> Decision {
+        use rctl_compiler::ir::{Proto, Unit, XdpKind};
+        let mut key = Vec::new();
+        for i in 0..self.ruleset.rules.len() {
+            let Some(x) = &self.ruleset.plan[i].xdp else {
+                continue;
+            };
+            if !self.active[i]
+                || !x
+                    .dnf
+                    .iter()
+                    .any(|t| t.iter().all(|&(a, neg)| atom(a) != neg))
+            {
+                continue;
+            }
+            let v = match x.kind {
+                XdpKind::Allow | XdpKind::Exempt => Some(Verdict::Allow { rule: i }),
+                XdpKind::Drop => Some(Verdict::Drop { rule: i }),
+                XdpKind::Throttle => {
+                    let counts = match &self.ruleset.rules[i].action {
+                        Action::Throttle(t) => {
+                            t.unit == Unit::Packets || (p.syn && p.proto == Proto::Tcp)
+                        }
+                        _ => false,
+                    };
+                    if counts {
+                        self.throttle(i, None, p.src, p.time_ns, &mut key)
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(v) = v {
+                return Decision {
+                    verdict: v,
+                    logged: Vec::new(),
+                };
+            }
+        }
+        Decision {
+            verdict: Verdict::Pass,
+            logged: Vec::new(),
+        }
+    }
+}

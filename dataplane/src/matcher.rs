@@ -1,0 +1,284 @@
+//! The compiled predicate matcher: every field of a request is scanned once,
+//! whatever the number of rules, and yields the set of atoms that hold.
+//!
+//! Per string field: exact values (`==`, `in`) in one hash map; prefixes,
+//! suffixes, substrings and regexes in one multi-pattern regex-automata
+//! automaton searched for all overlapping matches in a single pass.
+//! Addresses go through one [`PrefixTable`]. Ports and protocols are few
+//! and tested directly.
+
+use crate::iptable::PrefixTable;
+use crate::request::{decode_component, Fields};
+use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};
+use regex_automata::meta::Regex;
+use regex_automata::{Input, MatchKind, PatternSet};
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// A set of atom indices: a bitset plus the list of set bits.
+#[derive(Debug, Default, Clone)]
+pub struct AtomSet {
+    bits: Vec<u64>,
+    on: Vec<u32>,
+}
+
+impl AtomSet {
+    /// An empty set for `n` atoms.
+    pub fn with_atoms(n: usize) -> Self {
+        AtomSet {
+            bits: vec![0; n.div_ceil(64)],
+            on: Vec::new(),
+        }
+    }
+
+    /// Adds an atom.
+    pub fn insert(&mut self, a: u32) {
+        let (w, b) = (a as usize / 64, a % 64);
+        if let Some(word) = self.bits.get_mut(w) {
+            if *word & (1 << b) == 0 {
+                *word |= 1 << b;
+                self.on.push(a);
+            }
+        }
+    }
+
+    /// Whether an atom holds.
+    pub fn contains(&self, a: u32) -> bool {
+        self.bits
+            .get(a as usize / 64)
+            .is_some_and(|w| w & (1 << (a % 64)) != 0)
+    }
+
+    /// The atoms that hold, in the order they were found.
+    pub fn atoms(&self) -> &[u32] {
+        &self.on
+    }
+
+    /// Empties the set in time proportional to its size.
+    pub fn clear(&mut self) {
+        for &a in &self.on {
+            self.bits[a as usize / 64] = 0;
+        }
+        self.on.clear();
+    }
+}
+
+struct FieldMatcher {
+    exact: HashMap<Box<[u8]>, Vec<u32>>,
+    scan: Option<(Regex, Vec<u32>)>,
+    present: Vec<u32>,
+}
+
+impl FieldMatcher {
+    fn run(&self, value: &[u8], set: &mut AtomSet, patterns: &mut PatternSet) {
+        for &a in &self.present {
+            set.insert(a);
+        }
+        if let Some(atoms) = self.exact.get(value) {
+            for &a in atoms {
+                set.insert(a);
+            }
+        }
+        if let Some((re, atoms)) = &self.scan {
+            patterns.clear();
+            re.which_overlapping_matches(&Input::new(value), patterns);
+            for p in patterns.iter() {
+                set.insert(atoms[p.as_usize()]);
+            }
+        }
+    }
+}
+
+/// Why a matcher could not be built.
+#[derive(Debug)]
+pub struct BuildError(pub String);
+
+/// The compiled matcher of one ruleset.
+pub struct Matcher {
+    method: Option<FieldMatcher>,
+    host: Option<FieldMatcher>,
+    path: Option<FieldMatcher>,
+    query: Option<FieldMatcher>,
+    params: HashMap<Vec<u8>, FieldMatcher>,
+    headers: HashMap<Vec<u8>, FieldMatcher>,
+    ips: PrefixTable,
+    ip_atoms: Vec<Option<u32>>,
+    l4_atoms: Vec<(u32, Atom)>,
+    max_patterns: usize,
+    atoms: usize,
+}
+
+fn escape(s: &str) -> String {
+    regex_syntax::escape(s)
+}
+
+impl Matcher {
+    /// Compiles the ruleset's atoms.
+    pub fn new(rs: &Ruleset) -> Result<Matcher, BuildError> {
+        type Parts = (HashMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
+        let mut by_field: HashMap<StrField, Parts> = HashMap::new();
+        let mut ip_atoms = vec![None; rs.ipsets.len()];
+        let mut l4_atoms = Vec::new();
+        for (i, a) in rs.atoms.iter().enumerate() {
+            let i = i as u32;
+            match a {
+                Atom::Str { field, op } => {
+                    let parts = by_field.entry(field.clone()).or_default();
+                    match op {
+                        StrOp::Eq(v) => parts.0.entry(v.as_bytes().into()).or_default().push(i),
+                        StrOp::In(vs) => vs
+                            .iter()
+                            .for_each(|v| parts.0.entry(v.as_bytes().into()).or_default().push(i)),
+                        StrOp::Prefix(v) => parts.1.push((format!(r"\A(?:{})", escape(v)), i)),
+                        StrOp::Suffix(v) => parts.1.push((format!(r"(?:{})\z", escape(v)), i)),
+                        StrOp::Contains(v) => parts.1.push((escape(v), i)),
+                        StrOp::Regex { pattern, ci } => parts
+                            .1
+                            .push((format!("(?{}:{pattern})", if *ci { "i" } else { "" }), i)),
+                    }
+                }
+                Atom::Present(field) => by_field.entry(field.clone()).or_default().2.push(i),
+                Atom::Ip(s) => {
+                    if let Some(slot) = ip_atoms.get_mut(*s as usize) {
+                        *slot = Some(i);
+                    }
+                }
+                Atom::Port(_) | Atom::Proto(_) => l4_atoms.push((i, a.clone())),
+            }
+        }
+        let mut m = Matcher {
+            method: None,
+            host: None,
+            path: None,
+            query: None,
+            params: HashMap::new(),
+            headers: HashMap::new(),
+            ips: PrefixTable::new(&rs.ipsets),
+            ip_atoms,
+            l4_atoms,
+            max_patterns: 0,
+            atoms: rs.atoms.len(),
+        };
+        for (field, (exact, scans, present)) in by_field {
+            let scan = if scans.is_empty() {
+                None
+            } else {
+                let pats: Vec<&str> = scans.iter().map(|(p, _)| p.as_str()).collect();
+                let re = Regex::builder()
+                    .configure(
+                        Regex::config()
+                            .match_kind(MatchKind::All)
+                            .hybrid_cache_capacity(8 << 20),
+                    )
+                    .build_many(&pats)
+                    .map_err(|e| BuildError(format!("{}: {e}", field.display())))?;
+                m.max_patterns = m.max_patterns.max(re.pattern_len());
+                Some((re, scans.iter().map(|(_, a)| *a).collect()))
+            };
+            let fm = FieldMatcher {
+                exact,
+                scan,
+                present,
+            };
+            match field {
+                StrField::Method => m.method = Some(fm),
+                StrField::Host => m.host = Some(fm),
+                StrField::Path => m.path = Some(fm),
+                StrField::Query => m.query = Some(fm),
+                StrField::QueryParam(p) => {
+                    m.params.insert(p.into_bytes(), fm);
+                }
+                StrField::Header(h) => {
+                    m.headers.insert(h.into_bytes(), fm);
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// A pattern set sized for this matcher's largest automaton.
+    pub fn pattern_set(&self) -> PatternSet {
+        PatternSet::new(self.max_patterns.max(1))
+    }
+
+    /// An empty atom set for this matcher.
+    pub fn atom_set(&self) -> AtomSet {
+        AtomSet::with_atoms(self.atoms)
+    }
+
+    fn l4(&self, ip: IpAddr, proto: Proto, port: u16, set: &mut AtomSet) {
+        for &s in self.ips.lookup(ip) {
+            if let Some(a) = self.ip_atoms[s as usize] {
+                set.insert(a);
+            }
+        }
+        for (i, a) in &self.l4_atoms {
+            let hit = match a {
+                Atom::Port(r) => r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)),
+                Atom::Proto(p) => p.contains(&proto),
+                _ => false,
+            };
+            if hit {
+                set.insert(*i);
+            }
+        }
+    }
+
+    /// Every atom that holds for a packet.
+    pub fn packet_atoms(&self, ip: IpAddr, proto: Proto, port: u16, set: &mut AtomSet) {
+        self.l4(ip, proto, port, set);
+    }
+
+    /// Every atom that holds for a request: each field scanned once.
+    pub fn request_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut PatternSet) {
+        let req = f.request();
+        self.l4(req.ip, Proto::Tcp, req.port, set);
+        if let Some(m) = &self.method {
+            m.run(f.method, set, pats);
+        }
+        if let Some(m) = &self.host {
+            m.run(&f.host, set, pats);
+        }
+        if let Some(m) = &self.path {
+            m.run(&f.path, set, pats);
+        }
+        if let Some(m) = &self.query {
+            m.run(f.query.unwrap_or(b""), set, pats);
+        }
+        if !self.params.is_empty() {
+            if let Some(q) = f.query {
+                let mut seen: Vec<&[u8]> = Vec::new();
+                for kv in q.split(|&b| b == b'&') {
+                    let (k, v) = match kv.iter().position(|&b| b == b'=') {
+                        Some(i) => (&kv[..i], &kv[i + 1..]),
+                        None => (kv, &b""[..]),
+                    };
+                    let k = decode_component(k);
+                    if let Some((name, m)) = self.params.get_key_value(&k) {
+                        if !seen.contains(&name.as_slice()) {
+                            seen.push(name);
+                            m.run(&decode_component(v), set, pats);
+                        }
+                    }
+                }
+            }
+        }
+        if !self.headers.is_empty() {
+            let mut seen: Vec<&[u8]> = Vec::new();
+            let mut lower = Vec::new();
+            for (n, v) in req.headers {
+                if n.len() > 256 {
+                    continue;
+                }
+                lower.clear();
+                lower.extend(n.iter().map(u8::to_ascii_lowercase));
+                if let Some((name, m)) = self.headers.get_key_value(&lower) {
+                    if !seen.contains(&name.as_slice()) {
+                        seen.push(name);
+                        m.run(v, set, pats);
+                    }
+                }
+            }
+        }
+    }
+}
