@@ -8,6 +8,7 @@ mod gen;
 
 mod artifact;
 mod cli;
+mod corpus;
 mod diagnostics;
 mod format;
 mod generated;

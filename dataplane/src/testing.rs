@@ -1,7 +1,9 @@
-//! Runs a ruleset's `test` blocks through the engine (`rctl test`).
+//! Runs a ruleset's `test` blocks (`rctl test`) through any evaluator: the
+//! compiled engine, the reference, and (later) the XDP program all answer
+//! the same [`Decider`] questions, so one corpus pins them all down.
 
 use crate::request::{Packet, Request};
-use crate::{Decision, Engine, EngineConfig, EngineError, Verdict};
+use crate::{Decision, Engine, EngineConfig, EngineError, NaiveEngine, Scratch, Verdict};
 use rctl_compiler::ir::Ruleset;
 use rctl_compiler::spec::{Expect, Outcome, Quantity, SampleKind, TestCase};
 use std::collections::BTreeMap;
@@ -38,6 +40,51 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
     };
     let engine = Engine::new(ruleset.clone(), &config)?;
     let mut scratch = engine.scratch();
+    run_test_on(&mut (&engine, &mut scratch), ruleset, test)
+}
+
+/// An evaluator that tests can run on.
+pub trait Decider {
+    /// Decides a request.
+    fn request(&mut self, r: &Request<'_>) -> Decision;
+    /// Decides a packet.
+    fn packet(&mut self, p: &Packet) -> Decision;
+}
+
+impl Decider for (&Engine, &mut Scratch) {
+    fn request(&mut self, r: &Request<'_>) -> Decision {
+        self.0.decide_request_with(r, self.1, None)
+    }
+    fn packet(&mut self, p: &Packet) -> Decision {
+        self.0.decide_packet(p)
+    }
+}
+
+impl Decider for &NaiveEngine {
+    fn request(&mut self, r: &Request<'_>) -> Decision {
+        self.decide_request(r)
+    }
+    fn packet(&mut self, p: &Packet) -> Decision {
+        self.decide_packet(p)
+    }
+}
+
+/// Runs one test on the reference evaluator.
+pub fn run_test_reference(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, EngineError> {
+    let config = EngineConfig {
+        site: test.site.clone(),
+        ..EngineConfig::default()
+    };
+    let naive = NaiveEngine::new(ruleset.clone(), &config)?;
+    run_test_on(&mut &naive, ruleset, test)
+}
+
+/// Runs one test on any evaluator, freshly loaded with `ruleset`.
+pub fn run_test_on(
+    engine: &mut impl Decider,
+    ruleset: &Ruleset,
+    test: &TestCase,
+) -> Result<TestReport, EngineError> {
     let mut events = Vec::new();
     for (si, s) in test.samples.iter().enumerate() {
         for i in 0..s.count {
@@ -66,21 +113,17 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
                     .iter()
                     .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
                     .collect();
-                engine.decide_request_with(
-                    &Request {
-                        method: method.as_bytes(),
-                        host: host.as_bytes(),
-                        target: target.as_bytes(),
-                        headers: &hs,
-                        ip: s.ip,
-                        port: s.port,
-                        time_ns: now,
-                    },
-                    &mut scratch,
-                    None,
-                )
+                engine.request(&Request {
+                    method: method.as_bytes(),
+                    host: host.as_bytes(),
+                    target: target.as_bytes(),
+                    headers: &hs,
+                    ip: s.ip,
+                    port: s.port,
+                    time_ns: now,
+                })
             }
-            SampleKind::Packet { proto, syn } => engine.decide_packet(&Packet {
+            SampleKind::Packet { proto, syn } => engine.packet(&Packet {
                 src: s.ip,
                 proto: *proto,
                 dst_port: s.port,
@@ -102,7 +145,7 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
             }
         }
         selected.sort_by_key(|(t, _)| *t);
-        if let Some(msg) = check(&engine, x, &selected) {
+        if let Some(msg) = check(ruleset, x, &selected) {
             failures.push((xi, msg));
         }
     }
@@ -113,8 +156,8 @@ pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, Engine
     })
 }
 
-fn matches(engine: &Engine, x: &Expect, d: &Decision) -> bool {
-    let name = |i: usize| engine.rule(i).name.as_str();
+fn matches(engine: &Ruleset, x: &Expect, d: &Decision) -> bool {
+    let name = |i: usize| engine.rules[i].name.as_str();
     let by = |i: Option<usize>| x.rule.as_deref().is_none_or(|r| i.map(name) == Some(r));
     match x.outcome {
         Outcome::Logged => d.logged.iter().any(|(i, _)| by(Some(*i))),
@@ -122,14 +165,14 @@ fn matches(engine: &Engine, x: &Expect, d: &Decision) -> bool {
     }
 }
 
-fn describe(engine: &Engine, v: &Verdict) -> String {
+fn describe(engine: &Ruleset, v: &Verdict) -> String {
     match v.rule() {
-        Some(i) => format!("{} by {}", v.kind(), engine.rule(i).name),
+        Some(i) => format!("{} by {}", v.kind(), engine.rules[i].name),
         None => v.kind().to_string(),
     }
 }
 
-fn check(engine: &Engine, x: &Expect, selected: &[(u64, &Decision)]) -> Option<String> {
+fn check(engine: &Ruleset, x: &Expect, selected: &[(u64, &Decision)]) -> Option<String> {
     let n = selected.len();
     let hits = selected
         .iter()
