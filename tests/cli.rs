@@ -215,3 +215,76 @@ fn debug_shows_each_stage() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v[0]["rule"], "monitoring_exempt");
 }
+
+#[test]
+fn eval_traces_one_request() {
+    let rules = root().join("rules");
+    let rules = rules.to_str().unwrap();
+    let o = rctl(&[
+        "eval",
+        rules,
+        "--url",
+        "https://query.wikidata.org/sparql?query=SELECT",
+        "-H",
+        "User-Agent: python-requests/2.31",
+        "--ip",
+        "185.220.101.3",
+        "--count",
+        "20",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("path in { \"/bigdata/namespace/wdq/sparql\", \"/bigdata/namespace/wdq/sparql/\", \"/sparql\" }"), "{out}");
+    assert!(
+        out.contains("wdqs_generic_clients         priority 100   matched: throttle"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Retry-After: 600, by wdqs_generic_clients"),
+        "{out}"
+    );
+    assert!(out.contains("      10  pass (no rule decided)"), "{out}");
+
+    let o = rctl(&[
+        "eval",
+        rules,
+        "--url",
+        "/sparql",
+        "--host",
+        "query.wikidata.org",
+        "-X",
+        "POST",
+        "-H",
+        "User-Agent: wmf-streaming-updater-consumer/0.3",
+        "--ip",
+        "208.80.154.230",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"]["kind"], "allow");
+    assert_eq!(v["verdict"]["rule"], "wdqs_updater_exempt");
+    assert_eq!(v["evaluated"][0], "wdqs_updater_exempt");
+
+    let o = rctl(&[
+        "eval",
+        rules,
+        "--url",
+        "/",
+        "-H",
+        "User-Agent: x",
+        "--ip",
+        "3.5.140.10",
+        "--count",
+        "700",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["shadow"][0]["rule"], "cloud_per_prefix");
+    assert_eq!(v["shadow"][0]["would"], "throttle");
+    assert_eq!(v["verdict"]["kind"], "pass");
+
+    let o = rctl(&["eval", rules, "--url", "nonsense"]);
+    assert_eq!(o.status.code(), Some(2));
+}

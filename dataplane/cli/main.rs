@@ -1,5 +1,6 @@
 //! `rctl`: compile, check, explain, test and format rule sets.
 
+mod eval;
 mod explain;
 
 use anyhow::{bail, Context, Result};
@@ -91,6 +92,39 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Decide one request and print a trace: predicates, rules, verdict.
+    Eval {
+        /// Sources, or one compiled .rctlc artifact.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The URL: a path (`/sparql?query=…`) or `https://host/path`.
+        #[arg(long, default_value = "/")]
+        url: String,
+        /// HTTP method.
+        #[arg(long, short = 'X', default_value = "GET")]
+        method: String,
+        /// Host (default: the URL's, or the Host header).
+        #[arg(long)]
+        host: Option<String>,
+        /// A header, `Name: value`; repeatable.
+        #[arg(long = "header", short = 'H')]
+        headers: Vec<String>,
+        /// Client address.
+        #[arg(long, default_value = "192.0.2.1")]
+        ip: std::net::IpAddr,
+        /// Destination port (default: the URL's scheme's, else 443).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Evaluate this site's rules.
+        #[arg(long)]
+        site: Option<String>,
+        /// Send the request this many times at once (to see limits act).
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Run the ruleset's `test` blocks through the engine.
     Test {
         /// .rctl files, or directories of them.
@@ -163,6 +197,32 @@ fn report(map: &SourceMap, diags: &Diagnostics, deny_warnings: bool) -> bool {
 
 fn compile(paths: &[PathBuf], opts: &Options) -> Compilation {
     rctl_compiler::compile_paths(paths, opts)
+}
+
+/// A ruleset from one artifact or from sources (reporting diagnostics);
+/// `None` if the sources have errors.
+fn load_ruleset(
+    paths: &[PathBuf],
+) -> Result<Option<(rctl_compiler::ir::Ruleset, Vec<(String, usize, usize)>)>> {
+    if is_artifact(paths) {
+        let bytes = std::fs::read(&paths[0])?;
+        let rs = artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
+        let sizes = rs
+            .ipsets
+            .iter()
+            .filter(|s| s.name != "inline")
+            .map(|s| (s.name.clone(), s.prefixes.v4.len(), s.prefixes.v6.len()))
+            .collect();
+        return Ok(Some((rs, sizes)));
+    }
+    let c = compile(paths, &Options::default());
+    if report(&c.sources, &c.diagnostics, false) {
+        return Ok(None);
+    }
+    let Some(rs) = c.ruleset else {
+        bail!("no ruleset produced")
+    };
+    Ok(Some((rs, c.ipblock_sizes)))
 }
 
 fn is_artifact(paths: &[PathBuf]) -> bool {
@@ -247,31 +307,43 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Eval {
+            paths,
+            url,
+            method,
+            host,
+            headers,
+            ip,
+            port,
+            site,
+            count,
+            format,
+        } => {
+            let Some((rs, _)) = load_ruleset(&paths)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let args = eval::EvalArgs {
+                method,
+                url,
+                host,
+                headers,
+                ip,
+                port,
+                site,
+                count,
+                json: format == Format::Json,
+            };
+            let out = eval::run(rs, &args)?;
+            std::io::stdout().lock().write_all(out.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Explain {
             paths,
             site,
             format,
         } => {
-            let (rs, sizes) = if is_artifact(&paths) {
-                let bytes = std::fs::read(&paths[0])?;
-                let rs =
-                    artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
-                let sizes = rs
-                    .ipsets
-                    .iter()
-                    .filter(|s| s.name != "inline")
-                    .map(|s| (s.name.clone(), s.prefixes.v4.len(), s.prefixes.v6.len()))
-                    .collect();
-                (rs, sizes)
-            } else {
-                let c = compile(&paths, &Options::default());
-                if report(&c.sources, &c.diagnostics, false) {
-                    return Ok(ExitCode::from(1));
-                }
-                let Some(rs) = c.ruleset else {
-                    bail!("no ruleset produced")
-                };
-                (rs, c.ipblock_sizes)
+            let Some((rs, sizes)) = load_ruleset(&paths)? else {
+                return Ok(ExitCode::from(1));
             };
             let out = match format {
                 Format::Text => explain::text(&rs, &sizes, site.as_deref()),
