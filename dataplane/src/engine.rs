@@ -7,7 +7,7 @@ use crate::core::{Core, Decision, EngineConfig, Step};
 use crate::matcher::{AtomSet, Matcher};
 use crate::request::{Fields, Packet, Request};
 use rctl_compiler::analysis::dnf;
-use rctl_compiler::ir::{Atom, Cond, Rule, Ruleset, StrOp};
+use rctl_compiler::ir::{Cond, Rule, Ruleset};
 use regex_automata::PatternSet;
 use std::fmt;
 
@@ -31,6 +31,8 @@ pub struct Scratch {
     atoms: AtomSet,
     patterns: PatternSet,
     candidates: Vec<u32>,
+    counts: Vec<u8>,
+    touched: Vec<u32>,
 }
 
 /// What `rctl eval` shows: the atoms that held and each rule that matched.
@@ -45,25 +47,21 @@ pub struct Trace {
 }
 
 /// A loaded ruleset, ready to decide. `Sync`: share one across threads.
+///
+/// Rule selection counts, per DNF term of every rule, how many of the
+/// term's positive atoms hold: only rules with a complete term are
+/// evaluated (the classic counting algorithm of publish/subscribe
+/// matching). Cost follows the atoms a request matches and their posting
+/// lists, not the number of rules.
 pub struct Engine {
     core: Core,
     matcher: Matcher,
-    by_atom: Vec<Vec<u32>>,
+    /// Per atom: the terms that need it.
+    postings: Vec<Vec<u32>>,
+    /// Per term: (rule, number of positive atoms it needs).
+    terms: Vec<(u32, u8)>,
+    /// Rules with a term that has no positive atom: always evaluated.
     always: Vec<u32>,
-}
-
-/// How selective an atom is as an index anchor (lower is better).
-fn selectivity(a: &Atom) -> u8 {
-    match a {
-        Atom::Str {
-            op: StrOp::Eq(_) | StrOp::In(_),
-            ..
-        } => 0,
-        Atom::Str { .. } => 1,
-        Atom::Ip(_) => 2,
-        Atom::Present(_) => 3,
-        Atom::Port(_) | Atom::Proto(_) => 4,
-    }
 }
 
 fn eval(c: &Cond, set: &AtomSet) -> bool {
@@ -82,39 +80,37 @@ impl Engine {
     pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Result<Engine, EngineError> {
         let matcher = Matcher::new(&ruleset).map_err(|e| EngineError { message: e.0 })?;
         let core = Core::new(ruleset, config);
-        let mut by_atom = vec![Vec::new(); core.ruleset.atoms.len()];
+        let mut postings = vec![Vec::new(); core.ruleset.atoms.len()];
+        let mut terms = Vec::new();
         let mut always = Vec::new();
         for i in 0..core.ruleset.rules.len() {
             if !core.on_request_path(i) {
                 continue;
             }
             // A rule can only match if, for some DNF term, all of that
-            // term's positive atoms hold: index it under one per term.
-            let anchors: Option<Vec<u32>> = dnf(&core.rule(i).cond, 256).and_then(|terms| {
-                terms
-                    .iter()
-                    .map(|t| {
-                        t.iter()
-                            .filter(|(_, neg)| !neg)
-                            .map(|(a, _)| *a)
-                            .min_by_key(|a| selectivity(&core.ruleset.atoms[*a as usize]))
-                    })
-                    .collect()
-            });
-            match anchors {
-                Some(mut a) if !a.is_empty() => {
-                    a.sort_unstable();
-                    a.dedup();
-                    a.into_iter()
-                        .for_each(|a| by_atom[a as usize].push(i as u32));
+            // term's positive atoms hold.
+            let forms = dnf(&core.rule(i).cond, 256);
+            let Some(forms) = forms.filter(|f| f.iter().all(|t| t.iter().any(|(_, neg)| !neg)))
+            else {
+                always.push(i as u32);
+                continue;
+            };
+            for t in forms {
+                let mut pos: Vec<u32> = t.iter().filter(|(_, neg)| !neg).map(|(a, _)| *a).collect();
+                pos.sort_unstable();
+                pos.dedup();
+                let id = terms.len() as u32;
+                terms.push((i as u32, pos.len().min(255) as u8));
+                for a in pos.into_iter().take(255) {
+                    postings[a as usize].push(id);
                 }
-                _ => always.push(i as u32),
             }
         }
         Ok(Engine {
             core,
             matcher,
-            by_atom,
+            postings,
+            terms,
             always,
         })
     }
@@ -140,6 +136,8 @@ impl Engine {
             atoms: self.matcher.atom_set(),
             patterns: self.matcher.pattern_set(),
             candidates: Vec::new(),
+            counts: vec![0; self.terms.len()],
+            touched: Vec::new(),
         }
     }
 
@@ -162,8 +160,22 @@ impl Engine {
         s.candidates.clear();
         s.candidates.extend_from_slice(&self.always);
         for &a in s.atoms.atoms() {
-            s.candidates.extend_from_slice(&self.by_atom[a as usize]);
+            for &t in &self.postings[a as usize] {
+                let c = &mut s.counts[t as usize];
+                if *c == 0 {
+                    s.touched.push(t);
+                }
+                *c += 1;
+                let (rule, need) = self.terms[t as usize];
+                if *c == need {
+                    s.candidates.push(rule);
+                }
+            }
         }
+        for &t in &s.touched {
+            s.counts[t as usize] = 0;
+        }
+        s.touched.clear();
         s.candidates.sort_unstable();
         s.candidates.dedup();
         let atoms = &s.atoms;
@@ -196,9 +208,15 @@ impl Engine {
     /// puts on the packet plane take part; an exemption passes the packet on
     /// to user space.
     pub fn decide_packet(&self, p: &Packet) -> Decision {
-        let mut set = self.matcher.atom_set();
+        self.decide_packet_with(p, &mut self.scratch())
+    }
+
+    /// Decides a packet with reusable scratch memory.
+    pub fn decide_packet_with(&self, p: &Packet, s: &mut Scratch) -> Decision {
+        s.atoms.clear();
         self.matcher
-            .packet_atoms(p.src, p.proto, p.dst_port, &mut set);
-        self.core.decide_packet(p, |a| set.contains(a))
+            .packet_atoms(p.src, p.proto, p.dst_port, &mut s.atoms);
+        let atoms = &s.atoms;
+        self.core.decide_packet(p, |a| atoms.contains(a))
     }
 }

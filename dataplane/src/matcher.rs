@@ -103,7 +103,10 @@ pub struct Matcher {
     headers: HashMap<Vec<u8>, FieldMatcher>,
     ips: PrefixTable,
     ip_atoms: Vec<Option<u32>>,
-    l4_atoms: Vec<(u32, Atom)>,
+    /// Port atoms by single port, and those with ranges.
+    port_atoms: HashMap<u16, Vec<u32>>,
+    port_ranges: Vec<(u32, Vec<(u16, u16)>)>,
+    proto_atoms: Vec<(u32, Vec<Proto>)>,
     max_patterns: usize,
     atoms: usize,
 }
@@ -118,7 +121,9 @@ impl Matcher {
         type Parts = (HashMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
         let mut by_field: HashMap<StrField, Parts> = HashMap::new();
         let mut ip_atoms = vec![None; rs.ipsets.len()];
-        let mut l4_atoms = Vec::new();
+        let mut port_atoms: HashMap<u16, Vec<u32>> = HashMap::new();
+        let mut port_ranges = Vec::new();
+        let mut proto_atoms = Vec::new();
         for (i, a) in rs.atoms.iter().enumerate() {
             let i = i as u32;
             match a {
@@ -143,7 +148,17 @@ impl Matcher {
                         *slot = Some(i);
                     }
                 }
-                Atom::Port(_) | Atom::Proto(_) => l4_atoms.push((i, a.clone())),
+                Atom::Port(r)
+                    if r.iter().map(|&(a, b)| u32::from(b - a) + 1).sum::<u32>() <= 64 =>
+                {
+                    for &(lo, hi) in r {
+                        for p in lo..=hi {
+                            port_atoms.entry(p).or_default().push(i);
+                        }
+                    }
+                }
+                Atom::Port(r) => port_ranges.push((i, r.clone())),
+                Atom::Proto(p) => proto_atoms.push((i, p.clone())),
             }
         }
         let mut m = Matcher {
@@ -155,7 +170,9 @@ impl Matcher {
             headers: HashMap::new(),
             ips: PrefixTable::new(&rs.ipsets),
             ip_atoms,
-            l4_atoms,
+            port_atoms,
+            port_ranges,
+            proto_atoms,
             max_patterns: 0,
             atoms: rs.atoms.len(),
         };
@@ -212,14 +229,19 @@ impl Matcher {
                 set.insert(a);
             }
         }
-        for (i, a) in &self.l4_atoms {
-            let hit = match a {
-                Atom::Port(r) => r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)),
-                Atom::Proto(p) => p.contains(&proto),
-                _ => false,
-            };
-            if hit {
-                set.insert(*i);
+        if let Some(atoms) = self.port_atoms.get(&port) {
+            for &a in atoms {
+                set.insert(a);
+            }
+        }
+        for (a, r) in &self.port_ranges {
+            if r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)) {
+                set.insert(*a);
+            }
+        }
+        for (a, p) in &self.proto_atoms {
+            if p.contains(&proto) {
+                set.insert(*a);
             }
         }
     }
@@ -254,7 +276,7 @@ impl Matcher {
                         None => (kv, &b""[..]),
                     };
                     let k = decode_component(k);
-                    if let Some((name, m)) = self.params.get_key_value(&k) {
+                    if let Some((name, m)) = self.params.get_key_value(k.as_ref()) {
                         if !seen.contains(&name.as_slice()) {
                             seen.push(name);
                             m.run(&decode_component(v), set, pats);

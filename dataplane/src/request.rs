@@ -152,8 +152,12 @@ pub fn normalize_path(p: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// Decodes `+` and `%XX` in a query component.
-pub fn decode_component(s: &[u8]) -> Vec<u8> {
+/// Decodes `+` and `%XX` in a query component, borrowing when there is
+/// nothing to decode.
+pub fn decode_component(s: &[u8]) -> Cow<'_, [u8]> {
+    if !s.iter().any(|&b| b == b'+' || b == b'%') {
+        return Cow::Borrowed(s);
+    }
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
@@ -170,7 +174,7 @@ pub fn decode_component(s: &[u8]) -> Vec<u8> {
         }
         i += 1;
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The decoded value of the first parameter called `name` (`a&b` has
@@ -181,7 +185,7 @@ pub fn query_param(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
             Some(i) => (&kv[..i], &kv[i + 1..]),
             None => (kv, &b""[..]),
         };
-        (decode_component(k) == name).then(|| decode_component(v))
+        (decode_component(k).as_ref() == name).then(|| decode_component(v).into_owned())
     })
 }
 

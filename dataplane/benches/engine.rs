@@ -1,0 +1,208 @@
+//! Engine benchmarks: ns per request for rulesets of 10 to 10,000 rules,
+//! against the reference evaluator (one regex per predicate, rules in
+//! order, as VCL and HAProxy run) and wirefilter (one compiled filter per
+//! rule, in order); ns per packet at 100,000 prefixes; limiter ns per hit.
+
+#[path = "../../compiler/benches/support/gen.rs"]
+mod gen;
+mod wf;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use rctl_compiler::ir::{Proto, Ruleset};
+use rctl_dataplane::limiter::Limiter;
+use rctl_dataplane::{Engine, EngineConfig, NaiveEngine, Packet, Request};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// One request of the mix, owned.
+pub struct Owned {
+    pub method: &'static str,
+    pub host: &'static str,
+    pub target: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub ip: IpAddr,
+}
+
+const BROWSERS: &[&str] = &[
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148",
+];
+
+/// A realistic mix: mostly browsers reading articles, some API clients and
+/// crawlers, a few scrapers that the generated rules are about.
+pub fn requests(n: usize) -> Vec<Owned> {
+    let mut rng = gen::Rng::new(0xbeef);
+    (0..n)
+        .map(|i| {
+            let bot = [
+                "python-requests",
+                "Go-http-client",
+                "curl",
+                "Scrapy",
+                "AhrefsBot",
+                "GPTBot",
+                "Bytespider",
+            ][i % 7];
+            let (ua, path) = match rng.below(10) {
+                0..=5 => (
+                    BROWSERS[i % 3].to_string(),
+                    format!("/wiki/Article_{}", rng.below(100_000)),
+                ),
+                6 => (
+                    format!("{bot}/2.{}", rng.below(40)),
+                    "/w/api.php".to_string(),
+                ),
+                7 => (
+                    format!("{bot}/{}", rng.below(1_000)),
+                    format!("/api/rest_v1/page/html/T{}", rng.below(1000)),
+                ),
+                8 => (
+                    format!("Mozilla/5.0 (compatible; {bot}/1.0)"),
+                    format!("/w/index.php{}", rng.below(2000)),
+                ),
+                _ => (BROWSERS[0].to_string(), "/sparql".to_string()),
+            };
+            let query = match rng.below(4) {
+                0 => format!("?action=q{}&format=json", rng.below(2000)),
+                1 => "?title=Special:Search&search=x".to_string(),
+                _ => String::new(),
+            };
+            let mut headers = vec![
+                ("User-Agent", ua),
+                ("Accept", "text/html".to_string()),
+                ("Accept-Language", "en".to_string()),
+                ("Cookie", "session=abc".to_string()),
+            ];
+            if rng.below(3) == 0 {
+                headers.push((
+                    "Referer",
+                    format!("https://spam{}.example/", rng.below(3000)),
+                ));
+            }
+            Owned {
+                method: ["GET", "GET", "GET", "POST", "HEAD"][i % 5],
+                host: "en.wikipedia.org",
+                target: format!("{path}{query}"),
+                headers,
+                ip: IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)),
+            }
+        })
+        .collect()
+}
+
+fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {
+    let dir =
+        std::env::temp_dir().join(format!("rctl-engine-bench-{rules}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    gen::write_ruleset(&dir, blocks, cidrs, rules, rules);
+    let c = rctl_compiler::compile_paths(&[dir.join("rules.rctl")], &Default::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    c.ruleset.expect("generated ruleset compiles")
+}
+
+fn bench(c: &mut Criterion) {
+    let reqs: &'static [Owned] = Box::leak(requests(4096).into_boxed_slice());
+    let mut g = c.benchmark_group("request");
+    for &n in &[10usize, 100, 1_000, 10_000] {
+        let rs = ruleset(n, (n / 20).clamp(1, 50), 2_000);
+        let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        let mut scratch = engine.scratch();
+        let owned_headers: Vec<Vec<(&[u8], &[u8])>> = reqs
+            .iter()
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
+                    .collect()
+            })
+            .collect();
+        let mk = |i: usize, t: u64| Request {
+            method: reqs[i].method.as_bytes(),
+            host: reqs[i].host.as_bytes(),
+            target: reqs[i].target.as_bytes(),
+            headers: &owned_headers[i],
+            ip: reqs[i].ip,
+            port: 443,
+            time_ns: t,
+        };
+        let mut i = 0usize;
+        g.bench_function(BenchmarkId::new("compiled", n), |b| {
+            b.iter(|| {
+                i = (i + 1) % reqs.len();
+                engine.decide_request_with(&mk(i, i as u64 * 1000), &mut scratch, None)
+            })
+        });
+        let naive = NaiveEngine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        g.bench_function(BenchmarkId::new("naive", n), |b| {
+            b.iter(|| {
+                i = (i + 1) % reqs.len();
+                naive.decide_request(&mk(i, i as u64 * 1000))
+            })
+        });
+        if n <= 1_000 {
+            let wf = wf::Wirefilter::new(&rs);
+            g.bench_function(BenchmarkId::new("wirefilter", n), |b| {
+                b.iter(|| {
+                    i = (i + 1) % reqs.len();
+                    wf.decide(&reqs[i])
+                })
+            });
+        }
+    }
+    g.finish();
+
+    let rs = ruleset(100, 50, 2_000);
+    let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
+    eprintln!("packet bench: {prefixes} prefixes after merging");
+    let engine = Engine::new(rs, &EngineConfig::default()).unwrap();
+    let mut scratch = engine.scratch();
+    let mut rng = gen::Rng::new(7);
+    let ips: Vec<IpAddr> = (0..4096)
+        .map(|_| IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)))
+        .collect();
+    let mut i = 0usize;
+    let mut g = c.benchmark_group("packet");
+    g.bench_function("compiled_100k_prefixes", |b| {
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            engine.decide_packet_with(
+                &Packet {
+                    src: ips[i],
+                    proto: Proto::Tcp,
+                    dst_port: 443,
+                    syn: i % 8 == 0,
+                    time_ns: i as u64,
+                },
+                &mut scratch,
+            )
+        })
+    });
+    g.finish();
+
+    let limiter = Limiter::new(100, 1_000, 100, 60_000, 1 << 20);
+    let keys: Vec<[u8; 4]> = (0..100_000u32)
+        .map(|k| k.wrapping_mul(2_654_435_761).to_le_bytes())
+        .collect();
+    let mut t = 0u64;
+    let mut g = c.benchmark_group("limiter");
+    g.bench_function("hit_100k_keys", |b| {
+        b.iter(|| {
+            t += 1;
+            limiter.hit(&keys[t as usize % keys.len()], t * 1_000)
+        })
+    });
+    g.finish();
+    let big = Limiter::new(100, 1_000, 100, 0, 1 << 20);
+    for k in 0..1_000_000u32 {
+        big.hit(&k.to_le_bytes(), u64::from(k));
+    }
+    eprintln!(
+        "limiter memory: {} keys in {} table bytes = {:.1} bytes/key",
+        big.len(),
+        big.table_bytes(),
+        big.table_bytes() as f64 / big.len() as f64
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
