@@ -170,7 +170,7 @@ fn bench(c: &mut Criterion) {
                     src: ips[i],
                     proto: Proto::Tcp,
                     dst_port: 443,
-                    syn: i % 8 == 0,
+                    syn: i.is_multiple_of(8),
                     time_ns: i as u64,
                 },
                 &mut scratch,

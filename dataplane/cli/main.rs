@@ -199,11 +199,12 @@ fn compile(paths: &[PathBuf], opts: &Options) -> Compilation {
     rctl_compiler::compile_paths(paths, opts)
 }
 
+/// Merged (IPv4, IPv6) prefix counts per ipblock.
+type IpblockSizes = Vec<(String, usize, usize)>;
+
 /// A ruleset from one artifact or from sources (reporting diagnostics);
 /// `None` if the sources have errors.
-fn load_ruleset(
-    paths: &[PathBuf],
-) -> Result<Option<(rctl_compiler::ir::Ruleset, Vec<(String, usize, usize)>)>> {
+fn load_ruleset(paths: &[PathBuf]) -> Result<Option<(rctl_compiler::ir::Ruleset, IpblockSizes)>> {
     if is_artifact(paths) {
         let bytes = std::fs::read(&paths[0])?;
         let rs = artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
