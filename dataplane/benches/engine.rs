@@ -5,6 +5,7 @@
 
 #[path = "../../compiler/benches/support/gen.rs"]
 mod gen;
+#[path = "support/wf.rs"]
 mod wf;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
