@@ -4,11 +4,10 @@
 //! not the size of the ruleset.
 
 use crate::core::{Core, Decision, EngineConfig, Step};
-use crate::matcher::{AtomSet, Matcher};
+use crate::matcher::{AtomSet, MatchScratch, Matcher};
 use crate::request::{Fields, Packet, Request};
 use rctl_compiler::analysis::dnf;
 use rctl_compiler::ir::{Cond, Rule, Ruleset};
-use regex_automata::PatternSet;
 use std::fmt;
 
 /// Why a ruleset could not be loaded into the engine.
@@ -29,10 +28,8 @@ impl std::error::Error for EngineError {}
 /// Per-thread working memory for decisions; reuse one per thread.
 pub struct Scratch {
     atoms: AtomSet,
-    patterns: PatternSet,
+    patterns: MatchScratch,
     candidates: Vec<u32>,
-    counts: Vec<u8>,
-    touched: Vec<u32>,
 }
 
 /// What `rctl eval` shows: the atoms that held and each rule that matched.
@@ -46,20 +43,29 @@ pub struct Trace {
     pub steps: Vec<Step>,
 }
 
+/// One DNF term of a rule, for candidate selection.
+struct Term {
+    rule: u32,
+    start: u32,
+    end: u32,
+}
+
 /// A loaded ruleset, ready to decide. `Sync`: share one across threads.
 ///
-/// Rule selection counts, per DNF term of every rule, how many of the
-/// term's positive atoms hold: only rules with a complete term are
-/// evaluated (the classic counting algorithm of publish/subscribe
-/// matching). Cost follows the atoms a request matches and their posting
-/// lists, not the number of rules.
+/// Rule selection: every DNF term of every rule is filed under its least
+/// shared positive atom; a request visits only the terms filed under atoms
+/// it matched, checks their other positive atoms in the bitset, and
+/// evaluates only rules with a complete term. Cost follows the atoms a
+/// request matches, not the number of rules.
 pub struct Engine {
     core: Core,
     matcher: Matcher,
-    /// Per atom: the terms that need it.
+    /// Per atom: the terms anchored on it.
     postings: Vec<Vec<u32>>,
-    /// Per term: (rule, number of positive atoms it needs).
-    terms: Vec<(u32, u8)>,
+    /// The DNF terms of every rule that has positive atoms.
+    terms: Vec<Term>,
+    /// The non-anchor positive atoms of each term, back to back.
+    others: Vec<u32>,
     /// Rules with a term that has no positive atom: always evaluated.
     always: Vec<u32>,
 }
@@ -80,15 +86,16 @@ impl Engine {
     pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Result<Engine, EngineError> {
         let matcher = Matcher::new(&ruleset).map_err(|e| EngineError { message: e.0 })?;
         let core = Core::new(ruleset, config);
-        let mut postings = vec![Vec::new(); core.ruleset.atoms.len()];
-        let mut terms = Vec::new();
+        // Each DNF term of each rule needs all its positive atoms. Terms
+        // are filed under one anchor, their least shared positive atom; the
+        // others are checked against the atom bitset before the rule
+        // becomes a candidate.
+        let mut positive_terms: Vec<(u32, Vec<u32>)> = Vec::new();
         let mut always = Vec::new();
         for i in 0..core.ruleset.rules.len() {
             if !core.on_request_path(i) {
                 continue;
             }
-            // A rule can only match if, for some DNF term, all of that
-            // term's positive atoms hold.
             let forms = dnf(&core.rule(i).cond, 256);
             let Some(forms) = forms.filter(|f| f.iter().all(|t| t.iter().any(|(_, neg)| !neg)))
             else {
@@ -99,18 +106,35 @@ impl Engine {
                 let mut pos: Vec<u32> = t.iter().filter(|(_, neg)| !neg).map(|(a, _)| *a).collect();
                 pos.sort_unstable();
                 pos.dedup();
-                let id = terms.len() as u32;
-                terms.push((i as u32, pos.len().min(255) as u8));
-                for a in pos.into_iter().take(255) {
-                    postings[a as usize].push(id);
-                }
+                positive_terms.push((i as u32, pos));
             }
+        }
+        let mut frequency = vec![0usize; core.ruleset.atoms.len()];
+        for (_, pos) in &positive_terms {
+            pos.iter().for_each(|&a| frequency[a as usize] += 1);
+        }
+        let mut postings: Vec<Vec<u32>> = vec![Vec::new(); core.ruleset.atoms.len()];
+        let mut terms = Vec::with_capacity(positive_terms.len());
+        let mut others = Vec::new();
+        for (rule, pos) in positive_terms {
+            let Some(&anchor) = pos.iter().min_by_key(|&&a| (frequency[a as usize], a)) else {
+                continue;
+            };
+            let start = others.len() as u32;
+            others.extend(pos.iter().copied().filter(|&a| a != anchor));
+            postings[anchor as usize].push(terms.len() as u32);
+            terms.push(Term {
+                rule,
+                start,
+                end: others.len() as u32,
+            });
         }
         Ok(Engine {
             core,
             matcher,
             postings,
             terms,
+            others,
             always,
         })
     }
@@ -134,10 +158,8 @@ impl Engine {
     pub fn scratch(&self) -> Scratch {
         Scratch {
             atoms: self.matcher.atom_set(),
-            patterns: self.matcher.pattern_set(),
+            patterns: self.matcher.scratch(),
             candidates: Vec::new(),
-            counts: vec![0; self.terms.len()],
-            touched: Vec::new(),
         }
     }
 
@@ -161,21 +183,15 @@ impl Engine {
         s.candidates.extend_from_slice(&self.always);
         for &a in s.atoms.atoms() {
             for &t in &self.postings[a as usize] {
-                let c = &mut s.counts[t as usize];
-                if *c == 0 {
-                    s.touched.push(t);
-                }
-                *c += 1;
-                let (rule, need) = self.terms[t as usize];
-                if *c == need {
-                    s.candidates.push(rule);
+                let term = &self.terms[t as usize];
+                if self.others[term.start as usize..term.end as usize]
+                    .iter()
+                    .all(|&o| s.atoms.contains(o))
+                {
+                    s.candidates.push(term.rule);
                 }
             }
         }
-        for &t in &s.touched {
-            s.counts[t as usize] = 0;
-        }
-        s.touched.clear();
         s.candidates.sort_unstable();
         s.candidates.dedup();
         let atoms = &s.atoms;

@@ -22,6 +22,9 @@ struct Family<T> {
 #[derive(Debug, Default)]
 pub struct PrefixTable {
     v4: Family<u32>,
+    /// For each top 16 bits of an IPv4 address, the first interval that
+    /// could hold it: the binary search then runs over one /16's intervals.
+    v4_index: Vec<u32>,
     v6: Family<u128>,
     lists: Vec<Vec<u32>>,
 }
@@ -94,7 +97,17 @@ impl PrefixTable {
         }
         let v4 = build(&mut e4, sets.len(), &mut lists, &mut interned, |p| p as u32);
         let v6 = build(&mut e6, sets.len(), &mut lists, &mut interned, |p| p);
-        PrefixTable { v4, v6, lists }
+        // v4_index[h] = number of interval starts below h << 16 (h = 65536
+        // stands for 2^32).
+        let v4_index = (0..=0x1_0000u64)
+            .map(|h| v4.starts.partition_point(|&s| u64::from(s) < h << 16) as u32)
+            .collect::<Vec<_>>();
+        PrefixTable {
+            v4,
+            v6,
+            lists,
+            v4_index,
+        }
     }
 
     /// The sets containing `ip` (IPv4-mapped IPv6 addresses count as IPv4).
@@ -108,13 +121,34 @@ impl PrefixTable {
             }
         }
         let id = match ip {
-            IpAddr::V4(a) => find(&self.v4, u32::from(a)),
+            IpAddr::V4(a) => self.find_v4(u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => find(&self.v4, u32::from(v4)),
+                Some(v4) => self.find_v4(u32::from(v4)),
                 None => find(&self.v6, u128::from(a)),
             },
         };
         &self.lists[id as usize]
+    }
+
+    fn find_v4(&self, a: u32) -> u32 {
+        let hi = (a >> 16) as usize;
+        let (lo, up) = match (self.v4_index.get(hi), self.v4_index.get(hi + 1)) {
+            (Some(&l), Some(&u)) => (l as usize, u as usize),
+            _ => (0, self.v4.starts.len()),
+        };
+        // Every start below this /16 is <= a and every start above it is
+        // > a, so the count of starts <= a is lo plus a search of [lo, up).
+        let i = lo
+            + self
+                .v4
+                .starts
+                .get(lo..up)
+                .map_or(0, |w| w.partition_point(|&s| s <= a));
+        if i == 0 {
+            0
+        } else {
+            self.v4.members[i - 1]
+        }
     }
 
     /// Number of elementary intervals (both families).

@@ -11,7 +11,7 @@ use crate::iptable::PrefixTable;
 use crate::request::{decode_component, Fields};
 use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};
 use regex_automata::meta::Regex;
-use regex_automata::{Input, MatchKind, PatternSet};
+use regex_automata::{hybrid, Input, MatchKind, PatternSet};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -63,14 +63,112 @@ impl AtomSet {
     }
 }
 
+/// A field's multi-pattern automaton: a lazy DFA searched for overlapping
+/// matches (each match reports its pattern; no per-pattern bookkeeping),
+/// with the meta regex as the fallback when the lazy DFA gives up (for
+/// example on a Unicode word boundary in non-ASCII text).
+struct Scan {
+    re: Regex,
+    dfa: Option<hybrid::dfa::DFA>,
+    atoms: Vec<u32>,
+    id: usize,
+}
+
+/// Per-thread working memory of a [`Matcher`].
+pub struct MatchScratch {
+    patterns: PatternSet,
+    caches: Vec<Option<hybrid::dfa::Cache>>,
+}
+
+/// A fast hash (FxHash's multiply-rotate) for the matcher's lookup-only
+/// tables. Their keys are fixed when the ruleset loads, so request data
+/// cannot grow a chain; it can only look one up.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FastHash;
+
+/// The hasher of [`FastHash`].
+#[derive(Debug, Default)]
+pub struct FastHasher(u64);
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+impl FastHasher {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, FastHash>;
+
 struct FieldMatcher {
-    exact: HashMap<Box<[u8]>, Vec<u32>>,
-    scan: Option<(Regex, Vec<u32>)>,
+    exact: FastMap<Box<[u8]>, Vec<u32>>,
+    scan: Option<Scan>,
     present: Vec<u32>,
 }
 
+impl Scan {
+    fn run(&self, value: &[u8], set: &mut AtomSet, ms: &mut MatchScratch) {
+        if let (Some(dfa), Some(Some(cache))) = (&self.dfa, ms.caches.get_mut(self.id)) {
+            let input = Input::new(value);
+            let mut state = hybrid::dfa::OverlappingState::start();
+            let mut found = Vec::new();
+            let complete = loop {
+                if dfa
+                    .try_search_overlapping_fwd(cache, &input, &mut state)
+                    .is_err()
+                {
+                    break false;
+                }
+                match state.get_match() {
+                    Some(m) => found.push(self.atoms[m.pattern().as_usize()]),
+                    None => break true,
+                }
+            };
+            if complete {
+                found.into_iter().for_each(|a| set.insert(a));
+                return;
+            }
+        }
+        let patterns = &mut ms.patterns;
+        patterns.clear();
+        self.re
+            .which_overlapping_matches(&Input::new(value), patterns);
+        for p in patterns.iter() {
+            set.insert(self.atoms[p.as_usize()]);
+        }
+    }
+}
+
 impl FieldMatcher {
-    fn run(&self, value: &[u8], set: &mut AtomSet, patterns: &mut PatternSet) {
+    fn run(&self, value: &[u8], set: &mut AtomSet, ms: &mut MatchScratch) {
         for &a in &self.present {
             set.insert(a);
         }
@@ -79,12 +177,8 @@ impl FieldMatcher {
                 set.insert(a);
             }
         }
-        if let Some((re, atoms)) = &self.scan {
-            patterns.clear();
-            re.which_overlapping_matches(&Input::new(value), patterns);
-            for p in patterns.iter() {
-                set.insert(atoms[p.as_usize()]);
-            }
+        if let Some(scan) = &self.scan {
+            scan.run(value, set, ms);
         }
     }
 }
@@ -99,8 +193,8 @@ pub struct Matcher {
     host: Option<FieldMatcher>,
     path: Option<FieldMatcher>,
     query: Option<FieldMatcher>,
-    params: HashMap<Vec<u8>, FieldMatcher>,
-    headers: HashMap<Vec<u8>, FieldMatcher>,
+    params: FastMap<Vec<u8>, FieldMatcher>,
+    headers: FastMap<Vec<u8>, FieldMatcher>,
     ips: PrefixTable,
     ip_atoms: Vec<Option<u32>>,
     /// Port atoms by single port, and those with ranges.
@@ -109,6 +203,8 @@ pub struct Matcher {
     proto_atoms: Vec<(u32, Vec<Proto>)>,
     max_patterns: usize,
     atoms: usize,
+    dfas: Vec<Option<hybrid::dfa::DFA>>,
+    longest_header: usize,
 }
 
 fn escape(s: &str) -> String {
@@ -118,7 +214,7 @@ fn escape(s: &str) -> String {
 impl Matcher {
     /// Compiles the ruleset's atoms.
     pub fn new(rs: &Ruleset) -> Result<Matcher, BuildError> {
-        type Parts = (HashMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
+        type Parts = (FastMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
         let mut by_field: HashMap<StrField, Parts> = HashMap::new();
         let mut ip_atoms = vec![None; rs.ipsets.len()];
         let mut port_atoms: HashMap<u16, Vec<u32>> = HashMap::new();
@@ -166,8 +262,8 @@ impl Matcher {
             host: None,
             path: None,
             query: None,
-            params: HashMap::new(),
-            headers: HashMap::new(),
+            params: FastMap::default(),
+            headers: FastMap::default(),
             ips: PrefixTable::new(&rs.ipsets),
             ip_atoms,
             port_atoms,
@@ -175,6 +271,8 @@ impl Matcher {
             proto_atoms,
             max_patterns: 0,
             atoms: rs.atoms.len(),
+            dfas: Vec::new(),
+            longest_header: 0,
         };
         for (field, (exact, scans, present)) in by_field {
             let scan = if scans.is_empty() {
@@ -190,7 +288,21 @@ impl Matcher {
                     .build_many(&pats)
                     .map_err(|e| BuildError(format!("{}: {e}", field.display())))?;
                 m.max_patterns = m.max_patterns.max(re.pattern_len());
-                Some((re, scans.iter().map(|(_, a)| *a).collect()))
+                let dfa = hybrid::dfa::DFA::builder()
+                    .configure(
+                        hybrid::dfa::DFA::config()
+                            .match_kind(MatchKind::All)
+                            .cache_capacity(8 << 20),
+                    )
+                    .build_many(&pats)
+                    .ok();
+                m.dfas.push(dfa.clone());
+                Some(Scan {
+                    re,
+                    dfa,
+                    atoms: scans.iter().map(|(_, a)| *a).collect(),
+                    id: m.dfas.len() - 1,
+                })
             };
             let fm = FieldMatcher {
                 exact,
@@ -206,6 +318,7 @@ impl Matcher {
                     m.params.insert(p.into_bytes(), fm);
                 }
                 StrField::Header(h) => {
+                    m.longest_header = m.longest_header.max(h.len());
                     m.headers.insert(h.into_bytes(), fm);
                 }
             }
@@ -213,9 +326,16 @@ impl Matcher {
         Ok(m)
     }
 
-    /// A pattern set sized for this matcher's largest automaton.
-    pub fn pattern_set(&self) -> PatternSet {
-        PatternSet::new(self.max_patterns.max(1))
+    /// Working memory for one thread: lazy DFA caches and a pattern set.
+    pub fn scratch(&self) -> MatchScratch {
+        MatchScratch {
+            patterns: PatternSet::new(self.max_patterns.max(1)),
+            caches: self
+                .dfas
+                .iter()
+                .map(|d| d.as_ref().map(hybrid::dfa::DFA::create_cache))
+                .collect(),
+        }
     }
 
     /// An empty atom set for this matcher.
@@ -252,7 +372,7 @@ impl Matcher {
     }
 
     /// Every atom that holds for a request: each field scanned once.
-    pub fn request_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut PatternSet) {
+    pub fn request_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut MatchScratch) {
         let req = f.request();
         self.l4(req.ip, Proto::Tcp, req.port, set);
         if let Some(m) = &self.method {
@@ -286,19 +406,33 @@ impl Matcher {
             }
         }
         if !self.headers.is_empty() {
-            let mut seen: Vec<&[u8]> = Vec::new();
-            let mut lower = Vec::new();
+            // Only the first header of each name counts. Names longer than
+            // any the rules mention cannot match and are skipped without
+            // work, so thousands of long headers cost little.
+            let mut seen: [&[u8]; 8] = [b""; 8];
+            let mut seen_more: Vec<&[u8]> = Vec::new();
+            let mut n_seen = 0;
+            let mut buf = [0u8; 64];
             for (n, v) in req.headers {
-                if n.len() > 256 {
+                if n.len() > self.longest_header || n.len() > buf.len() {
                     continue;
                 }
-                lower.clear();
-                lower.extend(n.iter().map(u8::to_ascii_lowercase));
-                if let Some((name, m)) = self.headers.get_key_value(&lower) {
-                    if !seen.contains(&name.as_slice()) {
-                        seen.push(name);
-                        m.run(v, set, pats);
+                let lower = &mut buf[..n.len()];
+                for (d, s) in lower.iter_mut().zip(n.iter()) {
+                    *d = s.to_ascii_lowercase();
+                }
+                if let Some((name, m)) = self.headers.get_key_value(&lower[..]) {
+                    let name = name.as_slice();
+                    if seen[..n_seen.min(8)].contains(&name) || seen_more.contains(&name) {
+                        continue;
                     }
+                    if n_seen < 8 {
+                        seen[n_seen] = name;
+                    } else {
+                        seen_more.push(name);
+                    }
+                    n_seen += 1;
+                    m.run(v, set, pats);
                 }
             }
         }
