@@ -44,4 +44,13 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   done
 )
 
+(
+  cd dataplane
+  cargo +nightly fuzz build --sanitizer none
+  mkdir -p fuzz/corpus/request
+  cargo +nightly fuzz run --sanitizer none request fuzz/corpus/request fuzz/seeds/request -- -runs=0
+  cargo +nightly fuzz run --sanitizer none request fuzz/corpus/request fuzz/seeds/request -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+)
+
 step "all green"

@@ -12,4 +12,5 @@ mod corpus;
 mod diagnostics;
 mod format;
 mod generated;
+mod hostile;
 mod language;
