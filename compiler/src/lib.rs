@@ -22,6 +22,7 @@ pub mod cidr;
 pub mod diag;
 pub mod fmt;
 pub mod ir;
+mod lists;
 pub mod load;
 mod lower;
 mod lower_expr;

@@ -9,7 +9,6 @@ use crate::source::{FileId, SourceMap, Span};
 use crate::spec::TestCase;
 use crate::Options;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 
 /// What lowering produces, before analysis and planning.
 #[derive(Debug, Default)]
@@ -310,105 +309,6 @@ impl<'a> Lowerer<'a> {
         }
         self.ipblock_sets.insert(name.to_string(), result);
         result
-    }
-
-    /// Reads a list file: one CIDR a line, `#` comments, blank lines ignored.
-    fn read_list(&mut self, from: FileId, w: &Word, out: &mut Vec<Cidr>) -> bool {
-        let base = self
-            .map
-            .get(from)
-            .and_then(|f| f.path.parent().map(Path::to_path_buf))
-            .unwrap_or_default();
-        let path = base.join(&w.text);
-        let id = if let Some(&id) = self.list_cache.get(&path) {
-            id
-        } else {
-            match crate::load::read_source(&path, self.opts.max_file_bytes) {
-                Ok(text) => {
-                    let id = self.map.add(path.clone(), text);
-                    self.list_cache.insert(path.clone(), id);
-                    id
-                }
-                Err(e) => {
-                    let d = e.into_diagnostic(self.map, Some(w.span), &path);
-                    self.diags.push(d);
-                    return false;
-                }
-            }
-        };
-        let Some(src) = self.map.get(id) else {
-            return false;
-        };
-        let mut ok = true;
-        let mut host_bits: Vec<(usize, usize)> = Vec::new();
-        let mut bad = 0usize;
-        let mut errors = Vec::new();
-        let mut off = 0usize;
-        for line in src.text.split_inclusive('\n') {
-            let content = line.split('#').next().unwrap_or("");
-            let entry = content.trim();
-            if !entry.is_empty() {
-                let lead = content.len() - content.trim_start().len();
-                let (s, e) = (off + lead, off + lead + entry.len());
-                // A list line may be `CIDR` or `CIDR, comment` (CSV exports).
-                let token = entry.split([',', ' ', '\t', ';']).next().unwrap_or(entry);
-                match parse_cidr(token) {
-                    Ok((c, hb)) => {
-                        if hb {
-                            host_bits.push((s, s + token.len()));
-                        }
-                        out.push(c);
-                    }
-                    Err(err) => {
-                        ok = false;
-                        bad += 1;
-                        if errors.len() < 20 {
-                            errors.push(
-                                Diagnostic::error(code::BAD_CIDR, format!("invalid CIDR `{}` in list file", token.chars().take(60).collect::<String>()))
-                                    .primary(src.span(id, s, e), err.reason)
-                                    .secondary(w.span, "list file loaded here")
-                                    .hint("list files hold one address or CIDR a line; `#` starts a comment"),
-                            );
-                        }
-                    }
-                }
-            }
-            off += line.len();
-        }
-        if bad > errors.len() {
-            errors.push(
-                Diagnostic::error(
-                    code::BAD_CIDR,
-                    format!(
-                        "{} more invalid lines in `{}`",
-                        bad - errors.len(),
-                        path.display()
-                    ),
-                )
-                .primary(w.span, "list file loaded here"),
-            );
-        }
-        if let Some(&(s, e)) = host_bits.first() {
-            let first = src.span(id, s, e);
-            let n = host_bits.len();
-            errors.push(
-                Diagnostic::warning(
-                    code::HOST_BITS,
-                    format!(
-                        "{n} entr{} in `{}` have host bits set",
-                        if n == 1 { "y" } else { "ies" },
-                        path.display()
-                    ),
-                )
-                .primary(first, "the first one")
-                .secondary(w.span, "list file loaded here")
-                .hint("the network address is used; fix the list to silence this"),
-            );
-        }
-        for d in errors {
-            self.diags.push(d);
-        }
-        ok
     }
 
     fn rule(&mut self, d: &ast::RuleDecl, file: FileId, seq: u32) -> Option<(Rule, Span, Span)> {
@@ -848,7 +748,7 @@ impl<'a> Lowerer<'a> {
     }
 }
 
-fn host_bits_warning(span: Span, c: Cidr) -> Diagnostic {
+pub(crate) fn host_bits_warning(span: Span, c: Cidr) -> Diagnostic {
     let net = match c {
         Cidr::V4(n, l) => crate::cidr::fmt_v4(n, l),
         Cidr::V6(n, l) => crate::cidr::fmt_v6(n, l),

@@ -427,22 +427,38 @@ impl Lowerer<'_> {
         ok.then(|| PrefixSet::from_cidrs(cidrs))
     }
 
-    fn port_condition(&mut self, c: &Condition) -> Option<Cond> {
-        let (values, negated): (Vec<&Word>, bool) = match &c.test {
-            Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => (vec![v], *op == CmpOp::Ne),
+    /// The operands of `== v`, `!= v` or `[not] in { … }` (negated for
+    /// `!=` and `not in`); any other test is a type error.
+    fn eq_or_set<'c>(
+        &mut self,
+        c: &'c Condition,
+        what: &str,
+        hint: &str,
+    ) -> Option<(Vec<&'c Word>, bool)> {
+        match &c.test {
+            Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => Some((vec![v], *op == CmpOp::Ne)),
             Test::In {
                 negated,
                 set: SetExpr::Literal(vs, _),
-            } => (vs.iter().collect(), *negated),
+            } => Some((vs.iter().collect(), *negated)),
             _ => {
-                return self.type_error(
+                self.type_error(
                     c.op_span,
-                    "this test does not apply to `port`".into(),
-                    "not a port test",
-                    "use port == 443, port != 80 or port in { 80, 443, 8000-8080 }",
-                )
+                    format!("this test does not apply to `{what}`"),
+                    &format!("not a {what} test"),
+                    hint,
+                );
+                None
             }
-        };
+        }
+    }
+
+    fn port_condition(&mut self, c: &Condition) -> Option<Cond> {
+        let (values, negated) = self.eq_or_set(
+            c,
+            "port",
+            "use port == 443, port != 80 or port in { 80, 443, 8000-8080 }",
+        )?;
         let mut ranges = Vec::new();
         for v in values {
             let parsed = match v.text.split_once('-') {
@@ -478,21 +494,8 @@ impl Lowerer<'_> {
     }
 
     fn proto_condition(&mut self, c: &Condition) -> Option<Cond> {
-        let (values, negated): (Vec<&Word>, bool) = match &c.test {
-            Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => (vec![v], *op == CmpOp::Ne),
-            Test::In {
-                negated,
-                set: SetExpr::Literal(vs, _),
-            } => (vs.iter().collect(), *negated),
-            _ => {
-                return self.type_error(
-                    c.op_span,
-                    "this test does not apply to `proto`".into(),
-                    "not a protocol test",
-                    "use proto == tcp or proto in { tcp, udp }",
-                )
-            }
-        };
+        let (values, negated) =
+            self.eq_or_set(c, "proto", "use proto == tcp or proto in { tcp, udp }")?;
         let mut protos = Vec::new();
         for v in values {
             protos.push(match v.text.to_ascii_lowercase().as_str() {
