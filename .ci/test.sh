@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "toolchains and tools"
+# tshark is the independent reference the dry-run tests cross-check against.
+if ! command -v tshark >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq tshark >/dev/null
+fi
 rustup component add rustfmt clippy >/dev/null
 if ! rustup toolchain list | grep -q '^nightly'; then
   echo "the nightly toolchain is required for cargo-fuzz (rustup toolchain install nightly)" >&2

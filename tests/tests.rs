@@ -10,6 +10,7 @@ mod artifact;
 mod cli;
 mod corpus;
 mod diagnostics;
+mod dryrun;
 mod format;
 mod generated;
 mod hostile;

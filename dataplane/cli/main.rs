@@ -1,5 +1,6 @@
 //! `rctl`: compile, check, explain, test and format rule sets.
 
+mod dryrun;
 mod eval;
 mod explain;
 
@@ -121,6 +122,22 @@ enum Command {
         /// Send the request this many times at once (to see limits act).
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Replay captured traffic through the rules and report what each rule
+    /// would do, to whom.
+    DryRun {
+        /// Sources, or one compiled .rctlc artifact.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Capture files (pcap or pcapng), directories of them, or `-`.
+        #[arg(long, required = true)]
+        pcap: Vec<PathBuf>,
+        /// Evaluate this site's rules.
+        #[arg(long)]
+        site: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -337,6 +354,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let out = eval::run(rs, &args)?;
             std::io::stdout().lock().write_all(out.as_bytes())?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::DryRun {
+            paths,
+            pcap,
+            site,
+            format,
+        } => {
+            let Some((rs, _)) = load_ruleset(&paths)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let files = dryrun::inputs(&pcap)?;
+            let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site)?;
+            let complete = dryrun::replay_all(&mut run, &files);
+            let report = run.finish();
+            let out = match format {
+                Format::Text => dryrun::text(&report),
+                Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+            };
+            std::io::stdout().lock().write_all(out.as_bytes())?;
+            Ok(fail(!complete))
         }
         Command::Explain {
             paths,

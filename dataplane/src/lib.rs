@@ -5,7 +5,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod capture;
 mod core;
+pub mod dryrun;
 pub mod engine;
 pub mod iptable;
 pub mod limiter;
@@ -13,6 +15,7 @@ pub mod matcher;
 pub mod naive;
 pub mod request;
 pub mod testing;
+pub mod topk;
 
 pub use crate::core::{Decision, EngineConfig, Step, Verdict};
 pub use engine::{Engine, EngineError, Scratch, Trace};

@@ -1,0 +1,175 @@
+//! `rctl dry-run`: the CLI side (inputs, text rendering).
+
+use anyhow::{Context, Result};
+use rctl_dataplane::dryrun::{Counts, DryRun, Report};
+use rctl_dataplane::topk::Hitter;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Expands `--pcap` arguments: files, directories (their `.pcap`,
+/// `.pcapng` and `.cap` files, sorted) and `-` for stdin.
+pub fn inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for a in args {
+        if a.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(a)
+                .with_context(|| format!("cannot read {}", a.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|e| e == "pcap" || e == "pcapng" || e == "cap")
+                })
+                .collect();
+            v.sort();
+            out.extend(v);
+        } else {
+            out.push(a.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Replays every input; returns whether all were read to the end.
+pub fn replay_all(run: &mut DryRun, files: &[PathBuf]) -> bool {
+    let mut ok = true;
+    for f in files {
+        let result = if f == Path::new("-") {
+            run.replay("-", std::io::stdin().lock())
+        } else {
+            match std::fs::File::open(f) {
+                Ok(file) => run.replay(
+                    &f.display().to_string(),
+                    std::io::BufReader::with_capacity(1 << 20, file),
+                ),
+                Err(e) => {
+                    eprintln!("rctl: error: cannot open {}: {e}", f.display());
+                    ok = false;
+                    continue;
+                }
+            }
+        };
+        if let Err(e) = result {
+            eprintln!(
+                "rctl: error: {}: {e}; the report covers everything before it",
+                f.display()
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+fn counts(c: &Counts) -> String {
+    let parts: Vec<String> = [
+        ("allow", c.allow),
+        ("deny", c.deny),
+        ("throttle", c.throttle),
+        ("drop", c.drop),
+        ("log", c.log),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| format!("{k} {n}"))
+    .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn hitters(h: &[Hitter]) -> String {
+    h.iter()
+        .map(|x| {
+            if x.error > 0 {
+                format!("{} ({}±{})", x.key, x.count, x.error)
+            } else {
+                format!("{} ({})", x.key, x.count)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn clock(ns: Option<u64>) -> String {
+    let Some(ns) = ns else { return "-".into() };
+    let s = ns / 1_000_000_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03} UTC",
+        (s / 3600) % 24,
+        (s / 60) % 60,
+        s % 60,
+        (ns / 1_000_000) % 1000
+    )
+}
+
+/// The report as text.
+pub fn text(r: &Report) -> String {
+    let t = &r.totals;
+    let mut o = String::new();
+    let span = match (t.first_ns, t.last_ns) {
+        (Some(a), Some(b)) => format!(
+            ", {} to {} ({:.1} s)",
+            clock(Some(a)),
+            clock(Some(b)),
+            (b - a) as f64 / 1e9
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.requests);
+    let _ = writeln!(
+        o,
+        "not decoded: {} fragments, {} truncated, {} not IP, {} unsupported link type, {} malformed; {} unparsable stream bytes, {} resyncs, {} retransmitted bytes",
+        t.fragments, t.truncated, t.not_ip, t.unsupported_link, t.malformed, t.unparsable_bytes, t.resyncs, t.retransmitted_bytes
+    );
+    for i in &r.inputs {
+        if let Some(e) = &i.error {
+            let _ = writeln!(
+                o,
+                "input {}: stopped after {} packets: {e}",
+                i.path, i.packets
+            );
+        }
+    }
+    let _ = writeln!(o, "\nrules, in evaluation order:");
+    for rule in &r.rules {
+        let shadow = if rule.shadow { " [shadow]" } else { "" };
+        let _ = writeln!(
+            o,
+            "  {} ({}{shadow}): {} matching requests; requests: {}; packets: {}",
+            rule.name,
+            rule.action,
+            rule.matches,
+            counts(&rule.requests),
+            counts(&rule.packets)
+        );
+        if rule.shadow && rule.would != Counts::default() {
+            let _ = writeln!(o, "      would have: {}", counts(&rule.would));
+        }
+        if rule.matches > 0 {
+            let _ = writeln!(
+                o,
+                "      seen {} to {}",
+                clock(rule.first_seen_ns),
+                clock(rule.last_seen_ns)
+            );
+            let _ = writeln!(o, "      top addresses:   {}", hitters(&rule.top_ips));
+            let _ = writeln!(
+                o,
+                "      top user agents: {}",
+                hitters(&rule.top_user_agents)
+            );
+            let _ = writeln!(o, "      top paths:       {}", hitters(&rule.top_paths));
+        }
+    }
+    let u = &r.unmatched;
+    let _ = writeln!(
+        o,
+        "\n{} requests matched no rule; their top talkers:",
+        u.requests
+    );
+    let _ = writeln!(o, "  addresses:   {}", hitters(&u.top_ips));
+    let _ = writeln!(o, "  user agents: {}", hitters(&u.top_user_agents));
+    let _ = writeln!(o, "  paths:       {}", hitters(&u.top_paths));
+    o
+}

@@ -1,0 +1,513 @@
+//! A streaming reader for pcap (microsecond and nanosecond, either byte
+//! order) and pcapng (section headers, interface descriptions, enhanced and
+//! simple packet blocks; other blocks are skipped). It reads from any
+//! `Read`, keeps the byte offset of everything, and reports malformed input
+//! with the offset where it was found; what was read before stays valid.
+
+use std::fmt;
+use std::io::Read;
+
+/// Link types this reader's users decode (LINKTYPE_* values).
+pub mod linktype {
+    /// BSD loopback: a 4-byte address family in host order.
+    pub const NULL: u32 = 0;
+    /// Ethernet II.
+    pub const ETHERNET: u32 = 1;
+    /// Raw IP (the old DLT_RAW values on some systems).
+    pub const RAW_OLD: u32 = 12;
+    /// Raw IP, as OpenBSD writes it.
+    pub const RAW_OLD2: u32 = 14;
+    /// Raw IPv4 or IPv6.
+    pub const RAW: u32 = 101;
+    /// Linux cooked capture v1 (`tcpdump -i any`).
+    pub const LINUX_SLL: u32 = 113;
+    /// Raw IPv4.
+    pub const IPV4: u32 = 228;
+    /// Raw IPv6.
+    pub const IPV6: u32 = 229;
+    /// Linux cooked capture v2.
+    pub const LINUX_SLL2: u32 = 276;
+}
+
+/// One captured packet.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// Link type of the interface it was captured on.
+    pub linktype: u32,
+    /// The captured bytes (possibly cut by the snap length).
+    pub data: Vec<u8>,
+    /// The packet's length on the wire.
+    pub orig_len: u32,
+    /// Byte offset of the packet's record in the file.
+    pub offset: u64,
+}
+
+/// Why a capture could not be read further.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureError {
+    /// Byte offset of the problem.
+    pub offset: u64,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at byte offset {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+#[derive(Debug, Clone, Copy)]
+enum Format {
+    Pcap {
+        big: bool,
+        nanos: bool,
+        linktype: u32,
+        snaplen: u32,
+    },
+    PcapNg {
+        big: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Interface {
+    linktype: u32,
+    snaplen: u32,
+    /// Timestamp units per second.
+    units: u64,
+}
+
+/// The largest record this reader accepts (a 256 MiB block is corrupt, not
+/// a packet).
+const MAX_RECORD: usize = 16 << 20;
+
+/// Reads frames one at a time.
+pub struct CaptureReader<R> {
+    inner: R,
+    offset: u64,
+    format: Format,
+    interfaces: Vec<Interface>,
+}
+
+fn u16_at(b: &[u8], big: bool) -> u16 {
+    let a = [b[0], b[1]];
+    if big {
+        u16::from_be_bytes(a)
+    } else {
+        u16::from_le_bytes(a)
+    }
+}
+
+fn u32_at(b: &[u8], big: bool) -> u32 {
+    let a = [b[0], b[1], b[2], b[3]];
+    if big {
+        u32::from_be_bytes(a)
+    } else {
+        u32::from_le_bytes(a)
+    }
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Reads the file header and detects the format.
+    pub fn new(mut inner: R) -> Result<Self, CaptureError> {
+        let mut magic = [0u8; 4];
+        let n = read_full(&mut inner, &mut magic).map_err(|m| CaptureError {
+            offset: 0,
+            message: m,
+        })?;
+        if n == 0 {
+            return Err(CaptureError {
+                offset: 0,
+                message: "empty file: no capture header".into(),
+            });
+        }
+        if n < 4 {
+            return Err(CaptureError {
+                offset: n as u64,
+                message: "truncated capture header".into(),
+            });
+        }
+        let mut r = CaptureReader {
+            inner,
+            offset: 4,
+            format: Format::PcapNg { big: false },
+            interfaces: Vec::new(),
+        };
+        match magic {
+            [0xd4, 0xc3, 0xb2, 0xa1]
+            | [0xa1, 0xb2, 0xc3, 0xd4]
+            | [0x4d, 0x3c, 0xb2, 0xa1]
+            | [0xa1, 0xb2, 0x3c, 0x4d] => {
+                let big = magic[0] == 0xa1;
+                let nanos = matches!(magic, [0x4d, ..] | [.., 0x4d]);
+                let mut rest = [0u8; 20];
+                r.fill(&mut rest, "truncated pcap file header")?;
+                let snaplen = u32_at(&rest[12..], big);
+                let linktype = u32_at(&rest[16..], big) & 0x0fff_ffff;
+                r.format = Format::Pcap {
+                    big,
+                    nanos,
+                    linktype,
+                    snaplen,
+                };
+            }
+            [0x0a, 0x0d, 0x0d, 0x0a] => {
+                r.offset = 0;
+                r.section_header(magic)?;
+            }
+            _ => {
+                return Err(CaptureError {
+                    offset: 0,
+                    message: format!(
+                        "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
+                        magic[0], magic[1], magic[2], magic[3]
+                    ),
+                })
+            }
+        }
+        Ok(r)
+    }
+
+    /// Bytes consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn fill(&mut self, buf: &mut [u8], what: &str) -> Result<(), CaptureError> {
+        let n = read_full(&mut self.inner, buf).map_err(|m| CaptureError {
+            offset: self.offset,
+            message: m,
+        })?;
+        if n < buf.len() {
+            return Err(CaptureError {
+                offset: self.offset + n as u64,
+                message: what.to_string(),
+            });
+        }
+        self.offset += n as u64;
+        Ok(())
+    }
+
+    /// Reads a section header block whose type bytes were already read.
+    fn section_header(&mut self, type_bytes: [u8; 4]) -> Result<(), CaptureError> {
+        let start = self.offset;
+        self.offset += 4;
+        let _ = type_bytes;
+        let mut hdr = [0u8; 8];
+        self.fill(&mut hdr, "truncated pcapng section header")?;
+        let big = match hdr[4..8] {
+            [0x1a, 0x2b, 0x3c, 0x4d] => true,
+            [0x4d, 0x3c, 0x2b, 0x1a] => false,
+            _ => {
+                return Err(CaptureError {
+                    offset: start + 8,
+                    message: "bad pcapng byte-order magic".into(),
+                })
+            }
+        };
+        let len = u32_at(&hdr, big) as usize;
+        if !(28..=MAX_RECORD).contains(&len) || !len.is_multiple_of(4) {
+            return Err(CaptureError {
+                offset: start + 4,
+                message: format!("corrupt block length {len}"),
+            });
+        }
+        let mut rest = vec![0u8; len - 12];
+        self.fill(&mut rest, "truncated pcapng section header")?;
+        self.format = Format::PcapNg { big };
+        self.interfaces.clear();
+        Ok(())
+    }
+
+    /// The next frame, `Ok(None)` at a clean end of file.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, CaptureError> {
+        match self.format {
+            Format::Pcap {
+                big,
+                nanos,
+                linktype,
+                snaplen,
+            } => {
+                let start = self.offset;
+                let mut hdr = [0u8; 16];
+                let n = read_full(&mut self.inner, &mut hdr).map_err(|m| CaptureError {
+                    offset: start,
+                    message: m,
+                })?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                if n < 16 {
+                    return Err(CaptureError {
+                        offset: start,
+                        message: format!("truncated record header ({n} of 16 bytes)"),
+                    });
+                }
+                self.offset += 16;
+                let (sec, frac) = (
+                    u64::from(u32_at(&hdr, big)),
+                    u64::from(u32_at(&hdr[4..], big)),
+                );
+                let caplen = u32_at(&hdr[8..], big) as usize;
+                let orig_len = u32_at(&hdr[12..], big);
+                if caplen > MAX_RECORD || (snaplen > 0 && caplen > snaplen.max(262_144) as usize) {
+                    return Err(CaptureError {
+                        offset: start + 8,
+                        message: format!("corrupt record length {caplen}"),
+                    });
+                }
+                let mut data = vec![0u8; caplen];
+                self.fill(&mut data, "truncated packet data")?;
+                let time_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1_000 };
+                Ok(Some(Frame {
+                    time_ns,
+                    linktype,
+                    data,
+                    orig_len,
+                    offset: start,
+                }))
+            }
+            Format::PcapNg { .. } => self.next_ng(),
+        }
+    }
+
+    fn next_ng(&mut self) -> Result<Option<Frame>, CaptureError> {
+        loop {
+            let Format::PcapNg { big } = self.format else {
+                return Ok(None);
+            };
+            let start = self.offset;
+            let mut hdr = [0u8; 8];
+            let n = read_full(&mut self.inner, &mut hdr).map_err(|m| CaptureError {
+                offset: start,
+                message: m,
+            })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if n < 8 {
+                return Err(CaptureError {
+                    offset: start,
+                    message: format!("truncated block header ({n} of 8 bytes)"),
+                });
+            }
+            if hdr[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+                // A new section: re-read its header with its own byte order.
+                let mut rest = [0u8; 4];
+                self.offset += 8;
+                self.fill(&mut rest, "truncated pcapng section header")?;
+                let big = match rest {
+                    [0x1a, 0x2b, 0x3c, 0x4d] => true,
+                    [0x4d, 0x3c, 0x2b, 0x1a] => false,
+                    _ => {
+                        return Err(CaptureError {
+                            offset: start + 8,
+                            message: "bad pcapng byte-order magic".into(),
+                        })
+                    }
+                };
+                let len = u32_at(&hdr[4..], big) as usize;
+                if !(28..=MAX_RECORD).contains(&len) || !len.is_multiple_of(4) {
+                    return Err(CaptureError {
+                        offset: start + 4,
+                        message: format!("corrupt block length {len}"),
+                    });
+                }
+                let mut body = vec![0u8; len - 12];
+                self.fill(&mut body, "truncated pcapng section header")?;
+                self.format = Format::PcapNg { big };
+                self.interfaces.clear();
+                continue;
+            }
+            let kind = u32_at(&hdr, big);
+            let len = u32_at(&hdr[4..], big) as usize;
+            if !(12..=MAX_RECORD).contains(&len) || !len.is_multiple_of(4) {
+                return Err(CaptureError {
+                    offset: start + 4,
+                    message: format!("corrupt block length {len}"),
+                });
+            }
+            self.offset += 8;
+            let mut body = vec![0u8; len - 8];
+            self.fill(&mut body, "truncated pcapng block")?;
+            let trailer = u32_at(&body[len - 12..], big) as usize;
+            if trailer != len {
+                return Err(CaptureError {
+                    offset: start + len as u64 - 4,
+                    message: format!("block length {len} and trailing length {trailer} differ"),
+                });
+            }
+            let body = &body[..len - 12];
+            let bad = |m: &str| CaptureError {
+                offset: start,
+                message: m.to_string(),
+            };
+            match kind {
+                1 => {
+                    if body.len() < 8 {
+                        return Err(bad("interface description block too short"));
+                    }
+                    let linktype = u32::from(u16_at(body, big));
+                    let snaplen = u32_at(&body[4..], big);
+                    let units = if_tsresol(&body[8..], big);
+                    self.interfaces.push(Interface {
+                        linktype,
+                        snaplen,
+                        units,
+                    });
+                }
+                6 => {
+                    if body.len() < 20 {
+                        return Err(bad("enhanced packet block too short"));
+                    }
+                    let iface = u32_at(body, big) as usize;
+                    let Some(&i) = self.interfaces.get(iface) else {
+                        return Err(bad(&format!(
+                            "packet names interface {iface}, which was not described"
+                        )));
+                    };
+                    let ts = (u64::from(u32_at(&body[4..], big)) << 32)
+                        | u64::from(u32_at(&body[8..], big));
+                    let caplen = u32_at(&body[12..], big) as usize;
+                    let orig_len = u32_at(&body[16..], big);
+                    let Some(data) = body.get(20..20 + caplen) else {
+                        return Err(CaptureError {
+                            offset: start + 20,
+                            message: format!("captured length {caplen} exceeds the block"),
+                        });
+                    };
+                    return Ok(Some(Frame {
+                        time_ns: scale(ts, i.units),
+                        linktype: i.linktype,
+                        data: data.to_vec(),
+                        orig_len,
+                        offset: start,
+                    }));
+                }
+                3 => {
+                    if body.len() < 4 {
+                        return Err(bad("simple packet block too short"));
+                    }
+                    let Some(&i) = self.interfaces.first() else {
+                        return Err(bad("simple packet block before any interface description"));
+                    };
+                    let orig_len = u32_at(body, big);
+                    let cap = (orig_len as usize)
+                        .min(body.len() - 4)
+                        .min(if i.snaplen == 0 {
+                            usize::MAX
+                        } else {
+                            i.snaplen as usize
+                        });
+                    return Ok(Some(Frame {
+                        time_ns: 0,
+                        linktype: i.linktype,
+                        data: body[4..4 + cap].to_vec(),
+                        orig_len,
+                        offset: start,
+                    }));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Timestamp units per second from an IDB's options (default microseconds).
+fn if_tsresol(mut opts: &[u8], big: bool) -> u64 {
+    while opts.len() >= 4 {
+        let code = u16_at(opts, big);
+        let len = u16_at(&opts[2..], big) as usize;
+        let padded = len.div_ceil(4) * 4;
+        if code == 0 || opts.len() < 4 + len {
+            break;
+        }
+        if code == 9 && len >= 1 {
+            let v = opts[4];
+            let exp = u32::from(v & 0x7f);
+            return if v & 0x80 == 0 {
+                10u64.checked_pow(exp).unwrap_or(1_000_000)
+            } else {
+                1u64.checked_shl(exp).unwrap_or(1_000_000)
+            };
+        }
+        opts = opts.get(4 + padded..).unwrap_or(&[]);
+    }
+    1_000_000
+}
+
+fn scale(ts: u64, units: u64) -> u64 {
+    (u128::from(ts) * 1_000_000_000 / u128::from(units.max(1))) as u64
+}
+
+/// Reads until `buf` is full or the input ends; returns how much was read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, String> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read error: {e}")),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pcap(records: &[(u32, &[u8])]) -> Vec<u8> {
+        let mut f = vec![
+            0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0,
+            0,
+        ];
+        for (t, d) in records {
+            f.extend_from_slice(&t.to_le_bytes());
+            f.extend_from_slice(&5u32.to_le_bytes());
+            f.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            f.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            f.extend_from_slice(d);
+        }
+        f
+    }
+
+    #[test]
+    fn reads_pcap_records_and_times() {
+        let f = pcap(&[(10, b"abc"), (11, b"de")]);
+        let mut r = CaptureReader::new(&f[..]).unwrap();
+        let a = r.next_frame().unwrap().unwrap();
+        assert_eq!(
+            (a.time_ns, a.data.as_slice(), a.linktype, a.offset),
+            (10_000_005_000, &b"abc"[..], 1, 24)
+        );
+        let b = r.next_frame().unwrap().unwrap();
+        assert_eq!(b.offset, 24 + 16 + 3);
+        assert!(r.next_frame().unwrap().is_none());
+    }
+
+    #[test]
+    fn errors_carry_offsets() {
+        assert_eq!(CaptureReader::new(&b""[..]).err().unwrap().offset, 0);
+        let e = CaptureReader::new(&b"GIF89a..."[..]).err().unwrap();
+        assert!(e.message.contains("not a pcap"), "{e}");
+        let f = pcap(&[(1, b"abcdef")]);
+        let mut r = CaptureReader::new(&f[..f.len() - 2]).unwrap();
+        let e = r.next_frame().unwrap_err();
+        assert_eq!(e.offset, f.len() as u64 - 2);
+        let mut f = pcap(&[(1, b"abc")]);
+        f[24 + 8..24 + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        let e = CaptureReader::new(&f[..])
+            .unwrap()
+            .next_frame()
+            .unwrap_err();
+        assert_eq!(e.offset, 32);
+        assert!(e.message.contains("corrupt record length"));
+    }
+}

@@ -1,0 +1,248 @@
+//! `rctl dry-run` on captures of real clients talking to a real nginx,
+//! cross-checked against nginx's access log and tshark's HTTP dissector.
+
+use crate::util::*;
+use rctl_dataplane::dryrun::requests_in;
+
+const FIXTURES: &[&str] = &[
+    "curl",
+    "python-requests",
+    "ab-keepalive",
+    "wrk-pipelined",
+    "wget",
+    "incidents",
+];
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    root().join("tests/fixtures/pcap").join(name)
+}
+
+/// (method, uri, host, user agent) of every request rctl parses, sorted.
+fn ours(file: &str) -> Vec<String> {
+    let (reqs, err) = requests_in(std::fs::File::open(fixture(file)).unwrap());
+    assert!(err.is_none(), "{file}: {err:?}");
+    let s = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or(b"")).into_owned();
+    let mut v: Vec<String> = reqs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}|{}|{}|{}",
+                s(Some(&r.method)),
+                s(Some(&r.target)),
+                s(r.header("host")),
+                s(r.header("user-agent"))
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_request_matches_nginx_access_log() {
+    for name in FIXTURES {
+        let log = std::fs::read_to_string(fixture(&format!("{name}.access.log"))).unwrap();
+        let mut want: Vec<String> = log
+            .lines()
+            .map(|l| l.split('|').skip(1).take(4).collect::<Vec<_>>().join("|"))
+            .collect();
+        want.sort();
+        let got = ours(&format!("{name}.pcap"));
+        assert_eq!(got.len(), want.len(), "{name}: request count");
+        assert_eq!(got, want, "{name}");
+    }
+    // The pcapng conversion holds the same requests.
+    assert_eq!(ours("curl.pcapng"), ours("curl.pcap"));
+}
+
+#[test]
+fn every_request_matches_tshark() {
+    if std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tshark must be installed in CI"
+        );
+        eprintln!("tshark not installed: skipping the tshark cross-check");
+        return;
+    }
+    for name in FIXTURES
+        .iter()
+        .map(|n| format!("{n}.pcap"))
+        .chain(["curl.pcapng".to_string()])
+    {
+        let out = std::process::Command::new("tshark")
+            .args([
+                "-r",
+                fixture(&name).to_str().unwrap(),
+                "-o",
+                "tcp.desegment_tcp_streams:TRUE",
+                "-Y",
+                "http.request",
+                "-T",
+                "fields",
+                "-E",
+                "separator=|",
+            ])
+            .args([
+                "-e",
+                "http.request.method",
+                "-e",
+                "http.request.uri",
+                "-e",
+                "http.host",
+                "-e",
+                "http.user_agent",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // tshark prints one line per frame; a frame with several pipelined
+        // requests lists each field comma-separated.
+        let mut want = Vec::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let cols: Vec<Vec<&str>> = line.split('|').map(|c| c.split(',').collect()).collect();
+            for i in 0..cols[0].len() {
+                want.push(
+                    cols.iter()
+                        .map(|c| c.get(i).copied().unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join("|"),
+                );
+            }
+        }
+        want.sort();
+        assert_eq!(ours(&name), want, "{name}");
+    }
+}
+
+#[test]
+fn dry_run_reports_the_incident_shapes() {
+    let o = rctl(&[
+        "dry-run",
+        root().join("tests/fixtures/rules").to_str().unwrap(),
+        "--pcap",
+        fixture("incidents.pcap").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["totals"]["requests"], 145);
+    assert!(v["totals"]["packets"].as_u64().unwrap() > 145);
+    let rule = |n: &str| {
+        v["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    // The updater is never throttled; each scraper address gets its 10.
+    assert_eq!(rule("updater")["requests"]["allow"], 30);
+    assert_eq!(rule("sparql_scrapers")["matches"], 90);
+    assert_eq!(rule("sparql_scrapers")["requests"]["throttle"], 60);
+    assert_eq!(
+        rule("sparql_scrapers")["top_ips"].as_array().unwrap().len(),
+        3
+    );
+    // The re-render loop: one bucket for the title; 5 pass, 20 are throttled.
+    assert_eq!(rule("rerender")["requests"]["throttle"], 20);
+    assert_eq!(
+        rule("rerender")["top_paths"][0]["key"],
+        "/api/rest_v1/page/html/%EA%9D%AE"
+    );
+    assert_eq!(v["unmatched"]["requests"], 0);
+}
+
+#[test]
+fn text_report_and_whole_directories() {
+    let o = rctl(&[
+        "dry-run",
+        root().join("tests/fixtures/rules").to_str().unwrap(),
+        "--pcap",
+        root().join("tests/fixtures/pcap").to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(out.contains("7 input(s)"), "{out}");
+    assert!(out.contains("90 requests matched no rule"), "{out}");
+    assert!(
+        out.contains("user agents: ApacheBench/2.3 fixture (50), wrk fixture (40)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn corrupt_captures_give_the_offset_and_a_partial_report() {
+    let dir = tempdir("corrupt");
+    let good = std::fs::read(fixture("curl.pcap")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "magic.pcap",
+            b"NOTAPCAPFILE".to_vec(),
+            "at byte offset 0: not a pcap or pcapng file",
+        ),
+        ("empty.pcap", Vec::new(), "at byte offset 0: empty file"),
+        (
+            "truncated.pcap",
+            good[..good.len() - 7].to_vec(),
+            "truncated packet data",
+        ),
+        (
+            "length.pcap",
+            {
+                let mut b = good.clone();
+                b[24 + 8..24 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+                b
+            },
+            "at byte offset 32: corrupt record length",
+        ),
+        (
+            "linktype.pcap",
+            {
+                let mut b = good.clone();
+                b[20..24].copy_from_slice(&147u32.to_le_bytes());
+                b
+            },
+            "",
+        ),
+    ];
+    let rules = root().join("tests/fixtures/rules");
+    for (name, bytes, msg) in cases {
+        let p = dir.join(name);
+        std::fs::write(&p, &bytes).unwrap();
+        let o = rctl(&[
+            "dry-run",
+            rules.to_str().unwrap(),
+            "--pcap",
+            p.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|_| panic!("{name}: no report: {err}"));
+        if name == "linktype.pcap" {
+            // Readable, but nothing in it can be decoded: counted, not fatal.
+            assert_eq!(v["totals"]["unsupported_link"], v["totals"]["packets"]);
+            assert!(o.status.success());
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(1), "{name}");
+        assert!(err.contains(msg), "{name}: {err}");
+        assert!(err.contains(name), "{name}: {err}");
+        if name == "truncated.pcap" {
+            // Everything before the damage is reported.
+            assert_eq!(v["totals"]["requests"], 5, "{name}");
+        }
+    }
+}
