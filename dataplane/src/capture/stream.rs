@@ -292,11 +292,13 @@ impl Streams {
                 stats.resyncs += 1;
             } else {
                 flow.pending_len += payload.len();
-                flow.pending.insert(seq, payload.to_vec());
+                if let Some(old) = flow.pending.insert(seq, payload.to_vec()) {
+                    flow.pending_len -= old.len();
+                }
                 return;
             }
         } else {
-            let skip = (-diff) as usize;
+            let skip = diff.unsigned_abs() as usize;
             if skip >= payload.len() {
                 stats.retransmitted_bytes += payload.len() as u64;
                 return;
@@ -317,7 +319,7 @@ impl Streams {
                 break;
             };
             flow.pending_len -= seg.len();
-            let skip = (-d) as usize;
+            let skip = d.unsigned_abs() as usize;
             if skip < seg.len() {
                 stats.retransmitted_bytes += skip as u64;
                 Self::append(flow, limits, stats, &seg[skip..], ctx, out);
@@ -597,5 +599,54 @@ mod tests {
         ]);
         assert!(reqs.is_empty());
         assert_eq!(st.tls_flows, 1);
+    }
+}
+
+#[cfg(test)]
+mod regressions {
+    use super::*;
+
+    /// Found by the capture fuzzer: a segment exactly 2^31 bytes from the
+    /// expected sequence number overflowed the negation of the difference.
+    #[test]
+    fn sequence_half_a_ring_away() {
+        let c = (IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5000);
+        let s = (IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 80);
+        let mut st = Streams::new(Limits::default());
+        let mut out = Vec::new();
+        st.segment(
+            c,
+            s,
+            Segment {
+                seq: 10,
+                flags: 0x18,
+                payload: b"GET / HTTP/1.1\r\n\r\n",
+                time_ns: 0,
+            },
+            &mut out,
+        );
+        st.segment(
+            c,
+            s,
+            Segment {
+                seq: 28u32.wrapping_add(0x8000_0000),
+                flags: 0x18,
+                payload: b"x",
+                time_ns: 1,
+            },
+            &mut out,
+        );
+        st.segment(
+            c,
+            s,
+            Segment {
+                seq: 28u32.wrapping_add(0x8000_0000),
+                flags: 0x18,
+                payload: b"yz",
+                time_ns: 2,
+            },
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
     }
 }
