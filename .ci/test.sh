@@ -8,11 +8,15 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "toolchains and tools"
-# tshark is the independent reference the dry-run tests cross-check against.
-if ! command -v tshark >/dev/null; then
+# tshark is the independent reference the dry-run tests cross-check
+# against; chromium renders the HTML report in a test.
+missing=""
+command -v tshark >/dev/null || missing="$missing tshark"
+command -v chromium >/dev/null || missing="$missing chromium"
+if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq tshark >/dev/null
+  apt-get install -y -qq $missing >/dev/null
 fi
 rustup component add rustfmt clippy >/dev/null
 if ! rustup toolchain list | grep -q '^nightly'; then

@@ -246,3 +246,131 @@ fn corrupt_captures_give_the_offset_and_a_partial_report() {
         }
     }
 }
+
+#[test]
+fn against_an_older_ruleset_shows_what_changes_and_for_whom() {
+    let o = rctl(&[
+        "dry-run",
+        root().join("tests/fixtures/rules").to_str().unwrap(),
+        "--against",
+        root().join("tests/fixtures/rules-old").to_str().unwrap(),
+        "--pcap",
+        fixture("incidents.pcap").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let changes = v["changes"].as_array().unwrap();
+    let find = |from: &str, to: &str| {
+        changes
+            .iter()
+            .find(|c| c["from"] == from && c["to"] == to)
+            .unwrap_or_else(|| panic!("{from} -> {to}: {changes:?}"))
+            .clone()
+    };
+    // Before the exemption the updater's writes were throttled with the scrapers.
+    let c = find("throttle by sparql_scrapers", "allow by updater");
+    assert_eq!(c["requests"], 20);
+    assert_eq!(c["top_ips"][0]["key"], "127.0.0.9");
+    assert_eq!(find("pass", "allow by updater")["requests"], 10);
+    // Nothing else changes.
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| c["requests"].as_u64().unwrap())
+            .sum::<u64>(),
+        30
+    );
+}
+
+#[test]
+fn html_report_renders_in_chromium() {
+    let dir = tempdir("html");
+    let html = dir.join("report.html");
+    let o = rctl(&[
+        "dry-run",
+        root().join("tests/fixtures/rules").to_str().unwrap(),
+        "--against",
+        root().join("tests/fixtures/rules-old").to_str().unwrap(),
+        "--pcap",
+        root().join("tests/fixtures/pcap").to_str().unwrap(),
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        !page.contains("<script") && !page.contains("http://") && !page.contains("https://"),
+        "self-contained"
+    );
+    let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok()
+    });
+    let Some(chromium) = chromium else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium must be installed in CI"
+        );
+        eprintln!("chromium not installed: skipping the rendering check");
+        return;
+    };
+    let profile = dir.join("profile");
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    // The browser parsed the whole page: every table, one row and one chart
+    // per rule, and the change table.
+    assert!(
+        dom.contains("<table id=\"totals\">")
+            && dom.contains("<table id=\"rules\">")
+            && dom.contains("<table id=\"unmatched\">")
+            && dom.contains("<table id=\"changes\">"),
+        "{dom}"
+    );
+    assert_eq!(dom.matches("<tr class=\"rule\">").count(), 4);
+    assert_eq!(dom.matches("<svg class=\"chart\"").count(), 4);
+    assert!(dom.contains("throttle by sparql_scrapers"));
+    assert!(dom.contains("</html>"));
+}
+
+#[test]
+fn captures_can_come_from_stdin() {
+    let bytes = std::fs::read(fixture("wget.pcap")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args([
+            "dry-run",
+            root().join("tests/fixtures/rules").to_str().unwrap(),
+            "--pcap",
+            "-",
+            "--format",
+            "json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["totals"]["requests"], 2);
+    assert_eq!(v["inputs"][0]["path"], "-");
+}

@@ -162,6 +162,28 @@ pub fn text(r: &Report) -> String {
             let _ = writeln!(o, "      top paths:       {}", hitters(&rule.top_paths));
         }
     }
+    if let Some(changes) = &r.changes {
+        let _ = writeln!(
+            o,
+            "\nchanges against the old ruleset ({} kinds):",
+            changes.len()
+        );
+        if changes.is_empty() {
+            let _ = writeln!(o, "  no decision changes");
+        }
+        for c in changes {
+            let _ = writeln!(
+                o,
+                "  {} -> {}: {} requests, {} packets",
+                c.from, c.to, c.requests, c.packets
+            );
+            let _ = writeln!(o, "      top addresses:   {}", hitters(&c.top_ips));
+            if c.requests > 0 {
+                let _ = writeln!(o, "      top user agents: {}", hitters(&c.top_user_agents));
+                let _ = writeln!(o, "      top paths:       {}", hitters(&c.top_paths));
+            }
+        }
+    }
     let u = &r.unmatched;
     let _ = writeln!(
         o,

@@ -3,6 +3,7 @@
 mod dryrun;
 mod eval;
 mod explain;
+mod html;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -135,6 +136,13 @@ enum Command {
         /// Capture files (pcap or pcapng), directories of them, or `-`.
         #[arg(long, required = true)]
         pcap: Vec<PathBuf>,
+        /// Compare with an older ruleset (artifact or sources): which
+        /// decisions change, for how many requests, and for whom.
+        #[arg(long)]
+        against: Option<PathBuf>,
+        /// Also write a self-contained HTML report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// Evaluate this site's rules.
         #[arg(long)]
         site: Option<String>,
@@ -358,6 +366,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::DryRun {
             paths,
             pcap,
+            against,
+            report,
             site,
             format,
         } => {
@@ -365,9 +375,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             };
             let files = dryrun::inputs(&pcap)?;
-            let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site)?;
+            let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
+            if let Some(old) = against {
+                let Some((old, _)) = load_ruleset(&[old])? else {
+                    return Ok(ExitCode::from(1));
+                };
+                run.against(old, site)?;
+            }
             let complete = dryrun::replay_all(&mut run, &files);
+            let html_path = report;
             let report = run.finish();
+            if let Some(p) = html_path {
+                write_atomic(&p, html::render(&report).as_bytes())?;
+            }
             let out = match format {
                 Format::Text => dryrun::text(&report),
                 Format::Json => serde_json::to_string_pretty(&report)? + "\n",

@@ -119,6 +119,26 @@ pub struct InputReport {
     pub error: Option<String>,
 }
 
+/// Traffic whose decision differs between the old ruleset (`--against`)
+/// and the new one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// The old decision, like `throttle by wdqs_sparql` or `pass`.
+    pub from: String,
+    /// The new decision.
+    pub to: String,
+    /// Requests that changed this way.
+    pub requests: u64,
+    /// Packets that changed this way.
+    pub packets: u64,
+    /// Busiest client addresses among them.
+    pub top_ips: Vec<Hitter>,
+    /// Busiest User-Agents among the requests.
+    pub top_user_agents: Vec<Hitter>,
+    /// Busiest paths among the requests.
+    pub top_paths: Vec<Hitter>,
+}
+
 /// The dry-run report. `totals.requests`, `totals.packets` and `rules`
 /// (`name`, `matches`, `requests`) are the stable part of the JSON schema.
 #[derive(Debug, Clone, Serialize)]
@@ -133,7 +153,24 @@ pub struct Report {
     pub unmatched: Unmatched,
     /// Per input file.
     pub inputs: Vec<InputReport>,
+    /// With `--against`: how decisions change, largest first.
+    pub changes: Option<Vec<Change>>,
+    /// Requests per second matched (`.0`) and enforced (`.1`) per rule,
+    /// one entry per second of capture time from `totals.first_ns`.
+    pub series: Vec<Vec<(u32, u32)>>,
 }
+
+#[derive(Default)]
+struct ChangeStats {
+    requests: u64,
+    packets: u64,
+    ips: Option<TopK>,
+    uas: Option<TopK>,
+    paths: Option<TopK>,
+}
+
+/// Per-second series are kept for at most this many seconds.
+const MAX_SERIES_SECONDS: usize = 86_400;
 
 struct RuleStats {
     report: RuleReport,
@@ -182,6 +219,17 @@ pub struct DryRun {
     inputs: Vec<InputReport>,
     pending: Vec<HttpRequest>,
     trace: Trace,
+    old: Option<(Engine, Scratch)>,
+    changes: std::collections::BTreeMap<(String, String), ChangeStats>,
+    series: Vec<Vec<(u32, u32)>>,
+    series_start: Option<u64>,
+}
+
+fn describe(rs: &Ruleset, v: &Verdict) -> String {
+    match v.rule() {
+        Some(i) => format!("{} by {}", v.kind(), rs.rules[i].name),
+        None => v.kind().to_string(),
+    }
 }
 
 const TOP: usize = 10;
@@ -217,6 +265,7 @@ impl DryRun {
                 paths: TopK::new(CANDIDATES),
             })
             .collect();
+        let n = ruleset.rules.len();
         let engine = Engine::new(
             ruleset,
             &EngineConfig {
@@ -240,7 +289,59 @@ impl DryRun {
             inputs: Vec::new(),
             pending: Vec::new(),
             trace: Trace::default(),
+            old: None,
+            changes: Default::default(),
+            series: vec![Vec::new(); n],
+            series_start: None,
         })
+    }
+
+    /// Also evaluates every packet and request with `old`, and reports
+    /// where the decisions differ.
+    pub fn against(&mut self, old: Ruleset, site: Option<String>) -> Result<(), EngineError> {
+        let engine = Engine::new(
+            old,
+            &EngineConfig {
+                site,
+                ..Default::default()
+            },
+        )?;
+        let scratch = engine.scratch();
+        self.old = Some((engine, scratch));
+        Ok(())
+    }
+
+    fn changed(&mut self, from: String, to: String, ip: &str, req: Option<(&[u8], &[u8])>) {
+        let c = self.changes.entry((from, to)).or_default();
+        c.ips
+            .get_or_insert_with(|| TopK::new(CANDIDATES))
+            .add(ip.as_bytes());
+        match req {
+            Some((ua, path)) => {
+                c.requests += 1;
+                c.uas.get_or_insert_with(|| TopK::new(CANDIDATES)).add(ua);
+                c.paths
+                    .get_or_insert_with(|| TopK::new(CANDIDATES))
+                    .add(path);
+            }
+            None => c.packets += 1,
+        }
+    }
+
+    fn tick(&mut self, rule: usize, time_ns: u64, enforced: bool) {
+        let start = *self.series_start.get_or_insert(time_ns);
+        let sec = (time_ns.saturating_sub(start) / 1_000_000_000) as usize;
+        if sec >= MAX_SERIES_SECONDS {
+            return;
+        }
+        let series = &mut self.series[rule];
+        if series.len() <= sec {
+            series.resize(sec + 1, (0, 0));
+        }
+        series[sec].0 += 1;
+        if enforced {
+            series[sec].1 += 1;
+        }
     }
 
     /// Replays one capture. On a read error, everything before it counts
@@ -310,6 +411,25 @@ impl DryRun {
         if let Some(i) = pd.verdict.rule() {
             Self::count(&mut self.rules[i].report.packets, &pd.verdict);
         }
+        if let Some((old, scratch)) = &mut self.old {
+            let od = old.decide_packet_with(
+                &Packet {
+                    src: d.src,
+                    proto,
+                    dst_port: d.dport,
+                    syn,
+                    time_ns: f.time_ns,
+                },
+                scratch,
+            );
+            let (a, b) = (
+                describe(old.ruleset(), &od.verdict),
+                describe(self.engine.ruleset(), &pd.verdict),
+            );
+            if a != b {
+                self.changed(a, b, &d.src.to_string(), None);
+            }
+        }
         if d.proto != 6 || matches!(pd.verdict, Verdict::Drop { .. } | Verdict::Throttle { .. }) {
             return;
         }
@@ -355,6 +475,30 @@ impl DryRun {
         let ip = r.client.0.to_string();
         let ua = r.header("user-agent").unwrap_or(b"(none)");
         let path = path_of(&r.target);
+        if let Some((old, scratch)) = &mut self.old {
+            let od = old.decide_request_with(&req, scratch, None);
+            let (a, b) = (
+                describe(old.ruleset(), &od.verdict),
+                describe(self.engine.ruleset(), &d.verdict),
+            );
+            if a != b {
+                self.changed(a, b, &ip, Some((ua, path)));
+            }
+        }
+        let steps: Vec<(usize, bool)> = self
+            .trace
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.rule,
+                    !s.shadow && d.verdict.rule() == Some(s.rule) && d.verdict.kind() != "allow",
+                )
+            })
+            .collect();
+        for (rule, enforced) in steps {
+            self.tick(rule, r.time_ns, enforced);
+        }
         if self.trace.steps.is_empty() {
             let u = &mut self.unmatched;
             u.0 += 1;
@@ -401,7 +545,31 @@ impl DryRun {
                 ..s.report
             })
             .collect();
+        // One time axis for every rule.
+        let len = self.series.iter().map(Vec::len).max().unwrap_or(0);
+        self.series.iter_mut().for_each(|s| s.resize(len, (0, 0)));
         let (n, ips, uas, paths) = self.unmatched;
+        let changes = self.old.as_ref().map(|_| {
+            let mut v: Vec<Change> = self
+                .changes
+                .into_iter()
+                .map(|((from, to), c)| Change {
+                    from,
+                    to,
+                    requests: c.requests,
+                    packets: c.packets,
+                    top_ips: c.ips.map_or(Vec::new(), |t| t.top(TOP)),
+                    top_user_agents: c.uas.map_or(Vec::new(), |t| t.top(TOP)),
+                    top_paths: c.paths.map_or(Vec::new(), |t| t.top(TOP)),
+                })
+                .collect();
+            v.sort_by(|a, b| {
+                (b.requests + b.packets)
+                    .cmp(&(a.requests + a.packets))
+                    .then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to)))
+            });
+            v
+        });
         Report {
             schema: 1,
             totals: self.totals,
@@ -413,6 +581,8 @@ impl DryRun {
                 top_paths: paths.top(TOP),
             },
             inputs: self.inputs,
+            changes,
+            series: self.series,
         }
     }
 }
