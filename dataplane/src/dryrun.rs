@@ -350,7 +350,14 @@ impl DryRun {
         let before = self.totals.packets;
         let result = (|| {
             let mut reader = CaptureReader::new(input)?;
-            while let Some(frame) = reader.next_frame()? {
+            let mut frame = Frame {
+                time_ns: 0,
+                linktype: 0,
+                data: Vec::new(),
+                orig_len: 0,
+                offset: 0,
+            };
+            while reader.next_frame_into(&mut frame)? {
                 self.frame(&frame);
             }
             Ok(())
@@ -471,7 +478,7 @@ impl DryRun {
         self.trace.steps.clear();
         let d = self
             .engine
-            .decide_request_with(&req, &mut self.scratch, Some(&mut self.trace));
+            .decide_request_steps(&req, &mut self.scratch, &mut self.trace.steps);
         let ip = r.client.0.to_string();
         let ua = r.header("user-agent").unwrap_or(b"(none)");
         let path = path_of(&r.target);

@@ -176,24 +176,7 @@ impl Engine {
         trace: Option<&mut Trace>,
     ) -> Decision {
         let f = Fields::new(req);
-        s.atoms.clear();
-        self.matcher
-            .request_atoms(&f, &mut s.atoms, &mut s.patterns);
-        s.candidates.clear();
-        s.candidates.extend_from_slice(&self.always);
-        for &a in s.atoms.atoms() {
-            for &t in &self.postings[a as usize] {
-                let term = &self.terms[t as usize];
-                if self.others[term.start as usize..term.end as usize]
-                    .iter()
-                    .all(|&o| s.atoms.contains(o))
-                {
-                    s.candidates.push(term.rule);
-                }
-            }
-        }
-        s.candidates.sort_unstable();
-        s.candidates.dedup();
+        self.candidates(&f, s);
         let atoms = &s.atoms;
         match trace {
             None => self.core.decide_request(
@@ -218,6 +201,46 @@ impl Engine {
                 )
             }
         }
+    }
+
+    /// Matches the request's fields and selects the rules that can match.
+    fn candidates(&self, f: &Fields<'_>, s: &mut Scratch) {
+        s.atoms.clear();
+        self.matcher.request_atoms(f, &mut s.atoms, &mut s.patterns);
+        s.candidates.clear();
+        s.candidates.extend_from_slice(&self.always);
+        for &a in s.atoms.atoms() {
+            for &t in &self.postings[a as usize] {
+                let term = &self.terms[t as usize];
+                if self.others[term.start as usize..term.end as usize]
+                    .iter()
+                    .all(|&o| s.atoms.contains(o))
+                {
+                    s.candidates.push(term.rule);
+                }
+            }
+        }
+        s.candidates.sort_unstable();
+        s.candidates.dedup();
+    }
+
+    /// Decides a request and records, in `steps`, every rule that matched
+    /// and what it did (the part of a [`Trace`] that reports need).
+    pub fn decide_request_steps(
+        &self,
+        req: &Request<'_>,
+        s: &mut Scratch,
+        steps: &mut Vec<Step>,
+    ) -> Decision {
+        let f = Fields::new(req);
+        self.candidates(&f, s);
+        let atoms = &s.atoms;
+        self.core.decide_request(
+            &f,
+            s.candidates.iter().map(|&i| i as usize),
+            |i| eval(&self.core.rule(i).cond, atoms),
+            Some(steps),
+        )
     }
 
     /// Decides a packet exactly as the XDP program does: only rules the plan

@@ -83,8 +83,23 @@ pub struct MatchScratch {
 /// A fast hash (FxHash's multiply-rotate) for the matcher's lookup-only
 /// tables. Their keys are fixed when the ruleset loads, so request data
 /// cannot grow a chain; it can only look one up.
+///
+/// [`FastHash::random`] seeds it per process, for tables whose keys come
+/// from the traffic (flows, talkers), so that nobody can aim collisions.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct FastHash;
+pub struct FastHash {
+    seed: u64,
+}
+
+impl FastHash {
+    /// A hash seeded from the process's random state.
+    pub fn random() -> Self {
+        use std::hash::BuildHasher as _;
+        FastHash {
+            seed: std::hash::RandomState::new().hash_one(0x5eedu64) | 1,
+        }
+    }
+}
 
 /// The hasher of [`FastHash`].
 #[derive(Debug, Default)]
@@ -93,7 +108,7 @@ pub struct FastHasher(u64);
 impl std::hash::BuildHasher for FastHash {
     type Hasher = FastHasher;
     fn build_hasher(&self) -> FastHasher {
-        FastHasher(0)
+        FastHasher(self.seed)
     }
 }
 
@@ -126,7 +141,8 @@ impl std::hash::Hasher for FastHasher {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, FastHash>;
+/// A hash map with [`FastHash`].
+pub type FastMap<K, V> = HashMap<K, V, FastHash>;
 
 struct FieldMatcher {
     exact: FastMap<Box<[u8]>, Vec<u32>>,

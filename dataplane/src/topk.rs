@@ -4,14 +4,23 @@
 //! reported count overestimates by at most the stated `error`. Every
 //! request is counted: nothing is sampled.
 
+use crate::matcher::{FastHash, FastMap};
 use serde::Serialize;
-use std::collections::HashMap;
 
-/// A bounded top-k counter.
+/// A bounded top-k counter: an indexed min-heap over fixed slots, so that
+/// counting an item, or replacing the smallest counter with a new item,
+/// costs one hash lookup and O(log capacity) swaps of small integers.
 #[derive(Debug, Clone)]
 pub struct TopK {
     capacity: usize,
-    counts: HashMap<Vec<u8>, (u64, u64)>,
+    /// Slot contents: (count, error, key).
+    slots: Vec<(u64, u64, Box<[u8]>)>,
+    /// Min-heap on count, of slot indices.
+    heap: Vec<u32>,
+    /// Slot index -> position in `heap`.
+    at: Vec<u32>,
+    /// Key -> slot index.
+    index: FastMap<Box<[u8]>, u32>,
     total: u64,
 }
 
@@ -31,30 +40,79 @@ impl TopK {
     pub fn new(capacity: usize) -> Self {
         TopK {
             capacity: capacity.max(1),
-            counts: HashMap::new(),
+            slots: Vec::new(),
+            heap: Vec::new(),
+            at: Vec::new(),
+            index: FastMap::with_hasher(FastHash::random()),
             total: 0,
+        }
+    }
+
+    fn count_at(&self, heap_pos: usize) -> u64 {
+        self.slots[self.heap[heap_pos] as usize].0
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.at[self.heap[a] as usize] = a as u32;
+        self.at[self.heap[b] as usize] = b as u32;
+    }
+
+    /// Restores the heap below `i` after its count grew.
+    fn sift_down(&mut self, mut i: usize) {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut m = i;
+            if l < self.heap.len() && self.count_at(l) < self.count_at(m) {
+                m = l;
+            }
+            if r < self.heap.len() && self.count_at(r) < self.count_at(m) {
+                m = r;
+            }
+            if m == i {
+                return;
+            }
+            self.swap(i, m);
+            i = m;
+        }
+    }
+
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if self.count_at(p) <= self.count_at(i) {
+                return;
+            }
+            self.swap(i, p);
+            i = p;
         }
     }
 
     /// Counts one occurrence.
     pub fn add(&mut self, key: &[u8]) {
         self.total += 1;
-        if let Some(c) = self.counts.get_mut(key) {
-            c.0 += 1;
+        if let Some(&slot) = self.index.get(key) {
+            self.slots[slot as usize].0 += 1;
+            self.sift_down(self.at[slot as usize] as usize);
             return;
         }
-        if self.counts.len() < self.capacity {
-            self.counts.insert(key.to_vec(), (1, 0));
+        if self.slots.len() < self.capacity {
+            let slot = self.slots.len() as u32;
+            self.slots.push((1, 0, key.into()));
+            self.heap.push(slot);
+            self.at.push((self.heap.len() - 1) as u32);
+            self.index.insert(key.into(), slot);
+            self.sift_up(self.heap.len() - 1);
             return;
         }
         // Replace the smallest counter; the newcomer inherits its count as
         // the error bound.
-        let Some((k, &(min, _))) = self.counts.iter().min_by_key(|(_, c)| c.0) else {
-            return;
-        };
-        let k = k.clone();
-        self.counts.remove(&k);
-        self.counts.insert(key.to_vec(), (min + 1, min));
+        let slot = self.heap[0];
+        let min = self.slots[slot as usize].0;
+        let old = std::mem::replace(&mut self.slots[slot as usize], (min + 1, min, key.into()));
+        self.index.remove(&old.2);
+        self.index.insert(key.into(), slot);
+        self.sift_down(0);
     }
 
     /// Occurrences counted.
@@ -65,12 +123,12 @@ impl TopK {
     /// The `n` largest, largest first (ties by key).
     pub fn top(&self, n: usize) -> Vec<Hitter> {
         let mut v: Vec<Hitter> = self
-            .counts
+            .slots
             .iter()
-            .map(|(k, &(c, e))| Hitter {
+            .map(|(c, e, k)| Hitter {
                 key: String::from_utf8_lossy(k).into_owned(),
-                count: c,
-                error: e,
+                count: *c,
+                error: *e,
             })
             .collect();
         v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
@@ -114,5 +172,30 @@ mod tests {
         let top = t.top(1);
         assert_eq!(top[0].key, "scraper");
         assert!(top[0].count - top[0].error <= 10_000 && top[0].count >= 10_000);
+        assert_eq!(t.total(), 20_000);
+    }
+
+    #[test]
+    fn keeps_every_item_above_the_guarantee() {
+        // 10 heavy items, 5,000 each, interleaved with 100,000 distinct
+        // items: N = 150,000, N / capacity = 1,500 < 5,000, so all heavy
+        // items must be kept with bounds that hold their true count.
+        let mut t = TopK::new(100);
+        for r in 0..100_000u32 {
+            t.add(format!("noise{r}").as_bytes());
+            if r % 2 == 0 {
+                t.add(format!("heavy{}", r / 2 % 10).as_bytes());
+            }
+        }
+        let top = t.top(10);
+        let mut keys: Vec<String> = top.iter().map(|h| h.key.clone()).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            (0..10).map(|i| format!("heavy{i}")).collect::<Vec<_>>()
+        );
+        for h in &top {
+            assert!(h.count >= 5_000 && h.count - h.error <= 5_000, "{h:?}");
+        }
     }
 }

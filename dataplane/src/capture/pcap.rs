@@ -92,6 +92,7 @@ pub struct CaptureReader<R> {
     offset: u64,
     format: Format,
     interfaces: Vec<Interface>,
+    block: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], big: bool) -> u16 {
@@ -137,6 +138,7 @@ impl<R: Read> CaptureReader<R> {
             offset: 4,
             format: Format::PcapNg { big: false },
             interfaces: Vec::new(),
+            block: Vec::new(),
         };
         match magic {
             [0xd4, 0xc3, 0xb2, 0xa1]
@@ -226,6 +228,19 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next frame, `Ok(None)` at a clean end of file.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, CaptureError> {
+        let mut f = Frame {
+            time_ns: 0,
+            linktype: 0,
+            data: Vec::new(),
+            orig_len: 0,
+            offset: 0,
+        };
+        Ok(self.next_frame_into(&mut f)?.then_some(f))
+    }
+
+    /// Reads the next frame into `f`, reusing its buffer; `Ok(false)` at a
+    /// clean end of file.
+    pub fn next_frame_into(&mut self, f: &mut Frame) -> Result<bool, CaptureError> {
         match self.format {
             Format::Pcap {
                 big,
@@ -240,7 +255,7 @@ impl<R: Read> CaptureReader<R> {
                     message: m,
                 })?;
                 if n == 0 {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 if n < 16 {
                     return Err(CaptureError {
@@ -261,25 +276,22 @@ impl<R: Read> CaptureReader<R> {
                         message: format!("corrupt record length {caplen}"),
                     });
                 }
-                let mut data = vec![0u8; caplen];
-                self.fill(&mut data, "truncated packet data")?;
-                let time_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1_000 };
-                Ok(Some(Frame {
-                    time_ns,
-                    linktype,
-                    data,
-                    orig_len,
-                    offset: start,
-                }))
+                f.data.resize(caplen, 0);
+                self.fill(&mut f.data, "truncated packet data")?;
+                f.time_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1_000 };
+                f.linktype = linktype;
+                f.orig_len = orig_len;
+                f.offset = start;
+                Ok(true)
             }
-            Format::PcapNg { .. } => self.next_ng(),
+            Format::PcapNg { .. } => self.next_ng(f),
         }
     }
 
-    fn next_ng(&mut self) -> Result<Option<Frame>, CaptureError> {
+    fn next_ng(&mut self, out: &mut Frame) -> Result<bool, CaptureError> {
         loop {
             let Format::PcapNg { big } = self.format else {
-                return Ok(None);
+                return Ok(false);
             };
             let start = self.offset;
             let mut hdr = [0u8; 8];
@@ -288,7 +300,7 @@ impl<R: Read> CaptureReader<R> {
                 message: m,
             })?;
             if n == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             if n < 8 {
                 return Err(CaptureError {
@@ -333,8 +345,12 @@ impl<R: Read> CaptureReader<R> {
                 });
             }
             self.offset += 8;
-            let mut body = vec![0u8; len - 8];
-            self.fill(&mut body, "truncated pcapng block")?;
+            let mut body = std::mem::take(&mut self.block);
+            body.resize(len - 8, 0);
+            let filled = self.fill(&mut body, "truncated pcapng block");
+            self.block = body;
+            filled?;
+            let body = &self.block;
             let trailer = u32_at(&body[len - 12..], big) as usize;
             if trailer != len {
                 return Err(CaptureError {
@@ -381,13 +397,11 @@ impl<R: Read> CaptureReader<R> {
                             message: format!("captured length {caplen} exceeds the block"),
                         });
                     };
-                    return Ok(Some(Frame {
-                        time_ns: scale(ts, i.units),
-                        linktype: i.linktype,
-                        data: data.to_vec(),
-                        orig_len,
-                        offset: start,
-                    }));
+                    out.data.clear();
+                    out.data.extend_from_slice(data);
+                    (out.time_ns, out.linktype, out.orig_len, out.offset) =
+                        (scale(ts, i.units), i.linktype, orig_len, start);
+                    return Ok(true);
                 }
                 3 => {
                     if body.len() < 4 {
@@ -404,13 +418,11 @@ impl<R: Read> CaptureReader<R> {
                         } else {
                             i.snaplen as usize
                         });
-                    return Ok(Some(Frame {
-                        time_ns: 0,
-                        linktype: i.linktype,
-                        data: body[4..4 + cap].to_vec(),
-                        orig_len,
-                        offset: start,
-                    }));
+                    out.data.clear();
+                    out.data.extend_from_slice(&body[4..4 + cap]);
+                    (out.time_ns, out.linktype, out.orig_len, out.offset) =
+                        (0, i.linktype, orig_len, start);
+                    return Ok(true);
                 }
                 _ => {}
             }

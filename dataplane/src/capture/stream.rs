@@ -18,7 +18,8 @@
 //! - **TLS** (a client stream starting with a TLS record) is counted and
 //!   not parsed.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::matcher::{FastHash, FastMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// Bounds of the reassembler.
@@ -134,9 +135,9 @@ struct Ctx {
 }
 
 /// The reassembler and parser for all flows of a capture.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Streams {
-    flows: HashMap<Key, Flow>,
+    flows: FastMap<Key, Flow>,
     limits: Limits,
     /// What was seen.
     pub stats: StreamStats,
@@ -163,7 +164,7 @@ impl Streams {
     /// A reassembler with these bounds.
     pub fn new(limits: Limits) -> Self {
         Streams {
-            flows: HashMap::new(),
+            flows: FastMap::with_hasher(FastHash::random()),
             limits,
             stats: StreamStats::default(),
         }

@@ -1,0 +1,108 @@
+//! Dry-run throughput on a large capture, against tshark on the same file.
+//!
+//! `cargo bench -p rctl-dataplane --bench dryrun` writes (once) a capture
+//! of `RCTL_BENCH_CAPTURE_MB` megabytes (default 1024) under the target
+//! directory, replays it through the shipped rules three times, and runs
+//! `tshark -Y http.request -T fields` on it once (skip with
+//! RCTL_BENCH_NO_TSHARK=1).
+
+#[path = "support/capgen.rs"]
+mod capgen;
+
+use std::time::Instant;
+
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return;
+    }
+    let mb: u64 = std::env::var("RCTL_BENCH_CAPTURE_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or(root.join("target"))
+        .join("rctl-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("large-{mb}mb.pcap"));
+    if !path.exists() {
+        let t = Instant::now();
+        let (p, r) = capgen::write(&path, mb << 20).unwrap();
+        eprintln!(
+            "wrote {} ({p} packets, {r} requests) in {:.1?}",
+            path.display(),
+            t.elapsed()
+        );
+    }
+    let size = std::fs::metadata(&path).unwrap().len();
+    let c = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
+    let rs = c.ruleset.expect("rules compile");
+    let mut times = Vec::new();
+    let mut requests = 0;
+    let mut packets = 0;
+    for _ in 0..3 {
+        let mut run = rctl_dataplane::dryrun::DryRun::new(rs.clone(), None).unwrap();
+        let t = Instant::now();
+        let file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path).unwrap());
+        run.replay("large", file).unwrap();
+        let report = run.finish();
+        times.push(t.elapsed().as_secs_f64());
+        requests = report.totals.requests;
+        packets = report.totals.packets;
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[1];
+    println!(
+        "capture: {:.0} MB, {packets} packets, {requests} requests",
+        size as f64 / 1e6
+    );
+    println!("rctl dry-run: median {median:.2} s of 3: {:.0} MB/s, {:.0} requests/s, {:.0} packets/s; peak RSS {} MB", size as f64 / 1e6 / median, requests as f64 / median, packets as f64 / median, peak_rss_kb() / 1024);
+    if std::env::var_os("RCTL_BENCH_NO_TSHARK").is_some() {
+        return;
+    }
+    let t = Instant::now();
+    let out = std::process::Command::new("tshark")
+        .args([
+            "-r",
+            path.to_str().unwrap(),
+            "-Y",
+            "http.request",
+            "-T",
+            "fields",
+            "-e",
+            "http.request.method",
+            "-e",
+            "http.request.uri",
+            "-e",
+            "http.host",
+            "-e",
+            "http.user_agent",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let secs = t.elapsed().as_secs_f64();
+            let lines = o.stdout.iter().filter(|&&b| b == b'\n').count();
+            println!(
+                "tshark: {secs:.1} s ({:.1} MB/s, {lines} request lines): rctl is {:.0}x faster",
+                size as f64 / 1e6 / secs,
+                secs / median
+            );
+        }
+        Ok(o) => println!("tshark failed: {}", o.status),
+        Err(e) => println!("tshark not run: {e}"),
+    }
+}

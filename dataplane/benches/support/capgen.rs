@@ -1,0 +1,208 @@
+//! Writes a large synthetic capture: many keep-alive HTTP/1.1 flows, each
+//! a handshake, requests (some pipelined, some with bodies, some split
+//! across segments), responses and ACKs, interleaved across flows the way
+//! a busy edge interleaves them.
+
+use std::io::Write;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn checksum_free_packet(
+    out: &mut Vec<u8>,
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    flags: u8,
+    payload: &[u8],
+) {
+    out.clear();
+    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00]);
+    let total = (20 + 20 + payload.len()) as u16;
+    out.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0x40,
+        0,
+        64,
+        6,
+        0,
+        0,
+    ]);
+    out.extend_from_slice(&src);
+    out.extend_from_slice(&dst);
+    out.extend_from_slice(&sport.to_be_bytes());
+    out.extend_from_slice(&dport.to_be_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    out.extend_from_slice(payload);
+}
+
+const UAS: &[&str] = &[
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+    "python-requests/2.31.0",
+    "Go-http-client/1.1",
+    "curl/8.4.0",
+    "Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)",
+];
+
+/// Writes about `bytes` of capture to `path`; returns (packets, requests).
+pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> {
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    f.write_all(&[
+        0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0,
+    ])?;
+    let mut rng = Rng(0x5eed_cafe);
+    let mut written = 24u64;
+    let (mut packets, mut requests) = (0u64, 0u64);
+    let mut t_us: u64 = 1_760_000_000_000_000;
+    let mut pkt = Vec::with_capacity(2048);
+    let mut emit = |f: &mut std::io::BufWriter<std::fs::File>,
+                    pkt: &[u8],
+                    t_us: u64,
+                    written: &mut u64,
+                    packets: &mut u64|
+     -> std::io::Result<()> {
+        f.write_all(&((t_us / 1_000_000) as u32).to_le_bytes())?;
+        f.write_all(&((t_us % 1_000_000) as u32).to_le_bytes())?;
+        f.write_all(&(pkt.len() as u32).to_le_bytes())?;
+        f.write_all(&(pkt.len() as u32).to_le_bytes())?;
+        f.write_all(pkt)?;
+        *written += 16 + pkt.len() as u64;
+        *packets += 1;
+        Ok(())
+    };
+    // 64 flows live at once, each doing 1 to 40 requests, interleaved.
+    struct Flow {
+        client: [u8; 4],
+        sport: u16,
+        cseq: u32,
+        sseq: u32,
+        left: u32,
+        ua: usize,
+    }
+    let server = [198, 51, 100, 10];
+    let mut flows: Vec<Flow> = Vec::new();
+    let body = vec![b'x'; 300];
+    let response = {
+        let mut r = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=UTF-8\r\nContent-Length: 1000\r\nCache-Control: private, s-maxage=0, max-age=0\r\n\r\n".to_vec();
+        r.extend(std::iter::repeat_n(b'<', 1000));
+        r
+    };
+    while written < bytes {
+        while flows.len() < 64 {
+            let c = rng.next() as u32;
+            // Public unicast sources (11.0.0.0 to 98.255.255.255), so that no
+            // shipped rule drops them as bogons.
+            let client = [
+                11 + ((c >> 24) % 88) as u8,
+                (c >> 16) as u8,
+                (c >> 8) as u8,
+                c as u8,
+            ];
+            let mut fl = Flow {
+                client,
+                sport: 1024 + rng.below(60_000) as u16,
+                cseq: rng.next() as u32,
+                sseq: rng.next() as u32,
+                left: 1 + rng.below(40) as u32,
+                ua: rng.below(UAS.len() as u64) as usize,
+            };
+            checksum_free_packet(
+                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x02, b"",
+            );
+            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+            checksum_free_packet(
+                &mut pkt, server, fl.client, 80, fl.sport, fl.sseq, 0x12, b"",
+            );
+            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+            fl.cseq = fl.cseq.wrapping_add(1);
+            fl.sseq = fl.sseq.wrapping_add(1);
+            flows.push(fl);
+        }
+        let i = rng.below(flows.len() as u64) as usize;
+        let fl = &mut flows[i];
+        t_us += 1 + rng.below(20);
+        let kind = rng.below(10);
+        let path = match rng.below(4) {
+            0 => format!("/wiki/Article_{}", rng.below(1_000_000)),
+            1 => format!(
+                "/w/api.php?action=query&format=json&titles=T{}",
+                rng.below(100_000)
+            ),
+            2 => format!(
+                "/sparql?query=SELECT%20%3Fx%20WHERE%20%7B%20wd%3AQ{}%20%3Fp%20%3Fx%20%7D",
+                rng.below(1_000_000)
+            ),
+            _ => format!("/api/rest_v1/page/html/Title_{}", rng.below(100_000)),
+        };
+        let mut req = if kind == 0 {
+            format!("POST {path} HTTP/1.1\r\nHost: query.wikidata.org\r\nUser-Agent: {}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n", UAS[fl.ua], body.len()).into_bytes()
+        } else {
+            format!("GET {path} HTTP/1.1\r\nHost: en.wikipedia.org\r\nUser-Agent: {}\r\nAccept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCookie: WMF-Last-Access=30-Nov-2026; GeoIP=US:CA:San_Francisco\r\n\r\n", UAS[fl.ua]).into_bytes()
+        };
+        if kind == 0 {
+            req.extend_from_slice(&body);
+        }
+        requests += 1;
+        if kind == 1 {
+            // Split across two segments.
+            let (a, b) = req.split_at(req.len() / 2);
+            checksum_free_packet(&mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, a);
+            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+            checksum_free_packet(
+                &mut pkt,
+                fl.client,
+                server,
+                fl.sport,
+                80,
+                fl.cseq.wrapping_add(a.len() as u32),
+                0x18,
+                b,
+            );
+            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+        } else {
+            checksum_free_packet(
+                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, &req,
+            );
+            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+        }
+        fl.cseq = fl.cseq.wrapping_add(req.len() as u32);
+        checksum_free_packet(
+            &mut pkt, server, fl.client, 80, fl.sport, fl.sseq, 0x18, &response,
+        );
+        emit(&mut f, &pkt, t_us + 50, &mut written, &mut packets)?;
+        fl.sseq = fl.sseq.wrapping_add(response.len() as u32);
+        checksum_free_packet(
+            &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x10, b"",
+        );
+        emit(&mut f, &pkt, t_us + 60, &mut written, &mut packets)?;
+        fl.left -= 1;
+        if fl.left == 0 {
+            checksum_free_packet(
+                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x11, b"",
+            );
+            emit(&mut f, &pkt, t_us + 70, &mut written, &mut packets)?;
+            flows.swap_remove(i);
+        }
+    }
+    f.flush()?;
+    Ok((packets, requests))
+}
