@@ -18,6 +18,11 @@ impl Rng {
     }
 }
 
+/// An Ethernet/IPv4/TCP frame (checksums left zero: nothing here checks them).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the frame's fields, in wire order"
+)]
 fn checksum_free_packet(
     out: &mut Vec<u8>,
     src: [u8; 4],
@@ -74,11 +79,11 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
     let (mut packets, mut requests) = (0u64, 0u64);
     let mut t_us: u64 = 1_760_000_000_000_000;
     let mut pkt = Vec::with_capacity(2048);
-    let mut emit = |f: &mut std::io::BufWriter<std::fs::File>,
-                    pkt: &[u8],
-                    t_us: u64,
-                    written: &mut u64,
-                    packets: &mut u64|
+    let emit = |f: &mut std::io::BufWriter<std::fs::File>,
+                pkt: &[u8],
+                t_us: u64,
+                written: &mut u64,
+                packets: &mut u64|
      -> std::io::Result<()> {
         f.write_all(&((t_us / 1_000_000) as u32).to_le_bytes())?;
         f.write_all(&((t_us % 1_000_000) as u32).to_le_bytes())?;
@@ -165,7 +170,14 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
         if kind == 1 {
             // Split across two segments.
             let (a, b) = req.split_at(req.len() / 2);
-            checksum_free_packet(&mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, a);
+            tcp_frame(
+                &mut pkt,
+                (fl.client, fl.sport),
+                (server, 80),
+                fl.cseq,
+                0x18,
+                a,
+            );
             emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
             checksum_free_packet(
                 &mut pkt,

@@ -336,3 +336,45 @@ mod tests {
         assert_eq!(d.payload.len(), 12);
     }
 }
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    fn ipv4_udp() -> Vec<u8> {
+        vec![
+            0x45, 0, 0, 30, 0, 0, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2, 0x30, 0x39, 0,
+            53, 0, 10, 0, 0, b'h', b'i',
+        ]
+    }
+
+    #[test]
+    fn linux_cooked_v1_and_v2_and_bsd_loopback() {
+        let ip = ipv4_udp();
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x00];
+        sll.extend_from_slice(&ip);
+        let mut sll2 = vec![
+            0x08, 0x00, 0, 0, 0, 0, 0, 1, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        sll2.extend_from_slice(&ip);
+        let mut null_le = vec![2, 0, 0, 0];
+        null_le.extend_from_slice(&ip);
+        let mut null_be = vec![0, 0, 0, 2];
+        null_be.extend_from_slice(&ip);
+        for (link, frame) in [
+            (linktype::LINUX_SLL, sll),
+            (linktype::LINUX_SLL2, sll2),
+            (linktype::NULL, null_le),
+            (linktype::NULL, null_be),
+            (linktype::IPV4, ip.clone()),
+        ] {
+            let d = decode(link, &frame, frame.len() as u32)
+                .unwrap_or_else(|e| panic!("{link}: {e:?}"));
+            assert_eq!(
+                (d.proto, d.sport, d.dport, d.payload),
+                (17, 12345, 53, &b"hi"[..]),
+                "{link}"
+            );
+        }
+    }
+}

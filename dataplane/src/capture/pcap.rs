@@ -29,6 +29,19 @@ pub mod linktype {
     pub const LINUX_SLL2: u32 = 276;
 }
 
+/// Whether this reader's users decode the link type.
+pub fn supported(link: u32) -> bool {
+    use linktype::*;
+    matches!(
+        link,
+        NULL | ETHERNET | RAW_OLD | RAW_OLD2 | RAW | LINUX_SLL | IPV4 | IPV6 | LINUX_SLL2
+    )
+}
+
+fn unsupported(offset: u64, link: u32) -> CaptureError {
+    CaptureError { offset, message: format!("link type {link} is not supported (Ethernet, Linux cooked v1/v2, raw IP and BSD loopback are)") }
+}
+
 /// One captured packet.
 #[derive(Debug, Clone)]
 pub struct Frame {
@@ -151,6 +164,9 @@ impl<R: Read> CaptureReader<R> {
                 r.fill(&mut rest, "truncated pcap file header")?;
                 let snaplen = u32_at(&rest[12..], big);
                 let linktype = u32_at(&rest[16..], big) & 0x0fff_ffff;
+                if !supported(linktype) {
+                    return Err(unsupported(20, linktype));
+                }
                 r.format = Format::Pcap {
                     big,
                     nanos,
@@ -369,6 +385,9 @@ impl<R: Read> CaptureReader<R> {
                         return Err(bad("interface description block too short"));
                     }
                     let linktype = u32::from(u16_at(body, big));
+                    if !supported(linktype) {
+                        return Err(unsupported(start + 8, linktype));
+                    }
                     let snaplen = u32_at(&body[4..], big);
                     let units = if_tsresol(&body[8..], big);
                     self.interfaces.push(Interface {
