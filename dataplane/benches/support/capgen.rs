@@ -170,14 +170,7 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
         if kind == 1 {
             // Split across two segments.
             let (a, b) = req.split_at(req.len() / 2);
-            tcp_frame(
-                &mut pkt,
-                (fl.client, fl.sport),
-                (server, 80),
-                fl.cseq,
-                0x18,
-                a,
-            );
+            checksum_free_packet(&mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, a);
             emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
             checksum_free_packet(
                 &mut pkt,
