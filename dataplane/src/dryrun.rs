@@ -405,45 +405,46 @@ impl DryRun {
             _ => return,
         };
         let syn = d.flags & tcp::SYN != 0 && d.flags & tcp::ACK == 0;
-        let pd = self.engine.decide_packet_with(
-            &Packet {
+        // XDP sits on the edge's ingress: it judges what clients send, not
+        // the servers' answers (for UDP and ICMP every packet is judged).
+        let inbound = d.proto != 6
+            || self
+                .streams
+                .from_client((d.src, d.sport), (d.dst, d.dport), d.flags);
+        if inbound {
+            let p = Packet {
                 src: d.src,
                 proto,
                 dst_port: d.dport,
                 syn,
                 time_ns: f.time_ns,
-            },
-            &mut self.scratch,
-        );
-        if let Some(i) = pd.verdict.rule() {
-            Self::count(&mut self.rules[i].report.packets, &pd.verdict);
-        }
-        if let Some((old, scratch)) = &mut self.old {
-            let od = old.decide_packet_with(
-                &Packet {
-                    src: d.src,
-                    proto,
-                    dst_port: d.dport,
-                    syn,
-                    time_ns: f.time_ns,
-                },
-                scratch,
-            );
-            let (a, b) = (
-                describe(old.ruleset(), &od.verdict),
-                describe(self.engine.ruleset(), &pd.verdict),
-            );
-            if a != b {
-                self.changed(a, b, &d.src.to_string(), None);
+            };
+            let pd = self.engine.decide_packet_with(&p, &mut self.scratch);
+            if let Some(i) = pd.verdict.rule() {
+                Self::count(&mut self.rules[i].report.packets, &pd.verdict);
+            }
+            if let Some((old, scratch)) = &mut self.old {
+                let od = old.decide_packet_with(&p, scratch);
+                let (a, b) = (
+                    describe(old.ruleset(), &od.verdict),
+                    describe(self.engine.ruleset(), &pd.verdict),
+                );
+                if a != b {
+                    self.changed(a, b, &d.src.to_string(), None);
+                }
+            }
+            if matches!(pd.verdict, Verdict::Drop { .. } | Verdict::Throttle { .. }) {
+                return;
             }
         }
-        if d.proto != 6 || matches!(pd.verdict, Verdict::Drop { .. } | Verdict::Throttle { .. }) {
+        if d.proto != 6 {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        self.streams.segment(
+        self.streams.segment_from(
             (d.src, d.sport),
             (d.dst, d.dport),
+            inbound,
             Segment {
                 seq: d.seq,
                 flags: d.flags,

@@ -175,6 +175,22 @@ impl Streams {
         self.flows.len()
     }
 
+    /// Whether a segment from `src` to `dst` goes from client to server:
+    /// the flow's known direction, else the SYN's, else the service port's.
+    pub fn from_client(&self, src: (IpAddr, u16), dst: (IpAddr, u16), flags: u8) -> bool {
+        use super::decode::tcp::{ACK, SYN};
+        if self.flows.contains_key(&(src, dst)) {
+            true
+        } else if self.flows.contains_key(&(dst, src)) {
+            false
+        } else if flags & SYN != 0 {
+            flags & ACK == 0
+        } else {
+            well_known(dst.1) && !well_known(src.1)
+                || (well_known(dst.1) == well_known(src.1) && dst.1 < src.1)
+        }
+    }
+
     /// Feeds one TCP segment (`src` and `dst` are address and port);
     /// parsed requests are appended to `out`.
     pub fn segment(
@@ -184,29 +200,29 @@ impl Streams {
         seg: Segment<'_>,
         out: &mut Vec<HttpRequest>,
     ) {
+        let from_client = self.from_client(src, dst, seg.flags);
+        self.segment_from(src, dst, from_client, seg, out);
+    }
+
+    /// Like [`Streams::segment`], with the direction already known (from
+    /// [`Streams::from_client`]).
+    pub fn segment_from(
+        &mut self,
+        src: (IpAddr, u16),
+        dst: (IpAddr, u16),
+        from_client: bool,
+        seg: Segment<'_>,
+        out: &mut Vec<HttpRequest>,
+    ) {
         let Segment {
             seq,
             flags,
             payload,
             time_ns,
         } = seg;
-        use super::decode::tcp::{ACK, FIN, RST, SYN};
+        use super::decode::tcp::{FIN, RST, SYN};
         let syn = flags & SYN != 0;
-        let (client, server, from_client) = if self.flows.contains_key(&(src, dst)) {
-            (src, dst, true)
-        } else if self.flows.contains_key(&(dst, src)) {
-            (dst, src, false)
-        } else if syn && flags & ACK == 0 {
-            (src, dst, true)
-        } else if syn {
-            (dst, src, false)
-        } else if well_known(dst.1) && !well_known(src.1)
-            || (well_known(dst.1) == well_known(src.1) && dst.1 < src.1)
-        {
-            (src, dst, true)
-        } else {
-            (dst, src, false)
-        };
+        let (client, server) = if from_client { (src, dst) } else { (dst, src) };
         let key = (client, server);
         if !self.flows.contains_key(&key) {
             if flags & (RST | FIN) != 0 && payload.is_empty() {
