@@ -27,8 +27,8 @@ fn ours(file: &str) -> Vec<String> {
         .map(|r| {
             format!(
                 "{}|{}|{}|{}",
-                s(Some(&r.method)),
-                s(Some(&r.target)),
+                s(Some(r.method())),
+                s(Some(r.target())),
                 s(r.header("host")),
                 s(r.header("user-agent"))
             )

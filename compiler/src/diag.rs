@@ -16,34 +16,60 @@ pub enum Severity {
 }
 
 /// Stable diagnostic codes. `rctl` documents each in the README.
-#[allow(missing_docs)]
 pub mod code {
+    /// A syntax error.
     pub const SYNTAX: &str = "E0001";
+    /// A file cannot be read.
     pub const IO: &str = "E0002";
+    /// A file is not UTF-8.
     pub const NOT_UTF8: &str = "E0003";
+    /// An expression nests too deep.
     pub const TOO_DEEP: &str = "E0004";
+    /// A directory holds no `.rctl` file.
     pub const NO_SOURCES: &str = "E0005";
+    /// A file is over the size limit.
     pub const TOO_LARGE: &str = "E0006";
+    /// A name is defined twice.
     pub const DUPLICATE_NAME: &str = "E0010";
+    /// A reference names nothing.
     pub const UNKNOWN_REF: &str = "E0011";
+    /// Patterns reference each other in a cycle.
     pub const REF_CYCLE: &str = "E0012";
+    /// An invalid CIDR.
     pub const BAD_CIDR: &str = "E0020";
+    /// An invalid or oversized regex.
     pub const BAD_REGEX: &str = "E0021";
+    /// An invalid duration.
     pub const BAD_DURATION: &str = "E0022";
+    /// An invalid HTTP status.
     pub const BAD_STATUS: &str = "E0023";
+    /// An invalid number, port or priority.
     pub const BAD_NUMBER: &str = "E0024";
+    /// An operator or value does not fit the field's type.
     pub const TYPE: &str = "E0025";
+    /// An invalid value of another kind.
     pub const BAD_VALUE: &str = "E0026";
+    /// A rule has no `when`.
     pub const NO_WHEN: &str = "E0030";
+    /// A rule has no action, or more than one.
     pub const ACTION_COUNT: &str = "E0031";
+    /// A rule property is given twice.
     pub const DUPLICATE_PROP: &str = "E0032";
+    /// An invalid throttle.
     pub const BAD_THROTTLE: &str = "E0033";
+    /// A configured limit is exceeded.
     pub const LIMIT: &str = "E0040";
+    /// An allow is evaluated after an enforcing rule that can match its traffic.
     pub const EXEMPTION_CONFLICT: &str = "E0050";
+    /// An invalid test block.
     pub const BAD_TEST: &str = "E0060";
+    /// A CIDR has host bits set.
     pub const HOST_BITS: &str = "W0101";
+    /// An object no rule uses.
     pub const UNUSED: &str = "W0102";
+    /// A rule that can never decide anything.
     pub const UNREACHABLE: &str = "W0103";
+    /// An ipblock with no address.
     pub const EMPTY_SET: &str = "W0104";
 }
 

@@ -461,16 +461,12 @@ impl DryRun {
 
     fn request(&mut self, r: &HttpRequest) {
         self.totals.requests += 1;
-        let headers: Vec<(&[u8], &[u8])> = r
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_slice(), v.as_slice()))
-            .collect();
+        let headers: Vec<(&[u8], &[u8])> = r.headers().collect();
         let host = r.header("host").unwrap_or(b"");
         let req = Request {
-            method: &r.method,
+            method: r.method(),
             host,
-            target: &r.target,
+            target: r.target(),
             headers: &headers,
             ip: r.client.0,
             port: r.server.1,
@@ -482,7 +478,7 @@ impl DryRun {
             .decide_request_steps(&req, &mut self.scratch, &mut self.trace.steps);
         let ip = r.client.0.to_string();
         let ua = r.header("user-agent").unwrap_or(b"(none)");
-        let path = path_of(&r.target);
+        let path = path_of(r.target());
         if let Some((old, scratch)) = &mut self.old {
             let od = old.decide_request_with(&req, scratch, None);
             let (a, b) = (

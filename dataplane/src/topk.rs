@@ -9,18 +9,22 @@ use serde::Serialize;
 
 /// A bounded top-k counter: an indexed min-heap over fixed slots, so that
 /// counting an item, or replacing the smallest counter with a new item,
-/// costs one hash lookup and O(log capacity) swaps of small integers.
+/// costs one hash of the item and O(log capacity) swaps of small integers.
+/// Items are found by a 64-bit fingerprint (a per-process seeded hash): two
+/// items would share a counter only on a fingerprint collision, about
+/// capacity² / 2⁶⁵ likely.
 #[derive(Debug, Clone)]
 pub struct TopK {
     capacity: usize,
-    /// Slot contents: (count, error, key).
-    slots: Vec<(u64, u64, Box<[u8]>)>,
+    /// Slot contents: (count, error, fingerprint, key).
+    slots: Vec<(u64, u64, u64, Vec<u8>)>,
     /// Min-heap on count, of slot indices.
     heap: Vec<u32>,
     /// Slot index -> position in `heap`.
     at: Vec<u32>,
-    /// Key -> slot index.
-    index: FastMap<Box<[u8]>, u32>,
+    /// Fingerprint -> slot index.
+    index: FastMap<u64, u32>,
+    hasher: FastHash,
     total: u64,
 }
 
@@ -43,7 +47,8 @@ impl TopK {
             slots: Vec::new(),
             heap: Vec::new(),
             at: Vec::new(),
-            index: FastMap::with_hasher(FastHash::random()),
+            index: FastMap::default(),
+            hasher: FastHash::random(),
             total: 0,
         }
     }
@@ -90,28 +95,33 @@ impl TopK {
 
     /// Counts one occurrence.
     pub fn add(&mut self, key: &[u8]) {
+        use std::hash::BuildHasher as _;
         self.total += 1;
-        if let Some(&slot) = self.index.get(key) {
+        let fp = self.hasher.hash_one(key);
+        if let Some(&slot) = self.index.get(&fp) {
             self.slots[slot as usize].0 += 1;
             self.sift_down(self.at[slot as usize] as usize);
             return;
         }
         if self.slots.len() < self.capacity {
             let slot = self.slots.len() as u32;
-            self.slots.push((1, 0, key.into()));
+            self.slots.push((1, 0, fp, key.to_vec()));
             self.heap.push(slot);
             self.at.push((self.heap.len() - 1) as u32);
-            self.index.insert(key.into(), slot);
+            self.index.insert(fp, slot);
             self.sift_up(self.heap.len() - 1);
             return;
         }
         // Replace the smallest counter; the newcomer inherits its count as
-        // the error bound.
-        let slot = self.heap[0];
-        let min = self.slots[slot as usize].0;
-        let old = std::mem::replace(&mut self.slots[slot as usize], (min + 1, min, key.into()));
-        self.index.remove(&old.2);
-        self.index.insert(key.into(), slot);
+        // the error bound. The slot's key buffer is reused.
+        let slot = self.heap[0] as usize;
+        let min = self.slots[slot].0;
+        self.index.remove(&self.slots[slot].2);
+        let entry = &mut self.slots[slot];
+        (entry.0, entry.1, entry.2) = (min + 1, min, fp);
+        entry.3.clear();
+        entry.3.extend_from_slice(key);
+        self.index.insert(fp, slot as u32);
         self.sift_down(0);
     }
 
@@ -125,7 +135,7 @@ impl TopK {
         let mut v: Vec<Hitter> = self
             .slots
             .iter()
-            .map(|(c, e, k)| Hitter {
+            .map(|(c, e, _, k)| Hitter {
                 key: String::from_utf8_lossy(k).into_owned(),
                 count: *c,
                 error: *e,

@@ -59,12 +59,11 @@ pub struct Segment<'a> {
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpRequest {
-    /// Method.
-    pub method: Vec<u8>,
-    /// Request target.
-    pub target: Vec<u8>,
-    /// Headers, in order.
-    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The request head as received; the other fields index into it.
+    head: Vec<u8>,
+    method: (u32, u32),
+    target: (u32, u32),
+    headers: Vec<((u32, u32), (u32, u32))>,
     /// Client address and port.
     pub client: (IpAddr, u16),
     /// Server address and port.
@@ -74,12 +73,40 @@ pub struct HttpRequest {
 }
 
 impl HttpRequest {
+    fn at(&self, (a, b): (u32, u32)) -> &[u8] {
+        self.head.get(a as usize..b as usize).unwrap_or(b"")
+    }
+
+    /// The method.
+    pub fn method(&self) -> &[u8] {
+        self.at(self.method)
+    }
+
+    /// The request target.
+    pub fn target(&self) -> &[u8] {
+        self.at(self.target)
+    }
+
+    /// The headers, in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers.iter().map(|&(n, v)| (self.at(n), self.at(v)))
+    }
+
     /// The first header with this name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
+        self.headers()
             .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v)
+    }
+}
+
+/// The (start, end) of `part` inside `whole`, which it borrows from.
+fn span_in(whole: &[u8], part: &[u8]) -> (u32, u32) {
+    let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+    if start <= whole.len() && start + part.len() <= whole.len() {
+        (start as u32, (start + part.len()) as u32)
+    } else {
+        (0, 0)
     }
 }
 
@@ -473,15 +500,17 @@ impl Streams {
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(buf) {
                 Ok(httparse::Status::Complete(n)) => {
-                    let hs: Vec<(Vec<u8>, Vec<u8>)> = req
+                    let head = &buf[..n];
+                    let hs: Vec<((u32, u32), (u32, u32))> = req
                         .headers
                         .iter()
-                        .map(|h| (h.name.as_bytes().to_vec(), h.value.to_vec()))
+                        .map(|h| (span_in(head, h.name.as_bytes()), span_in(head, h.value)))
                         .collect();
                     let find = |name: &str| {
-                        hs.iter()
-                            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-                            .map(|(_, v)| v.as_slice())
+                        req.headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case(name))
+                            .map(|h| h.value)
                     };
                     let chunked = find("transfer-encoding").is_some_and(|v| {
                         v.to_ascii_lowercase().windows(7).any(|w| w == b"chunked")
@@ -495,9 +524,10 @@ impl Streams {
                         len.filter(|&l| l > 0).map_or(Body::None, Body::Length)
                     };
                     out.push(HttpRequest {
-                        method: req.method.unwrap_or("").as_bytes().to_vec(),
-                        target: req.path.unwrap_or("").as_bytes().to_vec(),
+                        method: span_in(head, req.method.unwrap_or("").as_bytes()),
+                        target: span_in(head, req.path.unwrap_or("").as_bytes()),
                         headers: hs,
+                        head: head.to_vec(),
                         client: ctx.client,
                         server: ctx.server,
                         time_ns: ctx.time_ns,
@@ -554,8 +584,8 @@ mod tests {
                 .map(|r| {
                     format!(
                         "{} {}",
-                        String::from_utf8_lossy(&r.method),
-                        String::from_utf8_lossy(&r.target)
+                        String::from_utf8_lossy(r.method()),
+                        String::from_utf8_lossy(r.target())
                     )
                 })
                 .collect(),
