@@ -27,6 +27,21 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
+step "the XDP program"
+# The eBPF toolchain: rust-src for build-std, LLVM 22 for bpf-linker.
+rustup component add rust-src --toolchain nightly >/dev/null
+if ! command -v bpf-linker >/dev/null; then
+  if [ ! -d /usr/lib/llvm-22 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq llvm-22-dev >/dev/null
+  fi
+  LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker@0.13.0 --locked --no-default-features --features llvm-22
+fi
+(cd ebpf/rctl-xdp && cargo +nightly build --locked -Z build-std=core --target bpfel-unknown-none --release)
+export RCTL_XDP_OBJECT="$PWD/ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"
+test -s "$RCTL_XDP_OBJECT"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

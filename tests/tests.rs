@@ -15,3 +15,4 @@ mod format;
 mod generated;
 mod hostile;
 mod language;
+mod xdp;

@@ -151,6 +151,35 @@ impl PrefixTable {
         }
     }
 
+    /// Every elementary interval with members: (is IPv4, first, last,
+    /// member sets), IPv4 first.
+    pub fn ranges(&self) -> Vec<(bool, u128, u128, &[u32])> {
+        let mut out = Vec::new();
+        for (i, &s) in self.v4.starts.iter().enumerate() {
+            let end = self
+                .v4
+                .starts
+                .get(i + 1)
+                .map_or(u128::from(u32::MAX), |&n| u128::from(n) - 1);
+            out.push((
+                true,
+                u128::from(s),
+                end,
+                self.lists[self.v4.members[i] as usize].as_slice(),
+            ));
+        }
+        for (i, &s) in self.v6.starts.iter().enumerate() {
+            let end = self.v6.starts.get(i + 1).map_or(u128::MAX, |&n| n - 1);
+            out.push((
+                false,
+                s,
+                end,
+                self.lists[self.v6.members[i] as usize].as_slice(),
+            ));
+        }
+        out
+    }
+
     /// Number of elementary intervals (both families).
     pub fn intervals(&self) -> usize {
         self.v4.starts.len() + self.v6.starts.len()

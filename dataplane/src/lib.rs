@@ -16,6 +16,7 @@ pub mod naive;
 pub mod request;
 pub mod testing;
 pub mod topk;
+pub mod xdp;
 
 pub use crate::core::{Decision, EngineConfig, Step, Verdict};
 pub use engine::{Engine, EngineError, Scratch, Trace};

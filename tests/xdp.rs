@@ -1,0 +1,314 @@
+//! The XDP program against the engine's packet decision, through
+//! BPF_PROG_TEST_RUN: the shared corpus and random rulesets and packets.
+//! Needs root and the built object (`.ci/test.sh` builds it); under CI
+//! these tests never skip.
+
+use crate::util::*;
+use rctl_compiler::ir::Proto;
+use rctl_compiler::spec::SampleKind;
+use rctl_dataplane::xdp::{Tables, XdpProgram};
+use rctl_dataplane::{Engine, EngineConfig, Packet, Verdict};
+use std::net::IpAddr;
+
+fn object() -> Option<Vec<u8>> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(String::from))
+        });
+    let root = uid.as_deref() == Some("0");
+    let path = std::env::var("RCTL_XDP_OBJECT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            root_dir().join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp")
+        });
+    let bytes = std::fs::read(&path).ok();
+    if std::env::var_os("CI").is_some() {
+        assert!(root, "XDP tests must run as root in CI");
+        assert!(
+            bytes.is_some(),
+            "the XDP object must be built in CI: {}",
+            path.display()
+        );
+    }
+    if !root || bytes.is_none() {
+        eprintln!("skipping XDP tests: root {root}, object {}", path.display());
+        return None;
+    }
+    bytes
+}
+
+fn root_dir() -> std::path::PathBuf {
+    root()
+}
+
+/// An Ethernet frame: optional VLAN tag, IPv4 or IPv6, then TCP, UDP or ICMP.
+pub fn frame(src: IpAddr, proto: Proto, dport: u16, syn: bool, vlan: bool) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    if vlan {
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    }
+    let l4: Vec<u8> = match proto {
+        Proto::Tcp => {
+            let mut t = vec![0x9c, 0x40];
+            t.extend_from_slice(&dport.to_be_bytes());
+            t.extend_from_slice(&[
+                0,
+                0,
+                0,
+                1,
+                0,
+                0,
+                0,
+                0,
+                0x50,
+                if syn { 0x02 } else { 0x10 },
+                0xff,
+                0xff,
+                0,
+                0,
+                0,
+                0,
+            ]);
+            t
+        }
+        Proto::Udp => {
+            let mut u = vec![0x9c, 0x40];
+            u.extend_from_slice(&dport.to_be_bytes());
+            u.extend_from_slice(&[0, 8, 0, 0]);
+            u
+        }
+        Proto::Icmp => vec![8, 0, 0, 0, 0, 1, 0, 1],
+    };
+    match src {
+        IpAddr::V4(a) => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            let total = (20 + l4.len()) as u16;
+            let p = match proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+                Proto::Icmp => 1,
+            };
+            f.extend_from_slice(&[
+                0x45,
+                0,
+                (total >> 8) as u8,
+                total as u8,
+                0,
+                0,
+                0x40,
+                0,
+                64,
+                p,
+                0,
+                0,
+            ]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&[198, 51, 100, 10]);
+        }
+        IpAddr::V6(a) => {
+            f.extend_from_slice(&[0x86, 0xdd]);
+            let p = match proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+                Proto::Icmp => 58,
+            };
+            f.extend_from_slice(&[0x60, 0, 0, 0, 0, l4.len() as u8, p, 64]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]);
+        }
+    }
+    f.extend_from_slice(&l4);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
+
+fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
+    match engine.decide_packet(p).verdict {
+        Verdict::Drop { rule } => (1, Some(rule)),
+        Verdict::Allow { rule } => (2, Some(rule)),
+        Verdict::Pass => (2, None),
+        v => panic!("unexpected packet verdict {v:?}"),
+    }
+}
+
+#[test]
+fn corpus_packets_agree_with_the_engine() {
+    let Some(obj) = object() else { return };
+    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/corpus"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rctl"))
+        .collect();
+    files.sort();
+    let mut checked = 0;
+    for f in files {
+        let c = rctl_compiler::compile_paths(std::slice::from_ref(&f), &Default::default());
+        let rs = c.ruleset.unwrap();
+        for t in &c.tests {
+            let Ok(tables) = Tables::new(&rs, t.site.as_deref()) else {
+                continue;
+            };
+            let prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+            let engine = Engine::new(
+                rs.clone(),
+                &EngineConfig {
+                    site: t.site.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for s in &t.samples {
+                let (proto, syn) = match &s.kind {
+                    SampleKind::Packet { proto, syn } => (*proto, *syn),
+                    SampleKind::Request { .. } => (Proto::Tcp, true),
+                };
+                for vlan in [false, true] {
+                    let got = prog.test(&frame(s.ip, proto, s.port, syn, vlan)).unwrap();
+                    let want = expect(
+                        &engine,
+                        &Packet {
+                            src: s.ip,
+                            proto,
+                            dst_port: s.port,
+                            syn,
+                            time_ns: 1,
+                        },
+                    );
+                    assert_eq!(
+                        (got.action, got.rule),
+                        want,
+                        "{}: {}: {s:?}",
+                        f.display(),
+                        t.name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "{checked}");
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+        v[(self.next() % v.len() as u64) as usize]
+    }
+}
+
+#[test]
+fn random_rulesets_and_packets_agree_with_the_engine() {
+    let Some(obj) = object() else { return };
+    let mut r = Rng(0xfeed_5eed);
+    let nets = [
+        "10.0.0.0/8",
+        "10.1.0.0/16",
+        "192.0.2.0/24",
+        "198.51.100.0/25",
+        "203.0.113.7",
+        "2001:db8::/32",
+        "2001:db8:1::/48",
+        "::ffff:10.9.0.0/112",
+        "0.0.0.0/1",
+    ];
+    let ips: Vec<IpAddr> = [
+        "10.1.2.3",
+        "10.200.0.1",
+        "192.0.2.9",
+        "198.51.100.100",
+        "198.51.100.200",
+        "203.0.113.7",
+        "8.8.8.8",
+        "2001:db8::5",
+        "2001:db8:1::5",
+        "2001:db9::1",
+        "::ffff:10.9.1.1",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
+    let mut packets = 0;
+    for round in 0..40 {
+        let mut src = String::new();
+        for i in 0..(2 + round % 7) {
+            let cond = match r.next() % 6 {
+                0 => format!("ip in {{ {}, {} }}", r.pick(&nets), r.pick(&nets)),
+                1 => format!(
+                    "ip in {{ {} }} and port in {{ {} }}",
+                    r.pick(&nets),
+                    r.pick(&["80", "443", "53", "1000-2000"])
+                ),
+                2 => format!(
+                    "not ip in {{ {} }} and proto == {}",
+                    r.pick(&nets),
+                    r.pick(&["tcp", "udp", "icmp"])
+                ),
+                3 => format!(
+                    "(ip in {{ {} }} or port == {}) and proto != udp",
+                    r.pick(&nets),
+                    r.pick(&["22", "443"])
+                ),
+                4 => format!(
+                    "ip in {{ {} }} and header(\"user-agent\") == \"x\"",
+                    r.pick(&nets)
+                ),
+                _ => format!(
+                    "port != {} and ip in {{ {} }}",
+                    r.pick(&["80", "443"]),
+                    r.pick(&nets)
+                ),
+            };
+            let action = if cond.contains("header") || r.next() % 3 == 0 {
+                "allow"
+            } else {
+                "drop"
+            };
+            let prio = if action == "allow" { 1 } else { 10 };
+            src += &format!("rule r{i} {{ priority {prio} when {cond} {action} }}\n");
+        }
+        let c = compile(&src);
+        let Some(rs) = c.ruleset else { continue };
+        let tables = Tables::new(&rs, None).unwrap();
+        let prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+        let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        for k in 0..2_600u64 {
+            let ip = ips[(r.next() % ips.len() as u64) as usize];
+            let proto = [Proto::Tcp, Proto::Udp, Proto::Icmp][(r.next() % 3) as usize];
+            let port = if proto == Proto::Icmp {
+                0
+            } else {
+                [22, 53, 80, 443, 1500, 8080][(r.next() % 6) as usize]
+            };
+            let syn = k % 2 == 0;
+            let got = prog.test(&frame(ip, proto, port, syn, k % 5 == 0)).unwrap();
+            let want = expect(
+                &engine,
+                &Packet {
+                    src: ip,
+                    proto,
+                    dst_port: port,
+                    syn,
+                    time_ns: k,
+                },
+            );
+            assert_eq!(
+                (got.action, got.rule),
+                want,
+                "ruleset:\n{src}\npacket: {ip} {proto:?} {port}"
+            );
+            packets += 1;
+        }
+    }
+    assert!(packets >= 100_000, "{packets}");
+}
