@@ -87,16 +87,17 @@ impl Tables {
             if !rule.enabled || !rule.applies_to(site) {
                 continue;
             }
-            let k =
-                match x.kind {
-                    XdpKind::Allow => kind::ALLOW,
-                    XdpKind::Exempt => kind::EXEMPT,
-                    XdpKind::Drop => kind::DROP,
-                    XdpKind::Throttle => return Err(err(format!(
+            let k = match x.kind {
+                XdpKind::Allow => kind::ALLOW,
+                XdpKind::Exempt => kind::EXEMPT,
+                XdpKind::Drop => kind::DROP,
+                XdpKind::Throttle => {
+                    return Err(err(format!(
                         "rule `{}`: packet and connection limits are not in the XDP program yet",
                         rule.name
-                    ))),
-                };
+                    )))
+                }
+            };
             if i as u32 >= MAX_RULES {
                 return Err(err(format!("more than {MAX_RULES} rules")));
             }
@@ -337,10 +338,26 @@ impl XdpProgram {
         })
     }
 
-    /// Runs one frame `repeat` times; returns the action and ns per run.
-    pub fn bench(&self, frame: &[u8], repeat: u32) -> Result<(u32, f64), XdpError> {
-        let r = self
-            .program()?
+    /// Runs one frame `repeat` times through `program` (`rctl`, or the
+    /// empty `rctl_pass`); returns the action and the kernel's mean ns per
+    /// run.
+    pub fn bench(
+        &mut self,
+        program: &str,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, f64), XdpError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(program)
+            .ok_or_else(|| err(format!("no program `{program}`")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
+        if prog.fd().is_err() {
+            prog.load()
+                .map_err(|e| err(format!("the kernel refused `{program}`: {e}")))?;
+        }
+        let r = prog
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 repeat,

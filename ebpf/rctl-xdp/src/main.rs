@@ -51,6 +51,12 @@ pub fn rctl(ctx: XdpContext) -> u32 {
     }
 }
 
+/// An empty program: the harness floor for benchmarks.
+#[xdp]
+pub fn rctl_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 #[inline(always)]
 fn parse(ctx: &XdpContext) -> Option<Parsed> {
     let mut off = 12usize;

@@ -1,0 +1,87 @@
+//! Builds test frames for the XDP program.
+
+use rctl_compiler::ir::Proto;
+use std::net::IpAddr;
+
+/// An Ethernet frame: optional VLAN tag, IPv4 or IPv6, then TCP, UDP or ICMP.
+pub fn frame(src: IpAddr, proto: Proto, dport: u16, syn: bool, vlan: bool) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    if vlan {
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    }
+    let l4: Vec<u8> = match proto {
+        Proto::Tcp => {
+            let mut t = vec![0x9c, 0x40];
+            t.extend_from_slice(&dport.to_be_bytes());
+            t.extend_from_slice(&[
+                0,
+                0,
+                0,
+                1,
+                0,
+                0,
+                0,
+                0,
+                0x50,
+                if syn { 0x02 } else { 0x10 },
+                0xff,
+                0xff,
+                0,
+                0,
+                0,
+                0,
+            ]);
+            t
+        }
+        Proto::Udp => {
+            let mut u = vec![0x9c, 0x40];
+            u.extend_from_slice(&dport.to_be_bytes());
+            u.extend_from_slice(&[0, 8, 0, 0]);
+            u
+        }
+        Proto::Icmp => vec![8, 0, 0, 0, 0, 1, 0, 1],
+    };
+    match src {
+        IpAddr::V4(a) => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            let total = (20 + l4.len()) as u16;
+            let p = match proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+                Proto::Icmp => 1,
+            };
+            f.extend_from_slice(&[
+                0x45,
+                0,
+                (total >> 8) as u8,
+                total as u8,
+                0,
+                0,
+                0x40,
+                0,
+                64,
+                p,
+                0,
+                0,
+            ]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&[198, 51, 100, 10]);
+        }
+        IpAddr::V6(a) => {
+            f.extend_from_slice(&[0x86, 0xdd]);
+            let p = match proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+                Proto::Icmp => 58,
+            };
+            f.extend_from_slice(&[0x60, 0, 0, 0, 0, l4.len() as u8, p, 64]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]);
+        }
+    }
+    f.extend_from_slice(&l4);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
