@@ -45,19 +45,6 @@ fn corpus_passes_on_the_compiled_engine_and_the_reference() {
     assert!(tests >= 20, "{tests}");
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[(self.next() % v.len() as u64) as usize]
-    }
-}
-
 const PATHS: &[&str] = &[
     "/",
     "/sparql",

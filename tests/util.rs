@@ -186,3 +186,21 @@ pub fn rctl(args: &[&str]) -> Output {
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// A small deterministic generator (xorshift64) for randomized tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A random element of `v`.
+    pub fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+        v[(self.next() % v.len() as u64) as usize]
+    }
+}

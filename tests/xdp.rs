@@ -115,19 +115,6 @@ fn corpus_packets_agree_with_the_engine() {
     assert!(checked >= 20, "{checked}");
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[(self.next() % v.len() as u64) as usize]
-    }
-}
-
 #[test]
 fn random_rulesets_and_packets_agree_with_the_engine() {
     let Some(obj) = object() else { return };

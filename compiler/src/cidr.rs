@@ -167,8 +167,9 @@ fn merge_ranges(mut r: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
     out
 }
 
-/// Splits inclusive ranges into the fewest aligned prefixes.
-fn to_prefixes(ranges: Vec<(u128, u128)>, width: u32) -> Vec<(u128, u8)> {
+/// Splits inclusive ranges into the fewest aligned prefixes (`width` is
+/// 32 or 128); each item is (network, prefix length).
+pub fn to_prefixes(ranges: Vec<(u128, u128)>, width: u32) -> Vec<(u128, u8)> {
     let mut out = Vec::with_capacity(ranges.len());
     for (mut s, e) in ranges {
         loop {

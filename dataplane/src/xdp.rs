@@ -52,29 +52,6 @@ pub struct Tables {
     pub protos: [u32; 4],
 }
 
-fn cidrs(mut s: u128, e: u128, width: u32, out: &mut Vec<(u128, u8)>) {
-    loop {
-        let mut host = if s == 0 {
-            width
-        } else {
-            s.trailing_zeros().min(width)
-        };
-        while host > 0 && (host >= 128 || s | ((1u128 << host) - 1) > e) {
-            host -= 1;
-        }
-        out.push((s, (width - host) as u8));
-        let last = if host >= 128 {
-            u128::MAX
-        } else {
-            s | ((1u128 << host) - 1)
-        };
-        if last >= e {
-            return;
-        }
-        s = last + 1;
-    }
-}
-
 impl Tables {
     /// Lowers the packet plane of `rs` for `site`.
     pub fn new(rs: &Ruleset, site: Option<&str>) -> Result<Tables, XdpError> {
@@ -162,15 +139,14 @@ impl Tables {
             if bits == 0 {
                 continue;
             }
-            let mut out = Vec::new();
+            let width = if is_v4 { 32 } else { 128 };
+            let out = rctl_compiler::cidr::to_prefixes(vec![(start, end)], width);
             if is_v4 {
-                cidrs(start, end, 32, &mut out);
                 t.v4.extend(
                     out.into_iter()
                         .map(|(n, l)| ((n as u32).to_be_bytes(), l, bits)),
                 );
             } else {
-                cidrs(start, end, 128, &mut out);
                 t.v6.extend(out.into_iter().map(|(n, l)| (n.to_be_bytes(), l, bits)));
             }
         }

@@ -175,8 +175,9 @@ impl<R: Read> CaptureReader<R> {
                 };
             }
             [0x0a, 0x0d, 0x0d, 0x0a] => {
-                r.offset = 0;
-                r.section_header(magic)?;
+                let mut len = [0u8; 4];
+                r.fill(&mut len, "truncated pcapng section header")?;
+                r.section_rest(0, len)?;
             }
             _ => {
                 return Err(CaptureError {
@@ -212,13 +213,13 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// Reads a section header block whose type bytes were already read.
-    fn section_header(&mut self, type_bytes: [u8; 4]) -> Result<(), CaptureError> {
-        let start = self.offset;
-        self.offset += 4;
-        let _ = type_bytes;
-        let mut hdr = [0u8; 8];
-        self.fill(&mut hdr, "truncated pcapng section header")?;
-        let big = match hdr[4..8] {
+    /// Reads the rest of a section header block, whose 4 type bytes and 4
+    /// length bytes (`len_bytes`, in the section's yet unknown byte order)
+    /// were read; `start` is the block's offset. Sets the byte order.
+    fn section_rest(&mut self, start: u64, len_bytes: [u8; 4]) -> Result<(), CaptureError> {
+        let mut bom = [0u8; 4];
+        self.fill(&mut bom, "truncated pcapng section header")?;
+        let big = match bom {
             [0x1a, 0x2b, 0x3c, 0x4d] => true,
             [0x4d, 0x3c, 0x2b, 0x1a] => false,
             _ => {
@@ -228,7 +229,7 @@ impl<R: Read> CaptureReader<R> {
                 })
             }
         };
-        let len = u32_at(&hdr, big) as usize;
+        let len = u32_at(&len_bytes, big) as usize;
         if !(28..=MAX_RECORD).contains(&len) || !len.is_multiple_of(4) {
             return Err(CaptureError {
                 offset: start + 4,
@@ -325,31 +326,9 @@ impl<R: Read> CaptureReader<R> {
                 });
             }
             if hdr[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
-                // A new section: re-read its header with its own byte order.
-                let mut rest = [0u8; 4];
+                // A new section, with its own byte order.
                 self.offset += 8;
-                self.fill(&mut rest, "truncated pcapng section header")?;
-                let big = match rest {
-                    [0x1a, 0x2b, 0x3c, 0x4d] => true,
-                    [0x4d, 0x3c, 0x2b, 0x1a] => false,
-                    _ => {
-                        return Err(CaptureError {
-                            offset: start + 8,
-                            message: "bad pcapng byte-order magic".into(),
-                        })
-                    }
-                };
-                let len = u32_at(&hdr[4..], big) as usize;
-                if !(28..=MAX_RECORD).contains(&len) || !len.is_multiple_of(4) {
-                    return Err(CaptureError {
-                        offset: start + 4,
-                        message: format!("corrupt block length {len}"),
-                    });
-                }
-                let mut body = vec![0u8; len - 12];
-                self.fill(&mut body, "truncated pcapng section header")?;
-                self.format = Format::PcapNg { big };
-                self.interfaces.clear();
+                self.section_rest(start, [hdr[4], hdr[5], hdr[6], hdr[7]])?;
                 continue;
             }
             let kind = u32_at(&hdr, big);
