@@ -243,6 +243,31 @@ impl<R: Read> CaptureReader<R> {
         Ok(())
     }
 
+    /// Reads an `N`-byte record or block header: `None` at a clean end of
+    /// file, an error for a partial one.
+    fn record_header<const N: usize>(
+        &mut self,
+        what: &str,
+    ) -> Result<Option<[u8; N]>, CaptureError> {
+        let start = self.offset;
+        let mut hdr = [0u8; N];
+        let n = read_full(&mut self.inner, &mut hdr).map_err(|m| CaptureError {
+            offset: start,
+            message: m,
+        })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < N {
+            return Err(CaptureError {
+                offset: start,
+                message: format!("truncated {what} header ({n} of {N} bytes)"),
+            });
+        }
+        self.offset += N as u64;
+        Ok(Some(hdr))
+    }
+
     /// The next frame, `Ok(None)` at a clean end of file.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, CaptureError> {
         let mut f = Frame {
@@ -266,21 +291,9 @@ impl<R: Read> CaptureReader<R> {
                 snaplen,
             } => {
                 let start = self.offset;
-                let mut hdr = [0u8; 16];
-                let n = read_full(&mut self.inner, &mut hdr).map_err(|m| CaptureError {
-                    offset: start,
-                    message: m,
-                })?;
-                if n == 0 {
+                let Some(hdr) = self.record_header::<16>("record")? else {
                     return Ok(false);
-                }
-                if n < 16 {
-                    return Err(CaptureError {
-                        offset: start,
-                        message: format!("truncated record header ({n} of 16 bytes)"),
-                    });
-                }
-                self.offset += 16;
+                };
                 let (sec, frac) = (
                     u64::from(u32_at(&hdr, big)),
                     u64::from(u32_at(&hdr[4..], big)),
@@ -311,23 +324,11 @@ impl<R: Read> CaptureReader<R> {
                 return Ok(false);
             };
             let start = self.offset;
-            let mut hdr = [0u8; 8];
-            let n = read_full(&mut self.inner, &mut hdr).map_err(|m| CaptureError {
-                offset: start,
-                message: m,
-            })?;
-            if n == 0 {
+            let Some(hdr) = self.record_header::<8>("block")? else {
                 return Ok(false);
-            }
-            if n < 8 {
-                return Err(CaptureError {
-                    offset: start,
-                    message: format!("truncated block header ({n} of 8 bytes)"),
-                });
-            }
+            };
             if hdr[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
                 // A new section, with its own byte order.
-                self.offset += 8;
                 self.section_rest(start, [hdr[4], hdr[5], hdr[6], hdr[7]])?;
                 continue;
             }
@@ -339,7 +340,6 @@ impl<R: Read> CaptureReader<R> {
                     message: format!("corrupt block length {len}"),
                 });
             }
-            self.offset += 8;
             let mut body = std::mem::take(&mut self.block);
             body.resize(len - 8, 0);
             let filled = self.fill(&mut body, "truncated pcapng block");
