@@ -4,17 +4,23 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rctl_compiler::ir::Ruleset;
 use rctl_dataplane::dryrun::{requests_in, DryRun};
+use std::sync::OnceLock;
 
 static RULES: &[u8] = include_bytes!("../../../tests/data/artifact-v1.rctlc");
+
+fn ruleset() -> &'static Ruleset {
+    static R: OnceLock<Ruleset> = OnceLock::new();
+    R.get_or_init(|| rctl_compiler::artifact::decode(RULES).expect("fixture decodes"))
+}
 
 fuzz_target!(|data: &[u8]| {
     let (_, err) = requests_in(data);
     if let Some(e) = err {
         assert!(e.offset <= data.len() as u64, "offset {} past the end of {} bytes", e.offset, data.len());
     }
-    let rs = rctl_compiler::artifact::decode(RULES).expect("fixture decodes");
-    let mut run = DryRun::new(rs, None).expect("engine");
+    let mut run = DryRun::new(ruleset().clone(), None).expect("engine");
     let _ = run.replay("fuzz", data);
     let report = run.finish();
     assert!(report.totals.requests <= data.len() as u64);
