@@ -50,7 +50,7 @@ fn root_dir() -> std::path::PathBuf {
 
 fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
     match engine.decide_packet(p).verdict {
-        Verdict::Drop { rule } => (1, Some(rule)),
+        Verdict::Drop { rule } | Verdict::Throttle { rule, .. } => (1, Some(rule)),
         Verdict::Allow { rule } => (2, Some(rule)),
         Verdict::Pass => (2, None),
         v => panic!("unexpected packet verdict {v:?}"),
@@ -71,10 +71,8 @@ fn corpus_packets_agree_with_the_engine() {
         let c = rctl_compiler::compile_paths(std::slice::from_ref(&f), &Default::default());
         let rs = c.ruleset.unwrap();
         for t in &c.tests {
-            let Ok(tables) = Tables::new(&rs, t.site.as_deref()) else {
-                continue;
-            };
-            let prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+            let tables = Tables::new(&rs, t.site.as_deref()).unwrap();
+            let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
             let engine = Engine::new(
                 rs.clone(),
                 &EngineConfig {
@@ -83,32 +81,42 @@ fn corpus_packets_agree_with_the_engine() {
                 },
             )
             .unwrap();
-            for s in &t.samples {
+            // Every copy of every sample, in time order, as `rctl test` sends them.
+            let mut events: Vec<(u64, u32, usize)> = Vec::new();
+            for (si, s) in t.samples.iter().enumerate() {
+                for i in 0..s.count {
+                    events.push((s.time_of(i), i, si));
+                }
+            }
+            events.sort();
+            for (n, &(ms, _, si)) in events.iter().enumerate() {
+                let s = &t.samples[si];
                 let (proto, syn) = match &s.kind {
                     SampleKind::Packet { proto, syn } => (*proto, *syn),
                     SampleKind::Request { .. } => (Proto::Tcp, true),
                 };
-                for vlan in [false, true] {
-                    let got = prog.test(&frame(s.ip, proto, s.port, syn, vlan)).unwrap();
-                    let want = expect(
-                        &engine,
-                        &Packet {
-                            src: s.ip,
-                            proto,
-                            dst_port: s.port,
-                            syn,
-                            time_ns: 1,
-                        },
-                    );
-                    assert_eq!(
-                        (got.action, got.rule),
-                        want,
-                        "{}: {}: {s:?}",
-                        f.display(),
-                        t.name
-                    );
-                    checked += 1;
-                }
+                let now = 1_000_000_000_000 + ms * 1_000_000;
+                let got = prog
+                    .test(&frame(s.ip, proto, s.port, syn, n % 2 == 1), now)
+                    .unwrap();
+                let want = expect(
+                    &engine,
+                    &Packet {
+                        src: s.ip,
+                        proto,
+                        dst_port: s.port,
+                        syn,
+                        time_ns: now,
+                    },
+                );
+                assert_eq!(
+                    (got.action, got.rule),
+                    want,
+                    "{}: {}: packet {n} of {s:?}",
+                    f.display(),
+                    t.name
+                );
+                checked += 1;
             }
         }
     }
@@ -177,10 +185,18 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
                     r.pick(&nets)
                 ),
             };
-            let action = if cond.contains("header") || r.next() % 3 == 0 {
-                "allow"
+            let action = if cond.contains("header") || r.next() % 4 == 0 {
+                "allow".to_string()
+            } else if r.next() % 2 == 0 {
+                let unit = r.pick(&["packets", "connections"]);
+                let key = r.pick(&["ip", "prefix(24, 64)"]);
+                format!(
+                    "throttle {} {unit} per 1s burst {} by {key}",
+                    1 + r.next() % 3,
+                    1 + r.next() % 3
+                )
             } else {
-                "drop"
+                "drop".to_string()
             };
             let prio = if action == "allow" { 1 } else { 10 };
             src += &format!("rule r{i} {{ priority {prio} when {cond} {action} }}\n");
@@ -188,7 +204,7 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
         let c = compile(&src);
         let Some(rs) = c.ruleset else { continue };
         let tables = Tables::new(&rs, None).unwrap();
-        let prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+        let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
         let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
         for k in 0..2_600u64 {
             let ip = ips[(r.next() % ips.len() as u64) as usize];
@@ -199,7 +215,10 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
                 [22, 53, 80, 443, 1500, 8080][(r.next() % 6) as usize]
             };
             let syn = k % 2 == 0;
-            let got = prog.test(&frame(ip, proto, port, syn, k % 5 == 0)).unwrap();
+            let now = 1_000_000_000_000 + k * 150_000_000;
+            let got = prog
+                .test(&frame(ip, proto, port, syn, k % 5 == 0), now)
+                .unwrap();
             let want = expect(
                 &engine,
                 &Packet {
@@ -207,7 +226,7 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
                     proto,
                     dst_port: port,
                     syn,
-                    time_ns: k,
+                    time_ns: now,
                 },
             );
             assert_eq!(

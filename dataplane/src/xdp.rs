@@ -8,16 +8,18 @@
 //! longest match is the only match); each DNF term becomes a pair of
 //! must-be-set and must-be-clear masks.
 //!
-//! Not yet in the program: packet and connection rate limits. A ruleset
-//! whose packet plane has one is refused rather than enforced wrongly.
+//! Packet and connection limits run in the program as GCRA with a ban,
+//! keyed by the masked source address, with the same arithmetic as the
+//! user-space limiter; their buckets live in an LRU map of
+//! [`rctl_common::MAX_BUCKETS`] entries.
 
 use crate::iptable::PrefixTable;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
-use rctl_common::{kind, maps, Counters, Term, MAX_RULES, MAX_TERMS};
-use rctl_compiler::ir::{Atom, IpSet, Proto, Ruleset, XdpKind};
+use rctl_common::{kind, maps, Counters, Limiter, Term, MAX_RULES, MAX_TERMS};
+use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -50,6 +52,8 @@ pub struct Tables {
     pub ports: Vec<(u16, u64)>,
     /// Protocol bits for tcp, udp, icmp, other.
     pub protos: [u32; 4],
+    /// Rate limits, indexed by `Term::limiter`.
+    pub limiters: Vec<Limiter>,
 }
 
 impl Tables {
@@ -68,13 +72,34 @@ impl Tables {
                 XdpKind::Allow => kind::ALLOW,
                 XdpKind::Exempt => kind::EXEMPT,
                 XdpKind::Drop => kind::DROP,
-                XdpKind::Throttle => {
-                    return Err(err(format!(
-                        "rule `{}`: packet and connection limits are not in the XDP program yet",
-                        rule.name
-                    )))
-                }
+                XdpKind::Throttle => kind::THROTTLE,
             };
+            let mut limiter = 0;
+            if k == kind::THROTTLE {
+                let Action::Throttle(th) = &rule.action else {
+                    return Err(err(format!(
+                        "rule `{}`: a throttle plan without a throttle",
+                        rule.name
+                    )));
+                };
+                let (v4_len, v6_len) = match th.keys.first() {
+                    Some(RateKey::Prefix { v4, v6 }) => (u32::from(*v4), u32::from(*v6)),
+                    _ => (32, 128),
+                };
+                let interval_ns = ((u128::from(th.period_ms) * 1_000_000)
+                    / u128::from(th.limit.max(1)))
+                .max(1) as u64;
+                limiter = t.limiters.len() as u32;
+                t.limiters.push(Limiter {
+                    interval_ns,
+                    tolerance_ns: interval_ns.saturating_mul(u64::from(th.burst.max(1)) - 1),
+                    ban_ns: th.ban_ms.saturating_mul(1_000_000),
+                    v4_len,
+                    v6_len,
+                    syn_only: u32::from(th.unit == Unit::Connections),
+                    pad: 0,
+                });
+            }
             if i as u32 >= MAX_RULES {
                 return Err(err(format!("more than {MAX_RULES} rules")));
             }
@@ -82,6 +107,7 @@ impl Tables {
                 let mut e = Term {
                     rule: i as u32,
                     kind: k,
+                    limiter,
                     ..Term::default()
                 };
                 for &(a, neg) in term {
@@ -250,6 +276,16 @@ impl XdpProgram {
             }
         }
         {
+            let mut lim: Array<_, Limiter> = Array::try_from(
+                ebpf.map_mut(maps::LIMITERS)
+                    .ok_or_else(|| err("no limiters map"))?,
+            )
+            .map_err(|e| err(e.to_string()))?;
+            for (i, l) in tables.limiters.iter().enumerate() {
+                lim.set(i as u32, l, 0).map_err(|e| err(e.to_string()))?;
+            }
+        }
+        {
             // The term count goes in last: until then the program sees none.
             let mut config: Array<_, u32> = Array::try_from(
                 ebpf.map_mut(maps::CONFIG)
@@ -294,9 +330,22 @@ impl XdpProgram {
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
     }
 
-    /// Runs one frame through the program; `rule` is found from the
-    /// counters, so this is for tests, not speed.
-    pub fn test(&self, frame: &[u8]) -> Result<Outcome, XdpError> {
+    /// Runs one frame through the program at `time_ns` (the program's clock
+    /// is set to it); `rule` is found from the counters, so this is for
+    /// tests, not speed.
+    pub fn test(&mut self, frame: &[u8], time_ns: u64) -> Result<Outcome, XdpError> {
+        {
+            // Replay the packet's time through the program's clock.
+            let mut clock: Array<_, u64> = Array::try_from(
+                self.ebpf
+                    .map_mut(maps::CLOCK)
+                    .ok_or_else(|| err("no clock map"))?,
+            )
+            .map_err(|e| err(e.to_string()))?;
+            clock
+                .set(0, time_ns.max(1), 0)
+                .map_err(|e| err(e.to_string()))?;
+        }
         let before = self.counts()?;
         let r = self
             .program()?

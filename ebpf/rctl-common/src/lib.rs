@@ -19,6 +19,13 @@ pub mod maps {
     pub const PROTOS: &str = "RCTL_PROTOS";
     /// `PerCpuArray<Counters>` indexed by rule.
     pub const COUNTERS: &str = "RCTL_COUNTERS";
+    /// `Array<Limiter>`: rate-limit settings, indexed by [`super::Term::limiter`].
+    pub const LIMITERS: &str = "RCTL_LIMITERS";
+    /// `LruHashMap<LimitKey, LimitState>`: rate-limit buckets.
+    pub const BUCKETS: &str = "RCTL_BUCKETS";
+    /// `Array<u64>`: `[0]`, when not zero, replaces the kernel clock (tests
+    /// replay time through it).
+    pub const CLOCK: &str = "RCTL_CLOCK";
 }
 
 /// Index of TCP in the protocol table.
@@ -43,7 +50,12 @@ pub mod kind {
     pub const EXEMPT: u32 = 1;
     /// Drop.
     pub const DROP: u32 = 2;
+    /// Rate limit: drop over the limit, else go on to the next rule.
+    pub const THROTTLE: u32 = 3;
 }
+
+/// Most rate-limit buckets tracked (LRU beyond that).
+pub const MAX_BUCKETS: u32 = 1 << 18;
 
 /// One DNF term of a packet-plane rule: it matches when every `*_pos` bit
 /// is set and no `*_neg` bit is set in the packet's bits.
@@ -66,6 +78,52 @@ pub struct Term {
     pub rule: u32,
     /// One of [`kind`].
     pub kind: u32,
+    /// For [`kind::THROTTLE`]: the limiter's index.
+    pub limiter: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// A packet or connection rate limit: GCRA with a ban, as in user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limiter {
+    /// Nanoseconds between conforming packets.
+    pub interval_ns: u64,
+    /// How far ahead of time a key may run (the burst).
+    pub tolerance_ns: u64,
+    /// Ban after an excess, in ns (0: none).
+    pub ban_ns: u64,
+    /// IPv4 prefix length of the key (32: per address).
+    pub v4_len: u32,
+    /// IPv6 prefix length of the key.
+    pub v6_len: u32,
+    /// 1: count only TCP SYNs without ACK (connections).
+    pub syn_only: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// A bucket's key: the limiter and the masked source address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LimitKey {
+    /// Limiter index.
+    pub limiter: u32,
+    /// 4 or 6.
+    pub family: u32,
+    /// The masked address (IPv4 in the first 4 bytes).
+    pub addr: [u8; 16],
+}
+
+/// A bucket's state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitState {
+    /// Theoretical arrival time of the next conforming packet.
+    pub tat: u64,
+    /// Banned until (0: not banned).
+    pub banned_until: u64,
 }
 
 /// Per-rule counters (per CPU).
@@ -78,7 +136,10 @@ pub struct Counters {
     pub bytes: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<Term>() == 48);
+const _: () = assert!(core::mem::size_of::<Term>() == 56);
+const _: () = assert!(core::mem::size_of::<Limiter>() == 40);
+const _: () = assert!(core::mem::size_of::<LimitKey>() == 24);
+const _: () = assert!(core::mem::size_of::<LimitState>() == 16);
 const _: () = assert!(core::mem::size_of::<Counters>() == 16);
 
 #[cfg(feature = "user")]
@@ -87,4 +148,10 @@ mod pod {
     unsafe impl aya::Pod for super::Term {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Counters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Limiter {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LimitKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LimitState {}
 }
