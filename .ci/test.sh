@@ -31,7 +31,7 @@ step "the XDP program"
 # The eBPF toolchain: rust-src for build-std, LLVM 22 for bpf-linker.
 rustup component add rust-src --toolchain nightly >/dev/null
 if ! command -v bpf-linker >/dev/null; then
-  if [ ! -d /usr/lib/llvm-22 ]; then
+  if ! dpkg -s llvm-22-dev >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq llvm-22-dev >/dev/null
