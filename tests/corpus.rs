@@ -9,12 +9,7 @@ use rctl_dataplane::{EngineConfig, NaiveEngine, Packet};
 
 #[test]
 fn corpus_passes_on_the_compiled_engine_and_the_reference() {
-    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/corpus"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rctl"))
-        .collect();
-    files.sort();
+    let files = corpus_files();
     assert!(files.len() >= 6);
     let mut tests = 0;
     for f in files {

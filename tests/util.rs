@@ -204,3 +204,14 @@ impl Rng {
         v[(self.next() % v.len() as u64) as usize]
     }
 }
+
+/// The decision corpus: every `tests/corpus/*.rctl`, sorted.
+pub fn corpus_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/corpus"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rctl"))
+        .collect();
+    files.sort();
+    files
+}

@@ -60,12 +60,7 @@ fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
 #[test]
 fn corpus_packets_agree_with_the_engine() {
     let Some(obj) = object() else { return };
-    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/corpus"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rctl"))
-        .collect();
-    files.sort();
+    let files = corpus_files();
     let mut checked = 0;
     for f in files {
         let c = rctl_compiler::compile_paths(std::slice::from_ref(&f), &Default::default());

@@ -149,11 +149,6 @@ impl Engine {
         self.core.rule(i)
     }
 
-    /// Keys tracked and capacity of rule `i`'s limiter, if it has one.
-    pub fn limiter_fill(&self, i: usize) -> Option<(usize, usize)> {
-        self.core.limiter(i).map(|l| (l.len(), l.capacity()))
-    }
-
     /// Fresh working memory.
     pub fn scratch(&self) -> Scratch {
         Scratch {

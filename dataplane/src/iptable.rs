@@ -179,11 +179,6 @@ impl PrefixTable {
         }
         out
     }
-
-    /// Number of elementary intervals (both families).
-    pub fn intervals(&self) -> usize {
-        self.v4.starts.len() + self.v6.starts.len()
-    }
 }
 
 #[cfg(test)]

@@ -84,6 +84,31 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
+/// GCRA parameters in nanoseconds. The user-space limiter and the XDP
+/// program both take them from here, so their arithmetic is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    /// Time between conforming hits.
+    pub interval_ns: u64,
+    /// How far ahead of time a key may run (`burst - 1` intervals).
+    pub tolerance_ns: u64,
+    /// Ban after an excess (0: none).
+    pub ban_ns: u64,
+}
+
+impl Gcra {
+    /// `limit` per `period_ms`, bucket size `burst`, ban `ban_ms`.
+    pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64) -> Self {
+        let period_ns = u128::from(period_ms) * 1_000_000;
+        let interval_ns = (period_ns / u128::from(limit.max(1))).max(1) as u64;
+        Gcra {
+            interval_ns,
+            tolerance_ns: interval_ns.saturating_mul(u64::from(burst.max(1)) - 1),
+            ban_ns: ban_ms.saturating_mul(1_000_000),
+        }
+    }
+}
+
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
@@ -100,12 +125,11 @@ impl Limiter {
     /// tracking at most `max_keys` keys (rounded up to a multiple of the
     /// shard count).
     pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64, max_keys: usize) -> Self {
-        let period_ns = u128::from(period_ms) * 1_000_000;
-        let interval_ns = (period_ns / u128::from(limit.max(1))).max(1) as u64;
+        let g = Gcra::new(limit, period_ms, burst, ban_ms);
         Limiter {
-            interval_ns,
-            tolerance_ns: interval_ns.saturating_mul(u64::from(burst.max(1)) - 1),
-            ban_ns: ban_ms.saturating_mul(1_000_000),
+            interval_ns: g.interval_ns,
+            tolerance_ns: g.tolerance_ns,
+            ban_ns: g.ban_ns,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),

@@ -56,7 +56,7 @@ impl Decider for (&Engine, &mut Scratch) {
         self.0.decide_request_with(r, self.1, None)
     }
     fn packet(&mut self, p: &Packet) -> Decision {
-        self.0.decide_packet(p)
+        self.0.decide_packet_with(p, self.1)
     }
 }
 

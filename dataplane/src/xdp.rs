@@ -86,14 +86,12 @@ impl Tables {
                     Some(RateKey::Prefix { v4, v6 }) => (u32::from(*v4), u32::from(*v6)),
                     _ => (32, 128),
                 };
-                let interval_ns = ((u128::from(th.period_ms) * 1_000_000)
-                    / u128::from(th.limit.max(1)))
-                .max(1) as u64;
+                let g = crate::limiter::Gcra::new(th.limit, th.period_ms, th.burst, th.ban_ms);
                 limiter = t.limiters.len() as u32;
                 t.limiters.push(Limiter {
-                    interval_ns,
-                    tolerance_ns: interval_ns.saturating_mul(u64::from(th.burst.max(1)) - 1),
-                    ban_ns: th.ban_ms.saturating_mul(1_000_000),
+                    interval_ns: g.interval_ns,
+                    tolerance_ns: g.tolerance_ns,
+                    ban_ns: g.ban_ns,
                     v4_len,
                     v6_len,
                     syn_only: u32::from(th.unit == Unit::Connections),

@@ -197,11 +197,6 @@ impl Streams {
         }
     }
 
-    /// Flows tracked now.
-    pub fn live_flows(&self) -> usize {
-        self.flows.len()
-    }
-
     /// Whether a segment from `src` to `dst` goes from client to server:
     /// the flow's known direction, else the SYN's, else the service port's.
     pub fn from_client(&self, src: (IpAddr, u16), dst: (IpAddr, u16), flags: u8) -> bool {
