@@ -120,7 +120,9 @@ impl FastHasher {
 
 impl std::hash::Hasher for FastHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply mixes upwards only; fold the high half down so
+        // that the table's low index bits depend on every input bit.
+        self.0 ^ (self.0 >> 32)
     }
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
@@ -135,6 +137,22 @@ impl std::hash::Hasher for FastHasher {
             w[..rest.len()].copy_from_slice(rest);
             self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
         }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.add(n as u64);
+        self.add((n >> 64) as u64);
     }
     fn write_usize(&mut self, n: usize) {
         self.add(n as u64);

@@ -95,9 +95,29 @@ impl TopK {
 
     /// Counts one occurrence.
     pub fn add(&mut self, key: &[u8]) {
+        self.add_hashed(self.fingerprint(key), key);
+    }
+
+    /// This counter's fingerprint of `key`: what [`TopK::add_hashed`]
+    /// takes. Counters made by [`TopK::sharing`] agree on it, so a key
+    /// counted in several of them is hashed once.
+    pub fn fingerprint(&self, key: &[u8]) -> u64 {
         use std::hash::BuildHasher as _;
+        self.hasher.hash_one(key)
+    }
+
+    /// A counter with `capacity` candidates whose fingerprints are
+    /// `self`'s.
+    pub fn sharing(&self, capacity: usize) -> Self {
+        TopK {
+            hasher: self.hasher,
+            ..TopK::new(capacity)
+        }
+    }
+
+    /// Counts one occurrence of `key`, whose [`TopK::fingerprint`] is `fp`.
+    pub fn add_hashed(&mut self, fp: u64, key: &[u8]) {
         self.total += 1;
-        let fp = self.hasher.hash_one(key);
         if let Some(&slot) = self.index.get(&fp) {
             self.slots[slot as usize].0 += 1;
             self.sift_down(self.at[slot as usize] as usize);
@@ -125,25 +145,78 @@ impl TopK {
         self.sift_down(0);
     }
 
+    /// Adds `other`'s counts to these (the merge of mergeable summaries,
+    /// Agarwal et al. 2012): a key that one full side lacks may have been
+    /// counted there up to that side's smallest counter, so it gets that
+    /// much more count and error. The largest `capacity` are kept.
+    pub fn merge(&mut self, other: &TopK) {
+        let floor = |t: &TopK| {
+            if t.slots.len() >= t.capacity {
+                t.heap.first().map_or(0, |&s| t.slots[s as usize].0)
+            } else {
+                0
+            }
+        };
+        let (min_a, min_b) = (floor(self), floor(other));
+        // key -> (count, error, held by self, held by other)
+        let mut all: std::collections::HashMap<Vec<u8>, (u64, u64, bool, bool)> = self
+            .slots
+            .drain(..)
+            .map(|(c, e, _, k)| (k, (c, e, true, false)))
+            .collect();
+        for (c, e, _, k) in &other.slots {
+            let v = all.entry(k.clone()).or_insert((0, 0, false, false));
+            (v.0, v.1, v.3) = (v.0 + c, v.1 + e, true);
+        }
+        let mut v: Vec<(Vec<u8>, (u64, u64))> = all
+            .into_iter()
+            .map(|(k, (c, e, a, b))| {
+                let missing = if a { 0 } else { min_a } + if b { 0 } else { min_b };
+                (k, (c + missing, e + missing))
+            })
+            .collect();
+        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(self.capacity);
+        let total = self.total + other.total;
+        *self = TopK {
+            hasher: self.hasher,
+            ..TopK::new(self.capacity)
+        };
+        for (k, (c, e)) in v {
+            let fp = self.fingerprint(&k);
+            let slot = self.slots.len() as u32;
+            self.slots.push((c, e, fp, k));
+            self.heap.push(slot);
+            self.at.push(slot);
+            self.index.insert(fp, slot);
+            self.sift_up(self.heap.len() - 1);
+        }
+        self.total = total;
+    }
+
     /// Occurrences counted.
     pub fn total(&self) -> u64 {
         self.total
     }
 
-    /// The `n` largest, largest first (ties by key).
+    /// The `n` largest, largest first (ties by key), keys as lossy UTF-8.
     pub fn top(&self, n: usize) -> Vec<Hitter> {
-        let mut v: Vec<Hitter> = self
-            .slots
-            .iter()
+        self.top_with(n, |k| String::from_utf8_lossy(k).into_owned())
+    }
+
+    /// The `n` largest, largest first (ties by the key's bytes), with keys
+    /// shown by `show`.
+    pub fn top_with(&self, n: usize, show: impl Fn(&[u8]) -> String) -> Vec<Hitter> {
+        let mut v: Vec<&(u64, u64, u64, Vec<u8>)> = self.slots.iter().collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.3.cmp(&b.3)));
+        v.into_iter()
+            .take(n)
             .map(|(c, e, _, k)| Hitter {
-                key: String::from_utf8_lossy(k).into_owned(),
+                key: show(k),
                 count: *c,
                 error: *e,
             })
-            .collect();
-        v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
-        v.truncate(n);
-        v
+            .collect()
     }
 }
 
@@ -183,6 +256,33 @@ mod tests {
         assert_eq!(top[0].key, "scraper");
         assert!(top[0].count - top[0].error <= 10_000 && top[0].count >= 10_000);
         assert_eq!(t.total(), 20_000);
+    }
+
+    #[test]
+    fn merged_summaries_keep_bounds() {
+        // Two halves of one stream, merged, against exact counts.
+        let mut a = TopK::new(20);
+        let mut b = TopK::new(20);
+        let mut exact = std::collections::HashMap::new();
+        for i in 0..20_000u32 {
+            let key = if i % 3 == 0 { i % 7 } else { 100 + i % 997 };
+            *exact.entry(key).or_insert(0u64) += 1;
+            let t = if i % 2 == 0 { &mut a } else { &mut b };
+            t.add(&key.to_le_bytes());
+        }
+        a.merge(&b);
+        assert_eq!(a.total(), 20_000);
+        let top = a.top(7);
+        for h in &top {
+            let k = u32::from_le_bytes(h.key.as_bytes().try_into().unwrap());
+            let truth = exact[&k];
+            assert!(
+                h.count >= truth && h.count - h.error <= truth,
+                "{h:?} {truth}"
+            );
+            assert!(k < 7, "{k} is not a heavy key");
+        }
+        assert_eq!(top.len(), 7);
     }
 
     #[test]

@@ -100,6 +100,65 @@ impl HttpRequest {
     }
 }
 
+/// Parsed requests. A batch keeps its requests' buffers when cleared, so
+/// that refilling it allocates nothing.
+#[derive(Debug, Default)]
+pub struct Batch {
+    items: Vec<HttpRequest>,
+    len: usize,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Requests held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets the requests, keeping their buffers.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The requests, in the order they completed.
+    pub fn iter(&self) -> impl Iterator<Item = &HttpRequest> {
+        self.items[..self.len].iter()
+    }
+
+    /// The requests.
+    pub fn into_vec(mut self) -> Vec<HttpRequest> {
+        self.items.truncate(self.len);
+        self.items
+    }
+
+    /// The next request to fill in, reused if one is spare.
+    fn slot(&mut self) -> &mut HttpRequest {
+        if self.len == self.items.len() {
+            let none = (IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+            self.items.push(HttpRequest {
+                head: Vec::new(),
+                method: (0, 0),
+                target: (0, 0),
+                headers: Vec::new(),
+                client: none,
+                server: none,
+                time_ns: 0,
+            });
+        }
+        self.len += 1;
+        &mut self.items[self.len - 1]
+    }
+}
+
 /// The (start, end) of `part` inside `whole`, which it borrows from.
 fn span_in(whole: &[u8], part: &[u8]) -> (u32, u32) {
     let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
@@ -149,9 +208,40 @@ struct Flow {
     synced: bool,
     tls: Option<bool>,
     last_seen: u64,
+    /// Whether the client is the key's low endpoint.
+    client_low: bool,
 }
 
-type Key = ((IpAddr, u16), (IpAddr, u16));
+/// A connection's two endpoints, in a fixed order (the lower address and
+/// port first) so that one lookup finds it from either direction, packed
+/// so that hashing it costs five word mixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    low: u128,
+    high: u128,
+    /// Low port, high port, and the address family in bit 32.
+    ports: u64,
+}
+
+impl Key {
+    /// The key of the connection between `a` and `b`, and whether `a` is
+    /// its low endpoint.
+    fn of(a: (IpAddr, u16), b: (IpAddr, u16)) -> (Key, bool) {
+        let bits = |a: IpAddr| match a {
+            IpAddr::V4(a) => u128::from(u32::from(a)),
+            IpAddr::V6(a) => u128::from(a),
+        };
+        let (x, y) = ((bits(a.0), a.1), (bits(b.0), b.1));
+        let a_low = x <= y;
+        let (l, h) = if a_low { (x, y) } else { (y, x) };
+        let key = Key {
+            low: l.0,
+            high: h.0,
+            ports: u64::from(l.1) << 16 | u64::from(h.1) | u64::from(a.0.is_ipv6()) << 32,
+        };
+        (key, a_low)
+    }
+}
 
 /// Who talks to whom, and when: what every parsed request carries.
 #[derive(Debug, Clone, Copy)]
@@ -201,10 +291,9 @@ impl Streams {
     /// the flow's known direction, else the SYN's, else the service port's.
     pub fn from_client(&self, src: (IpAddr, u16), dst: (IpAddr, u16), flags: u8) -> bool {
         use super::decode::tcp::{ACK, SYN};
-        if self.flows.contains_key(&(src, dst)) {
-            true
-        } else if self.flows.contains_key(&(dst, src)) {
-            false
+        let (key, src_low) = Key::of(src, dst);
+        if let Some(flow) = self.flows.get(&key) {
+            flow.client_low == src_low
         } else if flags & SYN != 0 {
             flags & ACK == 0
         } else {
@@ -220,7 +309,7 @@ impl Streams {
         src: (IpAddr, u16),
         dst: (IpAddr, u16),
         seg: Segment<'_>,
-        out: &mut Vec<HttpRequest>,
+        out: &mut Batch,
     ) {
         let from_client = self.from_client(src, dst, seg.flags);
         self.segment_from(src, dst, from_client, seg, out);
@@ -234,7 +323,7 @@ impl Streams {
         dst: (IpAddr, u16),
         from_client: bool,
         seg: Segment<'_>,
-        out: &mut Vec<HttpRequest>,
+        out: &mut Batch,
     ) {
         let Segment {
             seq,
@@ -245,18 +334,18 @@ impl Streams {
         use super::decode::tcp::{FIN, RST, SYN};
         let syn = flags & SYN != 0;
         let (client, server) = if from_client { (src, dst) } else { (dst, src) };
-        let key = (client, server);
-        if !self.flows.contains_key(&key) {
-            if flags & (RST | FIN) != 0 && payload.is_empty() {
-                return;
-            }
-            if self.flows.len() >= self.limits.max_flows {
-                self.evict();
-            }
-            self.stats.flows += 1;
-            self.flows.insert(
-                key,
-                Flow {
+        let (key, client_low) = Key::of(client, server);
+        if self.flows.len() >= self.limits.max_flows && !self.flows.contains_key(&key) {
+            self.evict();
+        }
+        let flow = match self.flows.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                if flags & (RST | FIN) != 0 && payload.is_empty() {
+                    return;
+                }
+                self.stats.flows += 1;
+                v.insert(Flow {
                     next_seq: None,
                     pending: BTreeMap::new(),
                     pending_len: 0,
@@ -265,13 +354,14 @@ impl Streams {
                     synced: false,
                     tls: None,
                     last_seen: time_ns,
-                },
-            );
-        }
-        let Some(flow) = self.flows.get_mut(&key) else {
-            return;
+                    client_low,
+                })
+            }
         };
         flow.last_seen = time_ns;
+        // The flow's own orientation wins over the caller's guess.
+        let from_client = from_client == (flow.client_low == client_low);
+        let (client, server) = if from_client { (src, dst) } else { (dst, src) };
         if from_client {
             if syn {
                 flow.next_seq = Some(seq.wrapping_add(1));
@@ -308,7 +398,7 @@ impl Streams {
         ctx: &Ctx,
         seq: u32,
         payload: &[u8],
-        out: &mut Vec<HttpRequest>,
+        out: &mut Batch,
     ) {
         let next = *flow.next_seq.get_or_insert(seq);
         let diff = seq.wrapping_sub(next) as i32;
@@ -374,7 +464,7 @@ impl Streams {
         stats: &mut StreamStats,
         bytes: &[u8],
         ctx: &Ctx,
-        out: &mut Vec<HttpRequest>,
+        out: &mut Batch,
     ) {
         flow.next_seq = flow.next_seq.map(|n| n.wrapping_add(bytes.len() as u32));
         if flow.tls.is_none() {
@@ -387,20 +477,32 @@ impl Streams {
         if flow.tls == Some(true) {
             return;
         }
-        flow.buf.extend_from_slice(bytes);
-        Self::parse(flow, limits, stats, ctx, out);
+        if flow.buf.is_empty() {
+            // Parse in place; keep only an unfinished tail.
+            let used = Self::parse(flow, limits, stats, ctx, bytes, out);
+            flow.buf.extend_from_slice(&bytes[used..]);
+        } else {
+            let mut buf = std::mem::take(&mut flow.buf);
+            buf.extend_from_slice(bytes);
+            let used = Self::parse(flow, limits, stats, ctx, &buf, out);
+            buf.drain(..used);
+            flow.buf = buf;
+        }
     }
 
+    /// Parses what `data` holds (the flow's unconsumed bytes); returns how
+    /// many bytes were consumed.
     fn parse(
         flow: &mut Flow,
         limits: &Limits,
         stats: &mut StreamStats,
         ctx: &Ctx,
-        out: &mut Vec<HttpRequest>,
-    ) {
+        data: &[u8],
+        out: &mut Batch,
+    ) -> usize {
         let mut at = 0usize;
         loop {
-            let buf = &flow.buf[at..];
+            let buf = &data[at..];
             if buf.is_empty() {
                 break;
             }
@@ -479,7 +581,7 @@ impl Streams {
                         stats.unparsable_bytes += i as u64;
                         at += i;
                         flow.synced = true;
-                        if flow.buf.len() - at < 8 {
+                        if data.len() - at < 8 {
                             break;
                         }
                         continue;
@@ -491,16 +593,11 @@ impl Streams {
                     }
                 }
             }
-            let mut headers = [httparse::EMPTY_HEADER; 128];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(buf) {
+            let mut headers = [const { std::mem::MaybeUninit::uninit() }; 128];
+            let mut req = httparse::Request::new(&mut []);
+            match req.parse_with_uninit_headers(buf, &mut headers) {
                 Ok(httparse::Status::Complete(n)) => {
                     let head = &buf[..n];
-                    let hs: Vec<((u32, u32), (u32, u32))> = req
-                        .headers
-                        .iter()
-                        .map(|h| (span_in(head, h.name.as_bytes()), span_in(head, h.value)))
-                        .collect();
                     let find = |name: &str| {
                         req.headers
                             .iter()
@@ -518,15 +615,18 @@ impl Streams {
                     } else {
                         len.filter(|&l| l > 0).map_or(Body::None, Body::Length)
                     };
-                    out.push(HttpRequest {
-                        method: span_in(head, req.method.unwrap_or("").as_bytes()),
-                        target: span_in(head, req.path.unwrap_or("").as_bytes()),
-                        headers: hs,
-                        head: head.to_vec(),
-                        client: ctx.client,
-                        server: ctx.server,
-                        time_ns: ctx.time_ns,
-                    });
+                    let r = out.slot();
+                    r.head.clear();
+                    r.head.extend_from_slice(head);
+                    r.headers.clear();
+                    r.headers.extend(
+                        req.headers
+                            .iter()
+                            .map(|h| (span_in(head, h.name.as_bytes()), span_in(head, h.value))),
+                    );
+                    r.method = span_in(head, req.method.unwrap_or("").as_bytes());
+                    r.target = span_in(head, req.path.unwrap_or("").as_bytes());
+                    (r.client, r.server, r.time_ns) = (ctx.client, ctx.server, ctx.time_ns);
                     at += n;
                 }
                 Ok(httparse::Status::Partial) => {
@@ -547,7 +647,7 @@ impl Streams {
                 }
             }
         }
-        flow.buf.drain(..at.min(flow.buf.len()));
+        at.min(data.len())
     }
 }
 
@@ -560,7 +660,7 @@ mod tests {
 
     fn run(segs: &[(u32, u8, &[u8])]) -> (Vec<String>, StreamStats) {
         let mut s = Streams::new(Limits::default());
-        let mut out = Vec::new();
+        let mut out = Batch::new();
         for (i, &(seq, flags, p)) in segs.iter().enumerate() {
             s.segment(
                 C,
@@ -655,7 +755,7 @@ mod regressions {
         let c = (IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5000);
         let s = (IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 80);
         let mut st = Streams::new(Limits::default());
-        let mut out = Vec::new();
+        let mut out = Batch::new();
         st.segment(
             c,
             s,

@@ -1,0 +1,280 @@
+//! `rctl dry-run`: replays captures through a ruleset, on capture time,
+//! and reports what every rule would have done, to whom.
+//!
+//! Every packet goes through the packet decision (what XDP would do);
+//! every reassembled HTTP request goes through the request decision, with
+//! limiters running on the capture's timestamps. Nothing is sampled.
+
+use crate::capture::decode::{decode, tcp, Skip};
+use crate::capture::pcap::{CaptureError, CaptureReader, Frame};
+use crate::capture::stream::{Batch, HttpRequest, Limits, Segment, Streams};
+mod report;
+mod requests;
+
+use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
+use rctl_compiler::ir::{Proto, Ruleset};
+pub use report::{Change, Counts, InputReport, Report, RuleReport, Totals, Unmatched};
+use requests::{change_report, changed, count, describe, ip_key, Changes, RequestSide};
+use std::io::Read;
+use std::sync::Arc;
+
+/// Every HTTP request in a capture, in the order the reassembler completes
+/// them (for cross-checks and tools), and the read error if any.
+pub fn requests_in(input: impl Read) -> (Vec<HttpRequest>, Option<CaptureError>) {
+    let mut streams = Streams::new(Limits::default());
+    let mut out = Batch::new();
+    let result = (|| {
+        let mut reader = CaptureReader::new(input)?;
+        while let Some(f) = reader.next_frame()? {
+            if let Ok(d) = decode(f.linktype, &f.data, f.orig_len) {
+                if d.proto == 6 {
+                    streams.segment(
+                        (d.src, d.sport),
+                        (d.dst, d.dport),
+                        Segment {
+                            seq: d.seq,
+                            flags: d.flags,
+                            payload: d.payload,
+                            time_ns: f.time_ns,
+                        },
+                        &mut out,
+                    );
+                }
+            }
+        }
+        Ok(())
+    })();
+    (out.into_vec(), result.err())
+}
+
+/// Requests handed from the packet side to the request side at a time.
+const BATCH: usize = 256;
+
+/// A replay in progress.
+///
+/// Two stages, each strictly in capture order: the packet side (read,
+/// decode, packet decision, TCP reassembly, HTTP parsing) runs on the
+/// caller's thread and hands parsed requests, in batches, to the request
+/// side (request decision and statistics) on a second thread. The two
+/// share the compiled engine; packet and request limiters are separate
+/// rules, so neither side's order depends on the other's.
+pub struct DryRun {
+    packets: PacketSide,
+    requests: RequestSide,
+    inputs: Vec<InputReport>,
+}
+
+/// The packet decision, reassembly and parsing.
+struct PacketSide {
+    engine: Arc<Engine>,
+    scratch: Scratch,
+    old: Option<(Arc<Engine>, Scratch)>,
+    streams: Streams,
+    totals: Totals,
+    /// Per rule: packets it decided.
+    decided: Vec<Counts>,
+    /// Packet decisions that change under `--against`.
+    changes: Changes,
+}
+
+fn engine_for(ruleset: Ruleset, site: Option<String>) -> Result<Arc<Engine>, EngineError> {
+    let config = EngineConfig {
+        site,
+        ..Default::default()
+    };
+    Ok(Arc::new(Engine::new(ruleset, &config)?))
+}
+
+impl DryRun {
+    /// Prepares a replay of `ruleset` for `site`.
+    pub fn new(ruleset: Ruleset, site: Option<String>) -> Result<DryRun, EngineError> {
+        let n = ruleset.rules.len();
+        let engine = engine_for(ruleset, site)?;
+        Ok(DryRun {
+            requests: RequestSide::new(engine.clone()),
+            packets: PacketSide {
+                scratch: engine.scratch(),
+                engine,
+                old: None,
+                streams: Streams::new(Limits::default()),
+                totals: Totals::default(),
+                decided: vec![Counts::default(); n],
+                changes: Changes::new(),
+            },
+            inputs: Vec::new(),
+        })
+    }
+
+    /// Also evaluates every packet and request with `old`, and reports
+    /// where the decisions differ.
+    pub fn against(&mut self, old: Ruleset, site: Option<String>) -> Result<(), EngineError> {
+        let engine = engine_for(old, site)?;
+        self.requests.against(engine.clone());
+        self.packets.old = Some((engine.clone(), engine.scratch()));
+        Ok(())
+    }
+
+    /// Replays one capture. On a read error, everything before it counts
+    /// and the error (with its byte offset) is returned and recorded.
+    pub fn replay(&mut self, name: &str, input: impl Read) -> Result<(), CaptureError> {
+        let DryRun {
+            packets,
+            requests,
+            inputs,
+        } = self;
+        let before = packets.totals.packets;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(8);
+        let (back, recycled) = std::sync::mpsc::channel::<Batch>();
+        let result = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for mut batch in rx {
+                    batch.iter().for_each(|r| requests.request(r));
+                    batch.clear();
+                    // The packet side may be gone already; the batch is
+                    // then simply freed.
+                    let _ = back.send(batch);
+                }
+            });
+            let mut batch = Batch::new();
+            let result = (|| {
+                let mut reader = CaptureReader::new(input)?;
+                let mut frame = Frame {
+                    time_ns: 0,
+                    linktype: 0,
+                    data: Vec::new(),
+                    orig_len: 0,
+                    offset: 0,
+                };
+                while reader.next_frame_into(&mut frame)? {
+                    packets.frame(&frame, &mut batch);
+                    if batch.len() >= BATCH {
+                        let next = recycled.try_recv().unwrap_or_default();
+                        // The request side only stops when this side drops
+                        // the sender, so the send cannot fail.
+                        let _ = tx.send(std::mem::replace(&mut batch, next));
+                    }
+                }
+                Ok(())
+            })();
+            let _ = tx.send(batch);
+            drop(tx);
+            result
+        });
+        inputs.push(InputReport {
+            path: name.to_string(),
+            packets: packets.totals.packets - before,
+            error: result.as_ref().err().map(|e: &CaptureError| e.to_string()),
+        });
+        result
+    }
+}
+
+impl PacketSide {
+    /// Feeds one frame; requests it completes are appended to `out`.
+    fn frame(&mut self, f: &Frame, out: &mut Batch) {
+        let t = &mut self.totals;
+        t.packets += 1;
+        t.bytes += u64::from(f.orig_len);
+        t.first_ns = Some(t.first_ns.map_or(f.time_ns, |x| x.min(f.time_ns)));
+        t.last_ns = Some(t.last_ns.map_or(f.time_ns, |x| x.max(f.time_ns)));
+        let d = match decode(f.linktype, &f.data, f.orig_len) {
+            Ok(d) => d,
+            Err(Skip::Fragment) => return t.fragments += 1,
+            Err(Skip::Truncated) => return t.truncated += 1,
+            Err(Skip::NotIp) => return t.not_ip += 1,
+            Err(Skip::UnsupportedLink(_)) => return t.unsupported_link += 1,
+            Err(Skip::Malformed) => return t.malformed += 1,
+        };
+        if d.truncated {
+            t.truncated += 1;
+        }
+        let proto = match d.proto {
+            6 => Proto::Tcp,
+            17 => Proto::Udp,
+            1 | 58 => Proto::Icmp,
+            _ => return,
+        };
+        let syn = d.flags & tcp::SYN != 0 && d.flags & tcp::ACK == 0;
+        // XDP sits on the edge's ingress: it judges what clients send, not
+        // the servers' answers (for UDP and ICMP every packet is judged).
+        let inbound = d.proto != 6
+            || self
+                .streams
+                .from_client((d.src, d.sport), (d.dst, d.dport), d.flags);
+        if inbound {
+            let p = Packet {
+                src: d.src,
+                proto,
+                dst_port: d.dport,
+                syn,
+                time_ns: f.time_ns,
+            };
+            let pd = self.engine.decide_packet_with(&p, &mut self.scratch);
+            if let Some(i) = pd.verdict.rule() {
+                count(&mut self.decided[i], &pd.verdict);
+            }
+            if let Some((old, scratch)) = &mut self.old {
+                let od = old.decide_packet_with(&p, scratch);
+                let (a, b) = (
+                    describe(old.ruleset(), &od.verdict),
+                    describe(self.engine.ruleset(), &pd.verdict),
+                );
+                if a != b {
+                    let ip = ip_key(d.src);
+                    changed(&mut self.changes, a, b, &ip.0[..ip.1], None);
+                }
+            }
+            if matches!(pd.verdict, Verdict::Drop { .. } | Verdict::Throttle { .. }) {
+                return;
+            }
+        }
+        if d.proto != 6 {
+            return;
+        }
+        self.streams.segment_from(
+            (d.src, d.sport),
+            (d.dst, d.dport),
+            inbound,
+            Segment {
+                seq: d.seq,
+                flags: d.flags,
+                payload: d.payload,
+                time_ns: f.time_ns,
+            },
+            out,
+        );
+    }
+}
+
+impl DryRun {
+    /// Finishes the replay.
+    pub fn finish(self) -> Report {
+        let p = self.packets;
+        let st = &p.streams.stats;
+        let mut t = p.totals;
+        t.flows = st.flows;
+        t.tls_flows = st.tls_flows;
+        t.unparsable_bytes = st.unparsable_bytes;
+        t.resyncs = st.resyncs;
+        t.retransmitted_bytes = st.retransmitted_bytes;
+        t.evicted_flows = st.evicted_flows;
+        let r = self.requests.finish();
+        t.requests = r.requests;
+        let rules = r
+            .rules
+            .into_iter()
+            .zip(p.decided)
+            .map(|(rule, packets)| RuleReport { packets, ..rule })
+            .collect();
+        let changes = p.old.is_some().then(|| change_report(p.changes, r.changes));
+        Report {
+            schema: 1,
+            totals: t,
+            rules,
+            unmatched: r.unmatched,
+            inputs: self.inputs,
+            changes,
+            series: r.series,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The dry-run report: what `rctl dry-run --format json` prints.
+
+use crate::topk::Hitter;
+use serde::Serialize;
+
+/// Counts per action.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Allowed (exempted).
+    pub allow: u64,
+    /// Denied.
+    pub deny: u64,
+    /// Throttled.
+    pub throttle: u64,
+    /// Dropped.
+    pub drop: u64,
+    /// Only logged (log and shadow rules).
+    pub log: u64,
+}
+
+/// What one rule did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleReport {
+    /// Rule name.
+    pub name: String,
+    /// Its action (allow, deny, throttle, log, drop).
+    pub action: String,
+    /// Shadow mode.
+    pub shadow: bool,
+    /// Requests its condition matched (whether or not it decided).
+    pub matches: u64,
+    /// Requests it decided, by verdict; `log` counts log and shadow matches.
+    pub requests: Counts,
+    /// What a shadow rule would have done to the requests it matched.
+    pub would: Counts,
+    /// Packets it decided on the packet plane.
+    pub packets: Counts,
+    /// Capture time of the first and last match, ns since the epoch.
+    pub first_seen_ns: Option<u64>,
+    /// See `first_seen_ns`.
+    pub last_seen_ns: Option<u64>,
+    /// Busiest client addresses among its matches.
+    pub top_ips: Vec<Hitter>,
+    /// Busiest User-Agents among its matches.
+    pub top_user_agents: Vec<Hitter>,
+    /// Busiest paths among its matches.
+    pub top_paths: Vec<Hitter>,
+}
+
+/// Input totals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Frames read.
+    pub packets: u64,
+    /// Bytes on the wire.
+    pub bytes: u64,
+    /// TCP flows.
+    pub flows: u64,
+    /// Flows carrying TLS (not inspected; L3/L4 rules still apply).
+    pub tls_flows: u64,
+    /// HTTP requests parsed.
+    pub requests: u64,
+    /// IP fragments (not reassembled).
+    pub fragments: u64,
+    /// Frames cut before their headers ended.
+    pub truncated: u64,
+    /// Frames that are not IP.
+    pub not_ip: u64,
+    /// Frames of an unsupported link type.
+    pub unsupported_link: u64,
+    /// Malformed frames.
+    pub malformed: u64,
+    /// TCP stream bytes that were not HTTP.
+    pub unparsable_bytes: u64,
+    /// Times the HTTP parser resynchronised.
+    pub resyncs: u64,
+    /// Retransmitted bytes trimmed.
+    pub retransmitted_bytes: u64,
+    /// Flows evicted by the flow-table bound.
+    pub evicted_flows: u64,
+    /// First and last capture time, ns.
+    pub first_ns: Option<u64>,
+    /// See `first_ns`.
+    pub last_ns: Option<u64>,
+}
+
+/// Traffic no rule touched.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unmatched {
+    /// Requests no rule matched.
+    pub requests: u64,
+    /// Busiest addresses.
+    pub top_ips: Vec<Hitter>,
+    /// Busiest User-Agents.
+    pub top_user_agents: Vec<Hitter>,
+    /// Busiest paths.
+    pub top_paths: Vec<Hitter>,
+}
+
+/// A file's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputReport {
+    /// The file.
+    pub path: String,
+    /// Frames read from it.
+    pub packets: u64,
+    /// The error that stopped reading it, if any.
+    pub error: Option<String>,
+}
+
+/// Traffic whose decision differs between the old ruleset (`--against`)
+/// and the new one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// The old decision, like `throttle by wdqs_sparql` or `pass`.
+    pub from: String,
+    /// The new decision.
+    pub to: String,
+    /// Requests that changed this way.
+    pub requests: u64,
+    /// Packets that changed this way.
+    pub packets: u64,
+    /// Busiest client addresses among them.
+    pub top_ips: Vec<Hitter>,
+    /// Busiest User-Agents among the requests.
+    pub top_user_agents: Vec<Hitter>,
+    /// Busiest paths among the requests.
+    pub top_paths: Vec<Hitter>,
+}
+
+/// The dry-run report. `totals.requests`, `totals.packets` and `rules`
+/// (`name`, `matches`, `requests`) are the stable part of the JSON schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Report format version.
+    pub schema: u32,
+    /// Input totals.
+    pub totals: Totals,
+    /// One entry per rule, in evaluation order.
+    pub rules: Vec<RuleReport>,
+    /// Traffic no rule touched.
+    pub unmatched: Unmatched,
+    /// Per input file.
+    pub inputs: Vec<InputReport>,
+    /// With `--against`: how decisions change, largest first.
+    pub changes: Option<Vec<Change>>,
+    /// Requests per second matched (`.0`) and enforced (`.1`) per rule,
+    /// one entry per second of capture time from `totals.first_ns`.
+    pub series: Vec<Vec<(u32, u32)>>,
+}

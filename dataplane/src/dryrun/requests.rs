@@ -1,0 +1,357 @@
+//! The request side of a replay: every reassembled HTTP request through
+//! the request decision, and the per-rule statistics. It runs on its own
+//! thread, fed in capture order by the packet side (see `super`).
+
+use super::report::{Change, Counts, RuleReport, Unmatched};
+use crate::capture::stream::HttpRequest;
+use crate::topk::TopK;
+use crate::{Engine, Request, Scratch, Trace, Verdict};
+use rctl_compiler::ir::Ruleset;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Reported top keys per table.
+pub(super) const TOP: usize = 10;
+/// Candidates a top-key table keeps (Space-Saving counters).
+pub(super) const CANDIDATES: usize = 1_000;
+/// Per-second series are kept for at most this many seconds.
+const MAX_SERIES_SECONDS: usize = 86_400;
+
+/// Traffic whose decision changed one way (`--against`).
+#[derive(Default)]
+pub(super) struct ChangeStats {
+    pub requests: u64,
+    pub packets: u64,
+    pub ips: Option<TopK>,
+    pub uas: Option<TopK>,
+    pub paths: Option<TopK>,
+}
+
+/// Decision changes, by (old, new) description.
+pub(super) type Changes = BTreeMap<(String, String), ChangeStats>;
+
+/// Records one changed decision: `req` is (User-Agent, path) for requests.
+pub(super) fn changed(
+    changes: &mut Changes,
+    from: String,
+    to: String,
+    ip: &[u8],
+    req: Option<(&[u8], &[u8])>,
+) {
+    let c = changes.entry((from, to)).or_default();
+    c.ips.get_or_insert_with(|| TopK::new(CANDIDATES)).add(ip);
+    match req {
+        Some((ua, path)) => {
+            c.requests += 1;
+            c.uas.get_or_insert_with(|| TopK::new(CANDIDATES)).add(ua);
+            c.paths
+                .get_or_insert_with(|| TopK::new(CANDIDATES))
+                .add(path);
+        }
+        None => c.packets += 1,
+    }
+}
+
+fn merge_top(a: Option<TopK>, b: Option<TopK>) -> Option<TopK> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.merge(&b);
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+/// The report's change list from both sides' changes, largest first.
+pub(super) fn change_report(mut a: Changes, b: Changes) -> Vec<Change> {
+    for (k, c) in b {
+        let e = a.entry(k).or_default();
+        e.requests += c.requests;
+        e.packets += c.packets;
+        e.ips = merge_top(e.ips.take(), c.ips);
+        e.uas = merge_top(e.uas.take(), c.uas);
+        e.paths = merge_top(e.paths.take(), c.paths);
+    }
+    let mut v: Vec<Change> = a
+        .into_iter()
+        .map(|((from, to), c)| Change {
+            from,
+            to,
+            requests: c.requests,
+            packets: c.packets,
+            top_ips: c.ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+            top_user_agents: c.uas.map_or(Vec::new(), |t| t.top(TOP)),
+            top_paths: c.paths.map_or(Vec::new(), |t| t.top(TOP)),
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        (b.requests + b.packets)
+            .cmp(&(a.requests + a.packets))
+            .then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to)))
+    });
+    v
+}
+
+/// A decision as the change report names it.
+pub(super) fn describe(rs: &Ruleset, v: &Verdict) -> String {
+    match v.rule() {
+        Some(i) => format!("{} by {}", v.kind(), rs.rules[i].name),
+        None => v.kind().to_string(),
+    }
+}
+
+/// Adds one verdict to its action's count.
+pub(super) fn count(c: &mut Counts, v: &Verdict) {
+    match v {
+        Verdict::Pass => {}
+        Verdict::Allow { .. } => c.allow += 1,
+        Verdict::Deny { .. } => c.deny += 1,
+        Verdict::Throttle { .. } => c.throttle += 1,
+        Verdict::Drop { .. } => c.drop += 1,
+    }
+}
+
+/// An address as a top-talker key: 4 or 16 bytes, shown by [`show_ip`].
+pub(super) fn ip_key(ip: IpAddr) -> ([u8; 16], usize) {
+    let mut k = [0u8; 16];
+    match ip {
+        IpAddr::V4(a) => {
+            k[..4].copy_from_slice(&a.octets());
+            (k, 4)
+        }
+        IpAddr::V6(a) => (a.octets(), 16),
+    }
+}
+
+/// Shows a key made by [`ip_key`].
+pub(super) fn show_ip(k: &[u8]) -> String {
+    if let Ok(a) = <[u8; 4]>::try_from(k) {
+        std::net::Ipv4Addr::from(a).to_string()
+    } else if let Ok(a) = <[u8; 16]>::try_from(k) {
+        std::net::Ipv6Addr::from(a).to_string()
+    } else {
+        String::from_utf8_lossy(k).into_owned()
+    }
+}
+
+fn path_of(target: &[u8]) -> &[u8] {
+    target.split(|&b| b == b'?').next().unwrap_or(target)
+}
+
+/// One rule's request statistics.
+pub(super) struct RuleStats {
+    pub report: RuleReport,
+    ips: TopK,
+    uas: TopK,
+    paths: TopK,
+}
+
+/// What the request side has when the replay ends.
+pub(super) struct Finished {
+    pub requests: u64,
+    pub rules: Vec<RuleReport>,
+    pub unmatched: Unmatched,
+    pub changes: Changes,
+    pub series: Vec<Vec<(u32, u32)>>,
+}
+
+/// The request decision and everything counted from it.
+pub(super) struct RequestSide {
+    engine: Arc<Engine>,
+    scratch: Scratch,
+    old: Option<(Arc<Engine>, Scratch)>,
+    requests: u64,
+    rules: Vec<RuleStats>,
+    unmatched: (u64, TopK, TopK, TopK),
+    trace: Trace,
+    changes: Changes,
+    series: Vec<Vec<(u32, u32)>>,
+    series_start: Option<u64>,
+    /// The header list's buffer, kept from one request to the next.
+    headers: Vec<(&'static [u8], &'static [u8])>,
+}
+
+/// An empty vector with `v`'s allocation, for items of another lifetime
+/// (the in-place collect reuses the buffer; no item is ever converted).
+#[expect(
+    clippy::unnecessary_filter_map,
+    reason = "the map is what changes the items' lifetime"
+)]
+fn reuse<'b>(mut v: Vec<(&[u8], &[u8])>) -> Vec<(&'b [u8], &'b [u8])> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+impl RequestSide {
+    /// Counts requests through `engine` (reports in the ruleset's order).
+    pub fn new(engine: Arc<Engine>) -> Self {
+        // One fingerprint function for every counter, so that a request's
+        // keys are hashed once however many rules it matches.
+        let shared = TopK::new(1);
+        let rules: Vec<RuleStats> = engine
+            .ruleset()
+            .rules
+            .iter()
+            .map(|r| RuleStats {
+                report: RuleReport {
+                    name: r.name.clone(),
+                    action: r.action.kind().into(),
+                    shadow: r.shadow,
+                    matches: 0,
+                    requests: Counts::default(),
+                    would: Counts::default(),
+                    packets: Counts::default(),
+                    first_seen_ns: None,
+                    last_seen_ns: None,
+                    top_ips: Vec::new(),
+                    top_user_agents: Vec::new(),
+                    top_paths: Vec::new(),
+                },
+                ips: shared.sharing(CANDIDATES),
+                uas: shared.sharing(CANDIDATES),
+                paths: shared.sharing(CANDIDATES),
+            })
+            .collect();
+        let n = rules.len();
+        RequestSide {
+            scratch: engine.scratch(),
+            engine,
+            old: None,
+            requests: 0,
+            rules,
+            unmatched: (
+                0,
+                shared.sharing(CANDIDATES),
+                shared.sharing(CANDIDATES),
+                shared.sharing(CANDIDATES),
+            ),
+            trace: Trace::default(),
+            changes: Changes::new(),
+            series: vec![Vec::new(); n],
+            series_start: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Also decides every request with `old`, for `--against`.
+    pub fn against(&mut self, old: Arc<Engine>) {
+        let scratch = old.scratch();
+        self.old = Some((old, scratch));
+    }
+
+    fn tick(&mut self, rule: usize, time_ns: u64, enforced: bool) {
+        let start = *self.series_start.get_or_insert(time_ns);
+        let sec = (time_ns.saturating_sub(start) / 1_000_000_000) as usize;
+        if sec >= MAX_SERIES_SECONDS {
+            return;
+        }
+        let series = &mut self.series[rule];
+        if series.len() <= sec {
+            series.resize(sec + 1, (0, 0));
+        }
+        series[sec].0 += 1;
+        if enforced {
+            series[sec].1 += 1;
+        }
+    }
+
+    /// Decides and counts one request.
+    pub fn request(&mut self, r: &HttpRequest) {
+        self.requests += 1;
+        let mut headers = reuse(std::mem::take(&mut self.headers));
+        headers.extend(r.headers());
+        let req = Request {
+            method: r.method(),
+            host: r.header("host").unwrap_or(b""),
+            target: r.target(),
+            headers: &headers,
+            ip: r.client.0,
+            port: r.server.1,
+            time_ns: r.time_ns,
+        };
+        self.trace.steps.clear();
+        let d = self
+            .engine
+            .decide_request_steps(&req, &mut self.scratch, &mut self.trace.steps);
+        let ip = ip_key(r.client.0);
+        let ip = &ip.0[..ip.1];
+        let ua = r.header("user-agent").unwrap_or(b"(none)");
+        let path = path_of(r.target());
+        if let Some((old, scratch)) = &mut self.old {
+            let od = old.decide_request_with(&req, scratch, None);
+            let (a, b) = (
+                describe(old.ruleset(), &od.verdict),
+                describe(self.engine.ruleset(), &d.verdict),
+            );
+            if a != b {
+                changed(&mut self.changes, a, b, ip, Some((ua, path)));
+            }
+        }
+        self.headers = reuse(headers);
+        let fp = &self.unmatched.1;
+        let fps = (fp.fingerprint(ip), fp.fingerprint(ua), fp.fingerprint(path));
+        if self.trace.steps.is_empty() {
+            let u = &mut self.unmatched;
+            u.0 += 1;
+            u.1.add_hashed(fps.0, ip);
+            u.2.add_hashed(fps.1, ua);
+            u.3.add_hashed(fps.2, path);
+            return;
+        }
+        for i in 0..self.trace.steps.len() {
+            let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
+            let decided = d.verdict.rule() == Some(rule);
+            self.tick(
+                rule,
+                r.time_ns,
+                !shadow && decided && d.verdict.kind() != "allow",
+            );
+            let s = &mut self.rules[rule];
+            let rep = &mut s.report;
+            rep.matches += 1;
+            rep.first_seen_ns = Some(rep.first_seen_ns.map_or(r.time_ns, |t| t.min(r.time_ns)));
+            rep.last_seen_ns = Some(rep.last_seen_ns.map_or(r.time_ns, |t| t.max(r.time_ns)));
+            if shadow {
+                rep.requests.log += 1;
+                count(&mut rep.would, &self.trace.steps[i].effect);
+            } else if decided {
+                count(&mut rep.requests, &d.verdict);
+            }
+            s.ips.add_hashed(fps.0, ip);
+            s.uas.add_hashed(fps.1, ua);
+            s.paths.add_hashed(fps.2, path);
+        }
+    }
+
+    /// The statistics, with each table cut to its top entries.
+    pub fn finish(self) -> Finished {
+        let rules = self
+            .rules
+            .into_iter()
+            .map(|s| RuleReport {
+                top_ips: s.ips.top_with(TOP, show_ip),
+                top_user_agents: s.uas.top(TOP),
+                top_paths: s.paths.top(TOP),
+                ..s.report
+            })
+            .collect();
+        let (n, ips, uas, paths) = self.unmatched;
+        let mut series = self.series;
+        // One time axis for every rule.
+        let len = series.iter().map(Vec::len).max().unwrap_or(0);
+        series.iter_mut().for_each(|s| s.resize(len, (0, 0)));
+        Finished {
+            requests: self.requests,
+            rules,
+            unmatched: Unmatched {
+                requests: n,
+                top_ips: ips.top_with(TOP, show_ip),
+                top_user_agents: uas.top(TOP),
+                top_paths: paths.top(TOP),
+            },
+            changes: self.changes,
+            series,
+        }
+    }
+}
