@@ -22,6 +22,21 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) of this process's threads (`self`) and of
+/// its waited-for children, from /proc/self/stat (clock ticks of 10 ms).
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime is field 14.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let tick = 100.0;
+    let at = |i: usize| f.get(i - 3).copied().unwrap_or(0.0) / tick;
+    (at(14) + at(15), at(16) + at(17))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
@@ -52,6 +67,7 @@ fn main() {
     let mut times = Vec::new();
     let mut requests = 0;
     let mut packets = 0;
+    let cpu_before = cpu_seconds().0;
     for _ in 0..3 {
         let mut run = rctl_dataplane::dryrun::DryRun::new(rs.clone(), None).unwrap();
         let t = Instant::now();
@@ -62,6 +78,7 @@ fn main() {
         requests = report.totals.requests;
         packets = report.totals.packets;
     }
+    let cpu = (cpu_seconds().0 - cpu_before) / 3.0;
     times.sort_by(f64::total_cmp);
     let median = times[1];
     println!(
@@ -69,10 +86,15 @@ fn main() {
         size as f64 / 1e6
     );
     println!("rctl dry-run: median {median:.2} s of 3: {:.0} MB/s, {:.0} requests/s, {:.0} packets/s; peak RSS {} MB", size as f64 / 1e6 / median, requests as f64 / median, packets as f64 / median, peak_rss_kb() / 1024);
+    println!(
+        "rctl CPU time: {cpu:.2} s per run (both threads): {:.0} MB per CPU-second",
+        size as f64 / 1e6 / cpu
+    );
     if std::env::var_os("RCTL_BENCH_NO_TSHARK").is_some() {
         return;
     }
     let t = Instant::now();
+    let child_cpu = cpu_seconds().1;
     let out = std::process::Command::new("tshark")
         .args([
             "-r",
@@ -95,11 +117,13 @@ fn main() {
     match out {
         Ok(o) if o.status.success() => {
             let secs = t.elapsed().as_secs_f64();
+            let tcpu = cpu_seconds().1 - child_cpu;
             let lines = o.stdout.iter().filter(|&&b| b == b'\n').count();
             println!(
-                "tshark: {secs:.1} s ({:.1} MB/s, {lines} request lines): rctl is {:.0}x faster",
+                "tshark: {secs:.1} s ({:.1} MB/s, {lines} request lines), CPU {tcpu:.1} s: rctl is {:.0}x faster by wall time, {:.0}x by CPU time",
                 size as f64 / 1e6 / secs,
-                secs / median
+                secs / median,
+                tcpu / cpu
             );
         }
         Ok(o) => println!("tshark failed: {}", o.status),
