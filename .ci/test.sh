@@ -9,10 +9,16 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "toolchains and tools"
 # tshark is the independent reference the dry-run tests cross-check
-# against; chromium renders the HTML report in a test.
+# against; chromium renders the HTML report in a test; the namespace tests
+# drive real traffic with ip, ping and python3, and drop privileges with
+# setpriv.
 missing=""
 command -v tshark >/dev/null || missing="$missing tshark"
 command -v chromium >/dev/null || missing="$missing chromium"
+command -v ip >/dev/null || missing="$missing iproute2"
+command -v ping >/dev/null || missing="$missing iputils-ping"
+command -v python3 >/dev/null || missing="$missing python3"
+command -v setpriv >/dev/null || missing="$missing util-linux"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

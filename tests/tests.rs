@@ -15,4 +15,5 @@ mod format;
 mod generated;
 mod hostile;
 mod language;
+mod netns;
 mod xdp;

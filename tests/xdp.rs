@@ -14,7 +14,9 @@ use std::net::IpAddr;
 mod xdp_frame;
 use xdp_frame::frame;
 
-fn object() -> Option<Vec<u8>> {
+/// The built XDP object's path, if this process can load it (root); under
+/// CI both are required.
+pub(crate) fn object_path() -> Option<std::path::PathBuf> {
     let uid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -28,20 +30,24 @@ fn object() -> Option<Vec<u8>> {
         .unwrap_or_else(|_| {
             root_dir().join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp")
         });
-    let bytes = std::fs::read(&path).ok();
+    let built = path.is_file();
     if std::env::var_os("CI").is_some() {
         assert!(root, "XDP tests must run as root in CI");
         assert!(
-            bytes.is_some(),
+            built,
             "the XDP object must be built in CI: {}",
             path.display()
         );
     }
-    if !root || bytes.is_none() {
+    if !root || !built {
         eprintln!("skipping XDP tests: root {root}, object {}", path.display());
         return None;
     }
-    bytes
+    Some(path)
+}
+
+fn object() -> Option<Vec<u8>> {
+    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
 }
 
 fn root_dir() -> std::path::PathBuf {

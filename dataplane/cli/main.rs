@@ -3,6 +3,7 @@
 mod dryrun;
 mod eval;
 mod explain;
+mod host;
 mod html;
 
 use anyhow::{bail, Context, Result};
@@ -168,6 +169,46 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Enforce a compiled ruleset's packet plane on an interface (XDP),
+    /// atomically replacing what runs there, and install the artifact.
+    Apply {
+        /// The compiled .rctlc artifact.
+        artifact: PathBuf,
+        /// The interface.
+        #[arg(long)]
+        iface: String,
+        /// XDP mode.
+        #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
+        mode: ModeArg,
+        /// Enforce this site's rules.
+        #[arg(long)]
+        site: Option<String>,
+        /// The XDP object (default: RCTL_XDP_OBJECT, else the one built in).
+        #[arg(long)]
+        object: Option<PathBuf>,
+        #[command(flatten)]
+        host: host::HostPaths,
+    },
+    /// Show what rctl enforces where: mode, ruleset hash, counters per
+    /// rule, rate-limit table fill.
+    Status {
+        /// Only this interface.
+        #[arg(long)]
+        iface: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        host: host::HostPaths,
+    },
+    /// Remove rctl's program from an interface, with its pins.
+    Detach {
+        /// The interface.
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        host: host::HostPaths,
+    },
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug {
         /// ast, ir or plan.
@@ -177,6 +218,16 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum ModeArg {
+    /// Native (driver) XDP, else skb mode with a warning.
+    Auto,
+    /// Native XDP or fail.
+    Native,
+    /// Generic (skb) XDP.
+    Skb,
 }
 
 #[derive(Copy, Clone, ValueEnum)]
@@ -259,23 +310,7 @@ fn is_artifact(paths: &[PathBuf]) -> bool {
 
 /// Writes a file atomically: a temporary file in the same directory, then a rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().context("output path has no file name")?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename into {}", path.display()))?;
-    Ok(())
+    Ok(rctl_dataplane::xdp::host::write_atomic(path, bytes)?)
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -447,6 +482,34 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(fail(failed > 0))
         }
         Command::Fmt { paths, check } => fmt(&paths, check),
+        Command::Apply {
+            artifact,
+            iface,
+            mode,
+            site,
+            object,
+            host,
+        } => {
+            let mode = match mode {
+                ModeArg::Auto => rctl_dataplane::xdp::host::Mode::Auto,
+                ModeArg::Native => rctl_dataplane::xdp::host::Mode::Native,
+                ModeArg::Skb => rctl_dataplane::xdp::host::Mode::Skb,
+            };
+            host::apply(artifact, &iface, mode, site.as_deref(), object, &host)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status {
+            iface,
+            format,
+            host,
+        } => {
+            host::status(iface.as_deref(), format == Format::Json, &host)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Detach { iface, host } => {
+            host::detach(&iface, &host)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Debug { stage, paths } => {
             let c = compile(&paths, &Options::default());
             let mut out = std::io::stdout().lock();

@@ -13,6 +13,8 @@
 //! user-space limiter; their buckets live in an LRU map of
 //! [`rctl_common::MAX_BUCKETS`] entries.
 
+pub mod host;
+
 use crate::iptable::PrefixTable;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, PerCpuArray};
@@ -302,6 +304,32 @@ impl XdpProgram {
         prog.load()
             .map_err(|e| err(format!("the kernel refused the program: {e}")))?;
         Ok(XdpProgram { ebpf, rules })
+    }
+
+    /// Pins the program (as `prog`) and the named maps into `dir`, which
+    /// must be on a bpffs.
+    pub fn pin(&mut self, dir: &std::path::Path, names: &[&str]) -> Result<(), XdpError> {
+        for name in names {
+            let path = dir.join(name);
+            self.ebpf
+                .map(name)
+                .ok_or_else(|| err(format!("no map {name}")))?
+                .pin(&path)
+                .map_err(|e| err(format!("pinning {}: {e}", path.display())))?;
+        }
+        let path = dir.join("prog");
+        self.xdp_mut()?
+            .pin(&path)
+            .map_err(|e| err(format!("pinning {}: {e}", path.display())))
+    }
+
+    /// The loaded `rctl` program.
+    pub fn xdp_mut(&mut self) -> Result<&mut Xdp, XdpError> {
+        self.ebpf
+            .program_mut("rctl")
+            .ok_or_else(|| err("no program `rctl`"))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
     }
 
     fn counts(&self) -> Result<Vec<u64>, XdpError> {
