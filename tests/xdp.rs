@@ -73,7 +73,7 @@ fn corpus_packets_agree_with_the_engine() {
         let rs = c.ruleset.unwrap();
         for t in &c.tests {
             let tables = Tables::new(&rs, t.site.as_deref()).unwrap();
-            let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+            let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
             let engine = Engine::new(
                 rs.clone(),
                 &EngineConfig {
@@ -205,7 +205,10 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
         let c = compile(&src);
         let Some(rs) = c.ruleset else { continue };
         let tables = Tables::new(&rs, None).unwrap();
-        let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len()).unwrap();
+        // The program, and the LPM-trie baseline with maps of its own.
+        let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
+        let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
+        base.select("rctl_lpm").unwrap();
         let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
         for k in 0..2_600u64 {
             let ip = ips[(r.next() % ips.len() as u64) as usize];
@@ -217,9 +220,10 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
             };
             let syn = k % 2 == 0;
             let now = 1_000_000_000_000 + k * 150_000_000;
-            let got = prog
-                .test(&frame(ip, proto, port, syn, k % 5 == 0), now)
-                .unwrap();
+            let f = frame(ip, proto, port, syn, k % 5 == 0);
+            let got = prog.test(&f, now).unwrap();
+            let lpm = base.test(&f, now).unwrap();
+            assert_eq!(got, lpm, "rctl and rctl_lpm differ:\n{src}\npacket: {ip}");
             let want = expect(
                 &engine,
                 &Packet {
@@ -239,4 +243,130 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
         }
     }
     assert!(packets >= 100_000, "{packets}");
+}
+
+/// The interval table against the engine's prefix table (and the LPM-trie
+/// baseline): thousands of prefixes of every length, crowded into a few
+/// /16s so that the binary search runs deep, probed at every edge.
+#[test]
+fn interval_table_agrees_at_every_edge() {
+    let Some(obj) = object() else { return };
+    let mut r = Rng(0x1e55_ed9e);
+    let mut src = String::from("ipblock big/x {\n");
+    let mut edges: Vec<u32> = Vec::new();
+    for i in 0..6_000u32 {
+        // Half the prefixes in two crowded /16s, the rest anywhere.
+        let base = match i % 4 {
+            0 => 0x0a01_0000 | (r.next() as u32 & 0xffff),
+            1 => 0xc633_0000 | (r.next() as u32 & 0xffff),
+            _ => r.next() as u32,
+        };
+        // Long prefixes in the crowded /16s; elsewhere any length.
+        let len = if i % 4 < 2 {
+            [26u32, 27, 28, 29, 30, 31, 32][(r.next() % 7) as usize]
+        } else if i % 97 == 2 {
+            [8u32, 12][(r.next() % 2) as usize]
+        } else {
+            [16u32, 20, 23, 24, 27, 30, 31, 32][(r.next() % 8) as usize]
+        };
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        let net = base & mask;
+        let last = net | !mask;
+        src += &format!("  {}/{len}\n", std::net::Ipv4Addr::from(net));
+        edges.extend([
+            net.wrapping_sub(1),
+            net,
+            net.wrapping_add(1),
+            last,
+            last.wrapping_add(1),
+        ]);
+    }
+    src += "}\nipblock small/y { 10.1.0.0/16 }\n";
+    src += "rule d { when ipblock@big/x and not ipblock@small/y drop }\n";
+    src += "rule a { when ipblock@small/y and port == 443 allow }\n";
+    let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
+    let rs = c.ruleset.expect("compiles");
+    let tables = Tables::new(&rs, None).unwrap();
+    assert!(tables.v4_ranges.len() > 4_000, "{}", tables.v4_ranges.len());
+    let deepest = tables.v4_index.iter().map(|x| x >> 32).max().unwrap();
+    assert!(
+        deepest >= 500,
+        "a crowded /16 holds {deepest} interval starts"
+    );
+    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
+    let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
+    base.select("rctl_lpm").unwrap();
+    let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+    edges.extend((0..5_000).map(|_| r.next() as u32));
+    edges.extend([0, u32::MAX, 0x0a01_0000, 0x0a01_ffff]);
+    for (k, a) in edges.into_iter().enumerate() {
+        let ip = IpAddr::V4(std::net::Ipv4Addr::from(a));
+        let port = if k % 2 == 0 { 443 } else { 80 };
+        let f = frame(ip, Proto::Tcp, port, false, k % 3 == 0);
+        let now = 1_000_000_000 + k as u64;
+        let got = prog.test(&f, now).unwrap();
+        assert_eq!(got, base.test(&f, now).unwrap(), "{ip}");
+        let want = expect(
+            &engine,
+            &Packet {
+                src: ip,
+                proto: Proto::Tcp,
+                dst_port: port,
+                syn: false,
+                time_ns: now,
+            },
+        );
+        assert_eq!((got.action, got.rule), want, "{ip}");
+    }
+}
+
+/// A spoofed flood of a million sources through a packet limit: it fills
+/// the bucket table, but neither lifts a ban nor pushes out a client's
+/// standing, and an exempted source passes throughout.
+#[test]
+fn spoofed_flood_keeps_bans_standing_and_exemptions() {
+    let Some(obj) = object() else { return };
+    let src = "rule exempt { priority 1 when ip in { 192.0.2.7 } allow }\n\
+               rule lim { when proto == tcp throttle 5 packets per 1s burst 5 by ip ban 10m }\n";
+    let c = rctl_compiler::compile_str("t.rctl", src, &Default::default());
+    let rs = c.ruleset.expect("compiles");
+    let tables = Tables::new(&rs, None).unwrap();
+    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
+    let v4 = |a: u32| IpAddr::V4(std::net::Ipv4Addr::from(a));
+    let pkt = |a: u32| frame(v4(a), Proto::Tcp, 443, false, false);
+    const DROP: u32 = 1;
+    const PASS: u32 = 2;
+    let t0 = 1_000_000_000_000u64;
+    prog.set_clock(t0).unwrap();
+    // An abuser gets banned; a client spends one of its five.
+    let abuser = 0xcb00_7109;
+    let client = 0xc633_6405;
+    let got: Vec<u32> = (0..8).map(|_| prog.run(&pkt(abuser)).unwrap()).collect();
+    assert_eq!(got, [PASS, PASS, PASS, PASS, PASS, DROP, DROP, DROP]);
+    assert_eq!(prog.run(&pkt(client)).unwrap(), PASS);
+    // The flood: a million sources, one packet each, within a millisecond.
+    prog.set_clock(t0 + 1_000_000).unwrap();
+    let mut r = Rng(0xf100d);
+    let mut passed = 0u32;
+    for _ in 0..1_000_000 {
+        let a = (r.next() as u32) | 0x0100_0000;
+        if prog.run(&pkt(a)).unwrap() == PASS {
+            passed += 1;
+        }
+    }
+    // The table holds 2^18 sources; the rest share one overflow bucket.
+    assert!(
+        (200_000..=270_000).contains(&passed),
+        "{passed} spoofed packets passed"
+    );
+    prog.set_clock(t0 + 2_000_000).unwrap();
+    assert_eq!(prog.run(&pkt(abuser)).unwrap(), DROP, "the ban holds");
+    assert_eq!(
+        prog.run(&pkt(client)).unwrap(),
+        PASS,
+        "the client keeps its bucket"
+    );
+    for _ in 0..100 {
+        assert_eq!(prog.run(&pkt(0xc000_0207)).unwrap(), PASS, "exempt");
+    }
 }

@@ -117,8 +117,15 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> 
             a.applied_unix
         );
         println!(
-            "  {} terms; {} IPv4 and {} IPv6 prefixes; rate-limit buckets {} of {}",
-            a.terms, a.prefixes.0, a.prefixes.1, s.buckets_used, s.buckets_capacity
+            "  {} terms; {} IPv4 and {} IPv6 prefixes; rate-limit buckets: {} of {} occupied, \
+             {} live, {} banned",
+            a.terms,
+            a.prefixes.0,
+            a.prefixes.1,
+            s.buckets_used,
+            s.buckets_capacity,
+            s.buckets_live,
+            s.buckets_banned
         );
         for c in s.counters.iter().filter(|c| c.packets > 0) {
             println!(

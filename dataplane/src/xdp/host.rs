@@ -17,11 +17,11 @@
 //! generation is untouched and the new one is removed.
 
 use super::{err, Tables, XdpError, XdpProgram};
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray};
+use aya::maps::{Array, Map, MapData, PerCpuArray};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{Xdp, XdpMode};
-use rctl_common::{maps, Counters, LimitKey, LimitState, MAX_BUCKETS};
+use rctl_common::{maps, Bucket, Counters, MAX_BUCKETS};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -164,6 +164,17 @@ pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
     })
 }
 
+/// The time since boot in ns, from /proc/uptime (10 ms resolution): close
+/// to the program's clock (`bpf_ktime_get_ns`, which leaves out time
+/// suspended), enough to tell live buckets from recovered ones.
+fn monotonic_ns() -> u64 {
+    let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+    up.split_whitespace()
+        .next()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map_or(0, |s| (s * 1e9) as u64)
+}
+
 fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -251,7 +262,7 @@ pub fn apply(
         }
     }
     let tables = Tables::new(&rs, site)?;
-    let mut program = XdpProgram::load(object, &tables, rs.rules.len())?;
+    let mut program = XdpProgram::load(object, &tables, rs.rules.len(), false)?;
     let generation = old.as_ref().map_or(1, |o| o.generation + 1);
     let gen_dir = paths.iface_pins(iface).join(format!("gen-{generation}"));
     // A half-made generation from an earlier failed apply is stale.
@@ -381,8 +392,13 @@ pub struct Status {
     pub link_pinned: bool,
     /// Counters per rule (rules that decided no packet included).
     pub counters: Vec<RuleCounters>,
-    /// Rate-limit buckets in use.
+    /// Occupied rate-limit buckets.
     pub buckets_used: usize,
+    /// Of those, live ones (banned, or ahead of the clock; estimated from
+    /// /proc/uptime).
+    pub buckets_live: usize,
+    /// Of those, banned sources.
+    pub buckets_banned: usize,
     /// The bucket table's capacity.
     pub buckets_capacity: u32,
     /// The installed artifact's path.
@@ -435,16 +451,27 @@ pub fn status(paths: &Paths, iface: Option<&str>) -> Result<Vec<Status>, XdpErro
                 bytes: v.iter().map(|c| c.bytes).sum(),
             });
         }
-        let buckets = BpfHashMap::<_, LimitKey, LimitState>::try_from(Map::LruHashMap(open_map(
-            &gen.join(maps::BUCKETS),
-        )?))
-        .map_err(|e| err(e.to_string()))?;
-        let used = buckets.keys().filter(Result::is_ok).count();
+        // Live buckets: banned, or running ahead of the clock (a bucket
+        // that has fully recovered is as good as none).
+        let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&gen.join(maps::BUCKETS))?))
+            .map_err(|e| err(e.to_string()))?;
+        let now = monotonic_ns();
+        let (mut used, mut live, mut banned) = (0, 0, 0);
+        for b in (0..MAX_BUCKETS).filter_map(|i| buckets.get(&i, 0).ok()) {
+            if b.family == 0 {
+                continue;
+            }
+            used += 1;
+            live += usize::from(b.tat > now || b.banned_until > now);
+            banned += usize::from(b.banned_until > now);
+        }
         out.push(Status {
             link_pinned: dir.join("link").exists(),
             attached: a,
             counters: per_rule,
             buckets_used: used,
+            buckets_live: live,
+            buckets_banned: banned,
             buckets_capacity: MAX_BUCKETS,
             artifact: paths.artifact(),
         });

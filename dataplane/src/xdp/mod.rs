@@ -20,7 +20,9 @@ use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
-use rctl_common::{kind, maps, Counters, Limiter, Term, MAX_RULES, MAX_TERMS};
+use rctl_common::{
+    kind, maps, Counters, Limiter, Range4, Term, MAX_RULES, MAX_TERMS, V4_INDEX_ENTRIES,
+};
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use std::collections::HashMap;
 use std::fmt;
@@ -46,8 +48,13 @@ fn err(m: impl Into<String>) -> XdpError {
 pub struct Tables {
     /// Terms in evaluation order.
     pub terms: Vec<Term>,
-    /// IPv4 (prefix, length, bits).
+    /// IPv4 (prefix, length, bits), for the LPM-trie baseline program.
     pub v4: Vec<([u8; 4], u8, u64)>,
+    /// The IPv4 space as sorted intervals with their bits (the program's
+    /// lookup table).
+    pub v4_ranges: Vec<Range4>,
+    /// For each top 16 bits: first interval, and intervals starting inside.
+    pub v4_index: Vec<u64>,
     /// IPv6 (prefix, length, bits).
     pub v6: Vec<([u8; 16], u8, u64)>,
     /// Port bits, indexed by port (only non-zero entries).
@@ -97,7 +104,7 @@ impl Tables {
                     v4_len,
                     v6_len,
                     syn_only: u32::from(th.unit == Unit::Connections),
-                    pad: 0,
+                    seed: 0,
                 });
             }
             if i as u32 >= MAX_RULES {
@@ -160,10 +167,14 @@ impl Tables {
             })
             .collect();
         let table = PrefixTable::new(&sets);
+        let mut v4_ranges = Vec::new();
         for (is_v4, start, end, members) in table.ranges() {
             let bits = members.iter().fold(0u64, |m, &s| m | (1 << s));
             if bits == 0 {
                 continue;
+            }
+            if is_v4 {
+                v4_ranges.push((start as u32, end as u32, bits));
             }
             let width = if is_v4 { 32 } else { 128 };
             let out = rctl_compiler::cidr::to_prefixes(vec![(start, end)], width);
@@ -176,6 +187,7 @@ impl Tables {
                 t.v6.extend(out.into_iter().map(|(n, l)| (n.to_be_bytes(), l, bits)));
             }
         }
+        (t.v4_ranges, t.v4_index) = interval_table(v4_ranges);
         for (&a, &bit) in &port_bit {
             if let Atom::Port(ranges) = &rs.atoms[a as usize] {
                 for &(lo, hi) in ranges {
@@ -205,10 +217,72 @@ impl Tables {
     }
 }
 
+/// The IPv4 space cut at every range edge (gaps get no bits; neighbours
+/// with equal bits are merged), and its top-16-bit index.
+fn interval_table(mut ranges: Vec<(u32, u32, u64)>) -> (Vec<Range4>, Vec<u64>) {
+    ranges.sort_unstable();
+    let mut out: Vec<Range4> = Vec::with_capacity(ranges.len() * 2 + 1);
+    let mut push = |start: u32, bits: u64| match out.last_mut() {
+        Some(last) if last.bits == bits => {}
+        _ => out.push(Range4 {
+            start,
+            pad: 0,
+            bits,
+        }),
+    };
+    let mut next = 0u64;
+    for (start, end, bits) in ranges {
+        if u64::from(start) > next {
+            push(next as u32, 0);
+        }
+        push(start, bits);
+        next = u64::from(end) + 1;
+    }
+    if next <= u64::from(u32::MAX) {
+        push(next as u32, 0);
+    }
+    let index = (0..V4_INDEX_ENTRIES)
+        .map(|p| {
+            let (first, last) = (p << 16, p << 16 | 0xffff);
+            let lo = out.partition_point(|r| r.start <= first) - 1;
+            let hi = out.partition_point(|r| r.start <= last) - 1;
+            lo as u64 | ((hi - lo) as u64) << 32
+        })
+        .collect();
+    (out, index)
+}
+
+fn array<'a, V: aya::Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<Array<&'a mut aya::maps::MapData, V>, XdpError> {
+    Array::try_from(
+        ebpf.map_mut(name)
+            .ok_or_else(|| err(format!("no map {name}")))?,
+    )
+    .map_err(|e| err(format!("{name}: {e}")))
+}
+
+/// Writes `items` into the array map `name` from index 0.
+fn fill<V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    items: impl IntoIterator<Item = V>,
+) -> Result<(), XdpError> {
+    let mut a = array::<V>(ebpf, name)?;
+    for (i, v) in items.into_iter().enumerate() {
+        a.set(i as u32, v, 0)
+            .map_err(|e| err(format!("{name}[{i}]: {e}")))?;
+    }
+    Ok(())
+}
+
 /// The loaded program (not attached to any interface).
 pub struct XdpProgram {
     ebpf: Ebpf,
     rules: usize,
+    /// The program [`XdpProgram::test`] runs.
+    selected: &'static str,
 }
 
 /// What the program did with one packet.
@@ -221,23 +295,43 @@ pub struct Outcome {
 }
 
 impl XdpProgram {
-    /// Loads the object at `path` and fills its maps from `tables`.
-    pub fn load(object: &[u8], tables: &Tables, rules: usize) -> Result<XdpProgram, XdpError> {
-        let mut ebpf =
-            Ebpf::load(object).map_err(|e| err(format!("loading the XDP object: {e}")))?;
+    /// Loads the object and fills its maps from `tables`; with `v4_trie`,
+    /// also the IPv4 LPM trie that only the `rctl_lpm` baseline reads.
+    pub fn load(
+        object: &[u8],
+        tables: &Tables,
+        rules: usize,
+        v4_trie: bool,
+    ) -> Result<XdpProgram, XdpError> {
+        let ranges = u32::try_from(tables.v4_ranges.len().max(1))
+            .map_err(|_| err("too many IPv4 intervals"))?;
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries(maps::V4_RANGES, ranges)
+            .load(object)
+            .map_err(|e| err(format!("loading the XDP object: {e}")))?;
+        let e = &mut ebpf;
+        fill(e, maps::TERMS, tables.terms.iter().copied())?;
+        fill(e, maps::V4_RANGES, tables.v4_ranges.iter().copied())?;
+        fill(e, maps::V4_INDEX, tables.v4_index.iter().copied())?;
+        // The bucket hash's seed, random per load.
+        let seed = {
+            use std::hash::BuildHasher as _;
+            std::hash::RandomState::new().hash_one(0x5eed_u64) as u32
+        };
+        let limiters = tables.limiters.iter().map(|l| Limiter { seed, ..*l });
+        fill(e, maps::LIMITERS, limiters)?;
+        fill(e, maps::PROTOS, tables.protos.iter().copied())?;
         {
-            let mut terms: Array<_, Term> = Array::try_from(
-                ebpf.map_mut(maps::TERMS)
-                    .ok_or_else(|| err("no terms map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            for (i, t) in tables.terms.iter().enumerate() {
-                terms.set(i as u32, t, 0).map_err(|e| err(e.to_string()))?;
+            let mut ports: Array<_, u64> = array(e, maps::PORTS)?;
+            for (p, b) in &tables.ports {
+                ports
+                    .set(u32::from(*p), b, 0)
+                    .map_err(|e| err(e.to_string()))?;
             }
         }
-        {
+        if v4_trie {
             let mut v4: LpmTrie<_, [u8; 4], u64> =
-                LpmTrie::try_from(ebpf.map_mut(maps::V4).ok_or_else(|| err("no v4 map"))?)
+                LpmTrie::try_from(e.map_mut(maps::V4).ok_or_else(|| err("no v4 map"))?)
                     .map_err(|e| err(e.to_string()))?;
             for (a, l, b) in &tables.v4 {
                 v4.insert(&Key::new(u32::from(*l), *a), b, 0)
@@ -246,56 +340,16 @@ impl XdpProgram {
         }
         {
             let mut v6: LpmTrie<_, [u8; 16], u64> =
-                LpmTrie::try_from(ebpf.map_mut(maps::V6).ok_or_else(|| err("no v6 map"))?)
+                LpmTrie::try_from(e.map_mut(maps::V6).ok_or_else(|| err("no v6 map"))?)
                     .map_err(|e| err(e.to_string()))?;
             for (a, l, b) in &tables.v6 {
                 v6.insert(&Key::new(u32::from(*l), *a), b, 0)
                     .map_err(|e| err(e.to_string()))?;
             }
         }
-        {
-            let mut ports: Array<_, u64> = Array::try_from(
-                ebpf.map_mut(maps::PORTS)
-                    .ok_or_else(|| err("no ports map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            for (p, b) in &tables.ports {
-                ports
-                    .set(u32::from(*p), b, 0)
-                    .map_err(|e| err(e.to_string()))?;
-            }
-        }
-        {
-            let mut protos: Array<_, u32> = Array::try_from(
-                ebpf.map_mut(maps::PROTOS)
-                    .ok_or_else(|| err("no protos map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            for (i, b) in tables.protos.iter().enumerate() {
-                protos.set(i as u32, b, 0).map_err(|e| err(e.to_string()))?;
-            }
-        }
-        {
-            let mut lim: Array<_, Limiter> = Array::try_from(
-                ebpf.map_mut(maps::LIMITERS)
-                    .ok_or_else(|| err("no limiters map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            for (i, l) in tables.limiters.iter().enumerate() {
-                lim.set(i as u32, l, 0).map_err(|e| err(e.to_string()))?;
-            }
-        }
-        {
-            // The term count goes in last: until then the program sees none.
-            let mut config: Array<_, u32> = Array::try_from(
-                ebpf.map_mut(maps::CONFIG)
-                    .ok_or_else(|| err("no config map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            config
-                .set(0, tables.terms.len() as u32, 0)
-                .map_err(|e| err(e.to_string()))?;
-        }
+        // The term count goes in last: until it is set the program sees no
+        // terms.
+        fill(e, maps::CONFIG, [tables.terms.len() as u32])?;
         let prog: &mut Xdp = ebpf
             .program_mut("rctl")
             .ok_or_else(|| err("no program `rctl`"))?
@@ -303,7 +357,11 @@ impl XdpProgram {
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
         prog.load()
             .map_err(|e| err(format!("the kernel refused the program: {e}")))?;
-        Ok(XdpProgram { ebpf, rules })
+        Ok(XdpProgram {
+            ebpf,
+            rules,
+            selected: "rctl",
+        })
     }
 
     /// Pins the program (as `prog`) and the named maps into `dir`, which
@@ -348,9 +406,26 @@ impl XdpProgram {
             .collect()
     }
 
+    /// Makes [`XdpProgram::test`] run `name`: `rctl`, or `rctl_lpm` (the
+    /// LPM-trie baseline, which needs the maps loaded with `v4_trie`).
+    pub fn select(&mut self, name: &'static str) -> Result<(), XdpError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| err(format!("no program `{name}`")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
+        if prog.fd().is_err() {
+            prog.load()
+                .map_err(|e| err(format!("the kernel refused `{name}`: {e}")))?;
+        }
+        self.selected = name;
+        Ok(())
+    }
+
     fn program(&self) -> Result<&Xdp, XdpError> {
         self.ebpf
-            .program("rctl")
+            .program(self.selected)
             .ok_or_else(|| err("no program"))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
@@ -360,33 +435,31 @@ impl XdpProgram {
     /// is set to it); `rule` is found from the counters, so this is for
     /// tests, not speed.
     pub fn test(&mut self, frame: &[u8], time_ns: u64) -> Result<Outcome, XdpError> {
-        {
-            // Replay the packet's time through the program's clock.
-            let mut clock: Array<_, u64> = Array::try_from(
-                self.ebpf
-                    .map_mut(maps::CLOCK)
-                    .ok_or_else(|| err("no clock map"))?,
-            )
-            .map_err(|e| err(e.to_string()))?;
-            clock
-                .set(0, time_ns.max(1), 0)
-                .map_err(|e| err(e.to_string()))?;
-        }
+        self.set_clock(time_ns)?;
         let before = self.counts()?;
-        let r = self
-            .program()?
+        let action = self.run(frame)?;
+        let after = self.counts()?;
+        let rule = before.iter().zip(&after).position(|(a, b)| a != b);
+        Ok(Outcome { action, rule })
+    }
+
+    /// Sets the program's clock to `time_ns` (instead of the kernel's).
+    pub fn set_clock(&mut self, time_ns: u64) -> Result<(), XdpError> {
+        array::<u64>(&mut self.ebpf, maps::CLOCK)?
+            .set(0, time_ns.max(1), 0)
+            .map_err(|e| err(e.to_string()))
+    }
+
+    /// Runs one frame through the selected program; returns its action.
+    pub fn run(&mut self, frame: &[u8]) -> Result<u32, XdpError> {
+        self.program()?
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 repeat: 1,
                 ..TestRunOptions::new()
             })
-            .map_err(|e| err(format!("BPF_PROG_TEST_RUN: {e}")))?;
-        let after = self.counts()?;
-        let rule = before.iter().zip(&after).position(|(a, b)| a != b);
-        Ok(Outcome {
-            action: r.return_value,
-            rule,
-        })
+            .map(|r| r.return_value)
+            .map_err(|e| err(format!("BPF_PROG_TEST_RUN: {e}")))
     }
 
     /// Runs one frame `repeat` times through `program` (`rctl`, or the

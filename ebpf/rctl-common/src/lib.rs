@@ -9,8 +9,16 @@ pub mod maps {
     pub const TERMS: &str = "RCTL_TERMS";
     /// `Array<u32>`: `[0]` is the number of terms in use.
     pub const CONFIG: &str = "RCTL_CONFIG";
-    /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits.
+    /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
+    /// (read only by the `rctl_lpm` baseline program).
     pub const V4: &str = "RCTL_V4";
+    /// `Array<Range4>`: the IPv4 space cut into intervals, sorted by start,
+    /// each with its membership bits; sized at load time.
+    pub const V4_RANGES: &str = "RCTL_V4_RANGES";
+    /// `Array<u64>` indexed by an address's top 16 bits: the index of the
+    /// interval holding the /16's first address (low 32 bits), and how
+    /// many intervals start inside the /16 (high 32 bits).
+    pub const V4_INDEX: &str = "RCTL_V4_INDEX";
     /// `LpmTrie<[u8; 16], u64>`: IPv6 prefixes to ip-set membership bits.
     pub const V6: &str = "RCTL_V6";
     /// `Array<u64>` indexed by destination port: port-predicate bits.
@@ -21,7 +29,8 @@ pub mod maps {
     pub const COUNTERS: &str = "RCTL_COUNTERS";
     /// `Array<Limiter>`: rate-limit settings, indexed by [`super::Term::limiter`].
     pub const LIMITERS: &str = "RCTL_LIMITERS";
-    /// `LruHashMap<LimitKey, LimitState>`: rate-limit buckets.
+    /// `Array<Bucket>`: rate-limit buckets, [`super::WAYS`]-way set
+    /// associative, then one overflow bucket per limiter.
     pub const BUCKETS: &str = "RCTL_BUCKETS";
     /// `Array<u64>`: `[0]`, when not zero, replaces the kernel clock (tests
     /// replay time through it).
@@ -54,8 +63,16 @@ pub mod kind {
     pub const THROTTLE: u32 = 3;
 }
 
-/// Most rate-limit buckets tracked (LRU beyond that).
+/// Rate-limit buckets tracked per source (the table's fixed size).
 pub const MAX_BUCKETS: u32 = 1 << 18;
+/// Ways per set of the bucket table: a source's bucket is one of the
+/// `WAYS` slots of the set its key hashes to.
+pub const WAYS: u32 = 4;
+/// Entries of the bucket map: the sets, then one overflow bucket per
+/// limiter, shared by sources that find their set full of live buckets.
+pub const BUCKET_ENTRIES: u32 = MAX_BUCKETS + MAX_TERMS;
+/// Index of the top-16-bit IPv4 index entries.
+pub const V4_INDEX_ENTRIES: u32 = 1 << 16;
 
 /// One DNF term of a packet-plane rule: it matches when every `*_pos` bit
 /// is set and no `*_neg` bit is set in the packet's bits.
@@ -100,26 +117,37 @@ pub struct Limiter {
     pub v6_len: u32,
     /// 1: count only TCP SYNs without ACK (connections).
     pub syn_only: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Seed of the bucket table's hash (random per load, so that senders
+    /// cannot aim their sources at one set).
+    pub seed: u32,
 }
 
-/// A bucket's key: the limiter and the masked source address.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LimitKey {
-    /// Limiter index.
-    pub limiter: u32,
-    /// 4 or 6.
-    pub family: u32,
-    /// The masked address (IPv4 in the first 4 bytes).
-    pub addr: [u8; 16],
-}
-
-/// A bucket's state.
+/// One interval of the IPv4 space: it runs from `start` to the next
+/// interval's start; every address in it is in the ip sets of `bits`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LimitState {
+pub struct Range4 {
+    /// First address (host order).
+    pub start: u32,
+    /// Zero.
+    pub pad: u32,
+    /// Ip-set membership bits.
+    pub bits: u64,
+}
+
+/// One slot of the bucket table: a limiter and masked source address, and
+/// its GCRA state. `family` 0 marks an empty slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bucket {
+    /// Limiter index.
+    pub limiter: u32,
+    /// 4 or 6 (0: empty).
+    pub family: u32,
+    /// The masked address's first 8 bytes (IPv4 in the first 4).
+    pub addr_hi: u64,
+    /// The masked address's last 8 bytes.
+    pub addr_lo: u64,
     /// Theoretical arrival time of the next conforming packet.
     pub tat: u64,
     /// Banned until (0: not banned).
@@ -138,9 +166,9 @@ pub struct Counters {
 
 const _: () = assert!(core::mem::size_of::<Term>() == 56);
 const _: () = assert!(core::mem::size_of::<Limiter>() == 40);
-const _: () = assert!(core::mem::size_of::<LimitKey>() == 24);
-const _: () = assert!(core::mem::size_of::<LimitState>() == 16);
 const _: () = assert!(core::mem::size_of::<Counters>() == 16);
+const _: () = assert!(core::mem::size_of::<Range4>() == 16);
+const _: () = assert!(core::mem::size_of::<Bucket>() == 40);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -151,7 +179,7 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Limiter {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::LimitKey {}
+    unsafe impl aya::Pod for super::Range4 {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::LimitState {}
+    unsafe impl aya::Pod for super::Bucket {}
 }
