@@ -43,6 +43,12 @@ rule udp_flood {{
   when proto == udp and port in {{ 9999 }}
   throttle 50 packets per 1s burst 10 by ip
 }}
+
+rule ping_flood {{
+  priority 20
+  when proto == icmp
+  throttle 20 packets per 1s burst 20 by ip ban 3s
+}}
 "#
     )
 }
@@ -417,6 +423,32 @@ fn apply_status_detach_on_a_veth_pair() {
     // Generation 4 is v2: the later-blocked source is dropped now.
     assert!(!lab.ping(LATER_BLOCKED));
     assert!(lab.ping(CLIENT));
+
+    // A ping flood gets its source banned: the ban holds in the kernel and
+    // `rctl log` reports it, once.
+    let log = Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args(["log", "--iface", &lab.near, "--seconds", "3"])
+        .args(lab.host_args())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rctl log");
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = lab.exec(
+        "ping",
+        &[
+            "-c", "60", "-i", "0.005", "-W", "1", "-q", "-I", CLIENT, NEAR,
+        ],
+    );
+    assert!(!lab.ping(CLIENT), "a banned source gets no reply");
+    let out = log.wait_with_output().unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    let bans: Vec<&str> = events.lines().filter(|l| l.contains("ban ")).collect();
+    assert_eq!(bans.len(), 1, "{events}");
+    assert!(
+        bans[0].contains(&format!("source={CLIENT}")) && bans[0].contains("for_ms=3000"),
+        "{events}"
+    );
+    assert!(lab.counter("ping_flood") >= 30, "{}", lab.status());
 
     // Detach: traffic flows again, pins and metadata are gone.
     let o = lab.rctl(&["detach", "--iface", &lab.near]);

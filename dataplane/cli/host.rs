@@ -149,3 +149,24 @@ pub fn detach(iface: &str, paths: &HostPaths) -> Result<()> {
     }
     Ok(())
 }
+
+/// `rctl log`.
+pub fn log(iface: &str, seconds: Option<f64>, paths: &HostPaths) -> Result<()> {
+    let until = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs_f64(s));
+    let stop = || until.is_some_and(|u| std::time::Instant::now() >= u);
+    let mut out = std::io::stdout().lock();
+    host::follow_events(
+        &paths.paths(),
+        iface,
+        |generation, line| {
+            use std::io::Write as _;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let _ = writeln!(out, "{now:.3} {iface} gen-{generation} {line}");
+            let _ = out.flush();
+        },
+        stop,
+    )?;
+    Ok(())
+}

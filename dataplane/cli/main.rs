@@ -201,6 +201,18 @@ enum Command {
         #[command(flatten)]
         host: host::HostPaths,
     },
+    /// Follow the program's events (sources entering a ban), across
+    /// applies.
+    Log {
+        /// The interface.
+        #[arg(long)]
+        iface: String,
+        /// Stop after this many seconds (default: run until interrupted).
+        #[arg(long)]
+        seconds: Option<f64>,
+        #[command(flatten)]
+        host: host::HostPaths,
+    },
     /// Remove rctl's program from an interface, with its pins.
     Detach {
         /// The interface.
@@ -504,6 +516,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host,
         } => {
             host::status(iface.as_deref(), format == Format::Json, &host)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Log {
+            iface,
+            seconds,
+            host,
+        } => {
+            host::log(&iface, seconds, &host)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Detach { iface, host } => {

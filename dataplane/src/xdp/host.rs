@@ -372,6 +372,64 @@ fn attach_new(
     }
 }
 
+/// Collects aya-log records as lines.
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl log::Log for Lines {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Follows the events (sources entering a ban) of the program rctl runs
+/// on `iface`, across applies, calling `emit(generation, line)` for each,
+/// until `stop()` returns true. Events are produced whether or not anyone
+/// follows them; unread ones are dropped when the ring buffer is full.
+pub fn follow_events(
+    paths: &Paths,
+    iface: &str,
+    mut emit: impl FnMut(u64, &str),
+    stop: impl Fn() -> bool,
+) -> Result<(), XdpError> {
+    let mut current: Option<(u64, aya_log::EbpfLogger<Lines>)> = None;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    while !stop() {
+        let Some(a) = attached(paths, iface)? else {
+            return Err(err(format!("rctl has nothing attached to {iface}")));
+        };
+        if current.as_ref().map(|c| c.0) != Some(a.generation) {
+            let prog = paths
+                .iface_pins(iface)
+                .join(format!("gen-{}", a.generation))
+                .join("prog");
+            let id = aya::programs::ProgramInfo::from_pin(&prog)
+                .map_err(|e| err(format!("opening {}: {e}", prog.display())))?
+                .id();
+            let logger = aya_log::EbpfLogger::init_from_id_with_logger(id, Lines(lines.clone()))
+                .map_err(|e| err(format!("reading the events of program {id}: {e}")))?;
+            current = Some((a.generation, logger));
+        }
+        if let Some((generation, logger)) = current.as_mut() {
+            logger.flush();
+            let drained: Vec<String> = lines
+                .lock()
+                .map(|mut v| std::mem::take(&mut *v))
+                .unwrap_or_default();
+            for l in drained {
+                emit(*generation, &l);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(())
+}
+
 /// One rule's counters, summed over CPUs.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuleCounters {

@@ -26,6 +26,7 @@ use aya_ebpf::macros::{map, xdp};
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::maps::{Array, LpmTrie, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
+use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
     kind, Bucket, Counters, Limiter, Range4, Term, BUCKET_ENTRIES, MAX_BUCKETS, MAX_RULES,
@@ -276,7 +277,7 @@ fn try_rctl<const TRIE: bool>(ctx: &XdpContext) -> Result<u32, u32> {
                 continue;
             }
             counted_rule = t.rule;
-            if !over_limit(&p, t.limiter, l) {
+            if !over_limit(ctx, &p, t.limiter, l) {
                 continue;
             }
         }
@@ -323,7 +324,7 @@ fn set_of(seed: u32, limiter: u32, family: u32, hi: u64, lo: u64) -> u32 {
 /// The clock is the one helper call here (about 30 ns in this VM: most of
 /// the limiter's cost); everything else is inlined array loads.
 #[inline(always)]
-fn over_limit(p: &Parsed, limiter: u32, l: &Limiter) -> bool {
+fn over_limit(ctx: &XdpContext, p: &Parsed, limiter: u32, l: &Limiter) -> bool {
     let now = match CLOCK.get(0).copied() {
         Some(t) if t != 0 => t,
         // The exact clock: with a coarse one (a tick of a few ms) GCRA
@@ -394,11 +395,28 @@ fn over_limit(p: &Parsed, limiter: u32, l: &Limiter) -> bool {
     if tat - now > l.tolerance_ns {
         if l.ban_ns > 0 {
             st.banned_until = now + l.ban_ns;
+            log_ban(ctx, limiter, p.family, hi, lo, l.ban_ns);
         }
         return true;
     }
     st.tat = tat + l.interval_ns;
     false
+}
+
+/// Reports a source entering a ban (a rare event: once per ban, never per
+/// packet) through aya-log's ring buffer; `rctl log` prints them.
+#[inline(never)]
+fn log_ban(ctx: &XdpContext, limiter: u32, family: u32, hi: u64, lo: u64, ban_ns: u64) {
+    let ms = ban_ns / 1_000_000;
+    if family == 4 {
+        let v4 = (hi >> 32) as u32;
+        info!(ctx, "ban limiter={} source={:i} for_ms={}", limiter, v4, ms);
+    } else {
+        let mut a = [0u8; 16];
+        a[..8].copy_from_slice(&hi.to_be_bytes());
+        a[8..].copy_from_slice(&lo.to_be_bytes());
+        info!(ctx, "ban limiter={} source={:i} for_ms={}", limiter, a, ms);
+    }
 }
 
 #[cfg(not(test))]
