@@ -370,3 +370,67 @@ fn spoofed_flood_keeps_bans_standing_and_exemptions() {
         assert_eq!(prog.run(&pkt(0xc000_0207)).unwrap(), PASS, "exempt");
     }
 }
+
+/// The IPv6 interval table at every edge: prefixes of every length from
+/// /32 to /128, most inside 2001:db8::/32 (one /16 of the index, so the
+/// search runs deep), probed one below, at, and one above each edge.
+#[test]
+fn ipv6_interval_table_agrees_at_every_edge() {
+    let Some(obj) = object() else { return };
+    let mut r = Rng(0x6e55_ed9e);
+    let mut src = String::from("ipblock big/x {\n");
+    let mut edges: Vec<u128> = Vec::new();
+    for i in 0..4_000u32 {
+        let base = if i % 8 == 0 {
+            u128::from(r.next()) << 64 | u128::from(r.next())
+        } else {
+            0x2001_0db8_u128 << 96 | u128::from(r.next() as u32) << 64 | u128::from(r.next())
+        };
+        let len = [32u32, 48, 56, 64, 96, 120, 127, 128][(r.next() % 8) as usize];
+        let len = if i % 8 != 0 && len == 32 { 64 } else { len };
+        let mask = u128::MAX << (128 - len);
+        let net = base & mask;
+        let last = net | !mask;
+        src += &format!("  {}/{len}\n", std::net::Ipv6Addr::from(net));
+        edges.extend([
+            net.wrapping_sub(1),
+            net,
+            net.wrapping_add(1),
+            last,
+            last.wrapping_add(1),
+        ]);
+    }
+    src += "}\nrule d { when ipblock@big/x and port == 443 drop }\n";
+    let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
+    let rs = c.ruleset.expect("compiles");
+    let tables = Tables::new(&rs, None).unwrap();
+    let deepest = tables.v6_index.iter().map(|x| x >> 32).max().unwrap();
+    assert!(
+        deepest >= 3_000,
+        "the crowded /16 holds {deepest} interval starts"
+    );
+    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
+    let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
+    base.select("rctl_lpm").unwrap();
+    let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+    edges.extend((0..3_000).map(|_| u128::from(r.next()) << 64 | u128::from(r.next())));
+    edges.extend([0, u128::MAX, 0x2001_0db8_u128 << 96]);
+    for (k, a) in edges.into_iter().enumerate() {
+        let ip = IpAddr::V6(std::net::Ipv6Addr::from(a));
+        let f = frame(ip, Proto::Tcp, 443, false, k % 3 == 0);
+        let now = 1_000_000_000 + k as u64;
+        let got = prog.test(&f, now).unwrap();
+        assert_eq!(got, base.test(&f, now).unwrap(), "{ip}");
+        let want = expect(
+            &engine,
+            &Packet {
+                src: ip,
+                proto: Proto::Tcp,
+                dst_port: 443,
+                syn: false,
+                time_ns: now,
+            },
+        );
+        assert_eq!((got.action, got.rule), want, "{ip}");
+    }
+}

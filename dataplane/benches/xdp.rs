@@ -1,7 +1,7 @@
 //! XDP per-packet cost through BPF_PROG_TEST_RUN, all in one run: the
 //! empty program in the same object (the harness floor), `rctl` (the
-//! interval table for IPv4) and `rctl_lpm` (the same rules with the
-//! kernel's LPM trie: the baseline), for 0, 1k, 100k and 1M prefixes, with
+//! interval tables) and `rctl_lpm` (the same rules with the kernel's LPM
+//! tries: the baseline), for 0, 1k, 100k and 1M prefixes, with
 //! and without a rate limit, for IPv4 and IPv6 sources. Needs root and the
 //! built object (RCTL_XDP_OBJECT, or the default build path).
 //!
@@ -70,8 +70,8 @@ fn main() {
         .unwrap_or(vec![0, 1_000, 100_000, 1_000_000]);
     println!("ns per packet (BPF_PROG_TEST_RUN); floor = the empty program, same object, same run");
     println!();
-    println!("| prefixes (v4 + v6) | rate limit | floor | rctl v4 | LPM_TRIE v4 | rctl − floor | LPM − floor | LPM / rctl (above floor) | rctl v4, 1,000 sources | LPM v4, 1,000 sources | rctl v6 | load |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| prefixes (v4 + v6) | rate limit | floor | rctl v4 | LPM_TRIE v4 | rctl − floor | LPM − floor | LPM / rctl (above floor) | rctl v4, 1,000 sources | LPM v4, 1,000 sources | rctl v6 | LPM_TRIE v6 | load |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &sizes {
         for limited in [false, true] {
             let mut r = Rng(0x1234_5678);
@@ -108,8 +108,9 @@ fn main() {
             let ours_many = many(&mut prog, "rctl", &sources);
             let lpm_many = many(&mut base, "rctl_lpm", &sources);
             let ours6 = one(&mut prog, "rctl", &v6);
+            let lpm6 = one(&mut base, "rctl_lpm", &v6);
             println!(
-                "| {n} + {n} | {} | {floor:.1} | {ours:.1} | {lpm:.1} | {:.1} | {:.1} | {:.1}× | {ours_many:.1} | {lpm_many:.1} | {ours6:.1} | {load:.2?} |",
+                "| {n} + {n} | {} | {floor:.1} | {ours:.1} | {lpm:.1} | {:.1} | {:.1} | {:.1}× | {ours_many:.1} | {lpm_many:.1} | {ours6:.1} | {lpm6:.1} | {load:.2?} |",
                 if limited { "yes" } else { "no" },
                 ours - floor,
                 lpm - floor,

@@ -21,7 +21,8 @@ use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
-    kind, maps, Counters, Limiter, Range4, Term, MAX_RULES, MAX_TERMS, V4_INDEX_ENTRIES,
+    kind, maps, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS, MAX_V6_RANGES,
+    V4_INDEX_ENTRIES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use std::collections::HashMap;
@@ -48,14 +49,19 @@ fn err(m: impl Into<String>) -> XdpError {
 pub struct Tables {
     /// Terms in evaluation order.
     pub terms: Vec<Term>,
-    /// IPv4 (prefix, length, bits), for the LPM-trie baseline program.
+    /// IPv4 (prefix, length, bits), for the LPM-trie baseline program (and
+    /// the prefix counts `rctl status` shows).
     pub v4: Vec<([u8; 4], u8, u64)>,
     /// The IPv4 space as sorted intervals with their bits (the program's
     /// lookup table).
     pub v4_ranges: Vec<Range4>,
     /// For each top 16 bits: first interval, and intervals starting inside.
     pub v4_index: Vec<u64>,
-    /// IPv6 (prefix, length, bits).
+    /// The IPv6 space as sorted intervals with their bits.
+    pub v6_ranges: Vec<Range6>,
+    /// For each top 16 bits of an IPv6 address, as `v4_index`.
+    pub v6_index: Vec<u64>,
+    /// IPv6 (prefix, length, bits), likewise.
     pub v6: Vec<([u8; 16], u8, u64)>,
     /// Port bits, indexed by port (only non-zero entries).
     pub ports: Vec<(u16, u64)>,
@@ -167,15 +173,18 @@ impl Tables {
             })
             .collect();
         let table = PrefixTable::new(&sets);
-        let mut v4_ranges = Vec::new();
+        let (mut v4_ranges, mut v6_ranges) = (Vec::new(), Vec::new());
         for (is_v4, start, end, members) in table.ranges() {
             let bits = members.iter().fold(0u64, |m, &s| m | (1 << s));
             if bits == 0 {
                 continue;
             }
             if is_v4 {
-                v4_ranges.push((start as u32, end as u32, bits));
+                &mut v4_ranges
+            } else {
+                &mut v6_ranges
             }
+            .push((start, end, bits));
             let width = if is_v4 { 32 } else { 128 };
             let out = rctl_compiler::cidr::to_prefixes(vec![(start, end)], width);
             if is_v4 {
@@ -187,7 +196,32 @@ impl Tables {
                 t.v6.extend(out.into_iter().map(|(n, l)| (n.to_be_bytes(), l, bits)));
             }
         }
-        (t.v4_ranges, t.v4_index) = interval_table(v4_ranges);
+        let (starts, index) = interval_table(v4_ranges, 32);
+        t.v4_ranges = starts
+            .into_iter()
+            .map(|(start, bits)| Range4 {
+                start: start as u32,
+                pad: 0,
+                bits,
+            })
+            .collect();
+        t.v4_index = index;
+        let (starts, index) = interval_table(v6_ranges, 128);
+        if starts.len() > MAX_V6_RANGES as usize {
+            return Err(err(format!(
+                "{} IPv6 intervals: at most {MAX_V6_RANGES}",
+                starts.len()
+            )));
+        }
+        t.v6_ranges = starts
+            .into_iter()
+            .map(|(start, bits)| Range6 {
+                start_hi: (start >> 64) as u64,
+                start_lo: start as u64,
+                bits,
+            })
+            .collect();
+        t.v6_index = index;
         for (&a, &bit) in &port_bit {
             if let Atom::Port(ranges) = &rs.atoms[a as usize] {
                 for &(lo, hi) in ranges {
@@ -217,35 +251,37 @@ impl Tables {
     }
 }
 
-/// The IPv4 space cut at every range edge (gaps get no bits; neighbours
-/// with equal bits are merged), and its top-16-bit index.
-fn interval_table(mut ranges: Vec<(u32, u32, u64)>) -> (Vec<Range4>, Vec<u64>) {
+/// An address space of `width` bits cut at every range edge, as sorted
+/// (start, bits) pairs (gaps get no bits; neighbours with equal bits are
+/// merged), and its index by the top 16 bits: for each, the interval
+/// holding its first address (low 32 bits) and how many intervals start
+/// inside it (high 32 bits).
+fn interval_table(mut ranges: Vec<(u128, u128, u64)>, width: u32) -> (Vec<(u128, u64)>, Vec<u64>) {
     ranges.sort_unstable();
-    let mut out: Vec<Range4> = Vec::with_capacity(ranges.len() * 2 + 1);
-    let mut push = |start: u32, bits: u64| match out.last_mut() {
-        Some(last) if last.bits == bits => {}
-        _ => out.push(Range4 {
-            start,
-            pad: 0,
-            bits,
-        }),
+    let max = u128::MAX >> (128 - width);
+    let mut out: Vec<(u128, u64)> = Vec::with_capacity(ranges.len() * 2 + 1);
+    let mut push = |start: u128, bits: u64| match out.last() {
+        Some(&(_, b)) if b == bits => {}
+        _ => out.push((start, bits)),
     };
-    let mut next = 0u64;
+    let mut next = Some(0u128);
     for (start, end, bits) in ranges {
-        if u64::from(start) > next {
-            push(next as u32, 0);
+        if let Some(n) = next.filter(|&n| start > n) {
+            push(n, 0);
         }
         push(start, bits);
-        next = u64::from(end) + 1;
+        next = end.checked_add(1).filter(|&n| n <= max);
     }
-    if next <= u64::from(u32::MAX) {
-        push(next as u32, 0);
+    if let Some(n) = next {
+        push(n, 0);
     }
+    let shift = width - 16;
     let index = (0..V4_INDEX_ENTRIES)
         .map(|p| {
-            let (first, last) = (p << 16, p << 16 | 0xffff);
-            let lo = out.partition_point(|r| r.start <= first) - 1;
-            let hi = out.partition_point(|r| r.start <= last) - 1;
+            let first = u128::from(p) << shift;
+            let last = first | ((1u128 << shift) - 1);
+            let lo = out.partition_point(|r| r.0 <= first) - 1;
+            let hi = out.partition_point(|r| r.0 <= last) - 1;
             lo as u64 | ((hi - lo) as u64) << 32
         })
         .collect();
@@ -295,24 +331,29 @@ pub struct Outcome {
 }
 
 impl XdpProgram {
-    /// Loads the object and fills its maps from `tables`; with `v4_trie`,
-    /// also the IPv4 LPM trie that only the `rctl_lpm` baseline reads.
+    /// Loads the object and fills its maps from `tables`; with `tries`,
+    /// also the LPM tries that only the `rctl_lpm` baseline reads.
     pub fn load(
         object: &[u8],
         tables: &Tables,
         rules: usize,
-        v4_trie: bool,
+        tries: bool,
     ) -> Result<XdpProgram, XdpError> {
         let ranges = u32::try_from(tables.v4_ranges.len().max(1))
             .map_err(|_| err("too many IPv4 intervals"))?;
+        let ranges6 = u32::try_from(tables.v6_ranges.len().max(1))
+            .map_err(|_| err("too many IPv6 intervals"))?;
         let mut ebpf = aya::EbpfLoader::new()
             .map_max_entries(maps::V4_RANGES, ranges)
+            .map_max_entries(maps::V6_RANGES, ranges6)
             .load(object)
             .map_err(|e| err(format!("loading the XDP object: {e}")))?;
         let e = &mut ebpf;
         fill(e, maps::TERMS, tables.terms.iter().copied())?;
         fill(e, maps::V4_RANGES, tables.v4_ranges.iter().copied())?;
         fill(e, maps::V4_INDEX, tables.v4_index.iter().copied())?;
+        fill(e, maps::V6_RANGES, tables.v6_ranges.iter().copied())?;
+        fill(e, maps::V6_INDEX, tables.v6_index.iter().copied())?;
         // The bucket hash's seed, random per load.
         let seed = {
             use std::hash::BuildHasher as _;
@@ -329,7 +370,7 @@ impl XdpProgram {
                     .map_err(|e| err(e.to_string()))?;
             }
         }
-        if v4_trie {
+        if tries {
             let mut v4: LpmTrie<_, [u8; 4], u64> =
                 LpmTrie::try_from(e.map_mut(maps::V4).ok_or_else(|| err("no v4 map"))?)
                     .map_err(|e| err(e.to_string()))?;
@@ -338,7 +379,7 @@ impl XdpProgram {
                     .map_err(|e| err(e.to_string()))?;
             }
         }
-        {
+        if tries {
             let mut v6: LpmTrie<_, [u8; 16], u64> =
                 LpmTrie::try_from(e.map_mut(maps::V6).ok_or_else(|| err("no v6 map"))?)
                     .map_err(|e| err(e.to_string()))?;
@@ -407,7 +448,7 @@ impl XdpProgram {
     }
 
     /// Makes [`XdpProgram::test`] run `name`: `rctl`, or `rctl_lpm` (the
-    /// LPM-trie baseline, which needs the maps loaded with `v4_trie`).
+    /// LPM-trie baseline, which needs the maps loaded with `tries`).
     pub fn select(&mut self, name: &'static str) -> Result<(), XdpError> {
         let prog: &mut Xdp = self
             .ebpf

@@ -19,8 +19,14 @@ pub mod maps {
     /// interval holding the /16's first address (low 32 bits), and how
     /// many intervals start inside the /16 (high 32 bits).
     pub const V4_INDEX: &str = "RCTL_V4_INDEX";
-    /// `LpmTrie<[u8; 16], u64>`: IPv6 prefixes to ip-set membership bits.
+    /// `LpmTrie<[u8; 16], u64>`: IPv6 prefixes to ip-set membership bits
+    /// (read only by the `rctl_lpm` baseline program).
     pub const V6: &str = "RCTL_V6";
+    /// `Array<Range6>`: the IPv6 space cut into intervals, as
+    /// [`V4_RANGES`] for IPv4.
+    pub const V6_RANGES: &str = "RCTL_V6_RANGES";
+    /// `Array<u64>` indexed by an address's top 16 bits, as [`V4_INDEX`].
+    pub const V6_INDEX: &str = "RCTL_V6_INDEX";
     /// `Array<u64>` indexed by destination port: port-predicate bits.
     pub const PORTS: &str = "RCTL_PORTS";
     /// `Array<u32>` indexed by [`super::PROTO_TCP`] etc.: protocol bits.
@@ -71,8 +77,11 @@ pub const WAYS: u32 = 4;
 /// Entries of the bucket map: the sets, then one overflow bucket per
 /// limiter, shared by sources that find their set full of live buckets.
 pub const BUCKET_ENTRIES: u32 = MAX_BUCKETS + MAX_TERMS;
-/// Index of the top-16-bit IPv4 index entries.
+/// Entries of the top-16-bit index of either family.
 pub const V4_INDEX_ENTRIES: u32 = 1 << 16;
+/// Most IPv6 intervals (the binary search's step bound covers them all
+/// in one /16).
+pub const MAX_V6_RANGES: u32 = 1 << 22;
 
 /// One DNF term of a packet-plane rule: it matches when every `*_pos` bit
 /// is set and no `*_neg` bit is set in the packet's bits.
@@ -135,6 +144,19 @@ pub struct Range4 {
     pub bits: u64,
 }
 
+/// One interval of the IPv6 space, as [`Range4`] (the start's two
+/// big-endian halves).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Range6 {
+    /// The first address's first 8 bytes.
+    pub start_hi: u64,
+    /// Its last 8 bytes.
+    pub start_lo: u64,
+    /// Ip-set membership bits.
+    pub bits: u64,
+}
+
 /// One slot of the bucket table: a limiter and masked source address, and
 /// its GCRA state. `family` 0 marks an empty slot.
 #[repr(C)]
@@ -168,6 +190,7 @@ const _: () = assert!(core::mem::size_of::<Term>() == 56);
 const _: () = assert!(core::mem::size_of::<Limiter>() == 40);
 const _: () = assert!(core::mem::size_of::<Counters>() == 16);
 const _: () = assert!(core::mem::size_of::<Range4>() == 16);
+const _: () = assert!(core::mem::size_of::<Range6>() == 24);
 const _: () = assert!(core::mem::size_of::<Bucket>() == 40);
 
 #[cfg(feature = "user")]
@@ -180,6 +203,8 @@ mod pod {
     unsafe impl aya::Pod for super::Limiter {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Range4 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Range6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Bucket {}
 }
