@@ -10,6 +10,13 @@
 //! times each, and averages (colder: every packet walks its own path).
 //! With a rate limit every packet also updates its source's bucket (the
 //! limit is never reached).
+//!
+//! xdp-filter (Debian's xdp-tools) is measured where its features overlap:
+//! its `xdpfilt_dny_ip` object (from libxdp1) loaded as is, its IPv4 and
+//! IPv6 source filters holding the same N addresses (its maps are per-CPU
+//! hashes of exact addresses, sized here to N), one IPv4 source that is in
+//! neither. It has no rate limits and no prefixes shorter than /32 or
+//! /128.
 
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::{Tables, XdpProgram};
@@ -49,6 +56,71 @@ fn many(prog: &mut XdpProgram, program: &str, frames: &[Vec<u8>]) -> f64 {
     total / frames.len() as f64
 }
 
+const XDP_FILTER: &str = "/usr/lib/x86_64-linux-gnu/bpf/xdpfilt_dny_ip.o";
+
+/// xdp-filter's deny-IP program with `v4` and `v6` in its source filters,
+/// on a private bpffs (its maps are pinned by name); `None` if xdp-tools
+/// is not installed.
+fn xdp_filter(v4: &[Ipv4Addr], v6: &[Ipv6Addr], bpffs: &std::path::Path) -> Option<aya::Ebpf> {
+    use aya::maps::{PerCpuHashMap, PerCpuValues};
+    if !std::path::Path::new(XDP_FILTER).exists() {
+        return None;
+    }
+    let cpus = aya::util::nr_cpus().ok()?;
+    let n = (v4.len().max(v6.len()).max(1)) as u32;
+    let pins: Vec<(&str, std::path::PathBuf)> = ["filter_ipv4", "filter_ipv6", "xdp_stats_map"]
+        .into_iter()
+        .map(|m| (m, bpffs.join(m)))
+        .collect();
+    let mut loader = aya::EbpfLoader::new();
+    for (m, p) in &pins {
+        loader.map_pin_path(m, p.as_path());
+    }
+    let mut ebpf = loader
+        .map_max_entries("filter_ipv4", n)
+        .map_max_entries("filter_ipv6", n)
+        .load_file(XDP_FILTER)
+        .ok()?;
+    // MAP_FLAG_SRC: match the packet's source.
+    let flag = || PerCpuValues::try_from(vec![1u64; cpus]);
+    {
+        let mut m: PerCpuHashMap<_, u32, u64> =
+            PerCpuHashMap::try_from(ebpf.map_mut("filter_ipv4")?).ok()?;
+        for a in v4 {
+            m.insert(u32::from_ne_bytes(a.octets()), flag().ok()?, 0)
+                .ok()?;
+        }
+    }
+    {
+        let mut m: PerCpuHashMap<_, [u8; 16], u64> =
+            PerCpuHashMap::try_from(ebpf.map_mut("filter_ipv6")?).ok()?;
+        for a in v6 {
+            m.insert(a.octets(), flag().ok()?, 0).ok()?;
+        }
+    }
+    let prog: &mut aya::programs::Xdp = ebpf.program_mut("xdpfilt_dny_ip")?.try_into().ok()?;
+    prog.load().ok()?;
+    Some(ebpf)
+}
+
+/// Best of 5 mean ns per run of `frame` through a loaded program.
+fn run_other(ebpf: &mut aya::Ebpf, name: &str, frame: &[u8]) -> Option<f64> {
+    use aya::programs::{TestRun, TestRunOptions};
+    let prog: &mut aya::programs::Xdp = ebpf.program_mut(name)?.try_into().ok()?;
+    (0..5)
+        .map(|_| {
+            prog.test_run(TestRunOptions {
+                data_in: Some(frame),
+                repeat: 1_000_000,
+                ..TestRunOptions::new()
+            })
+            .map(|r| r.duration.as_nanos() as f64)
+        })
+        .collect::<Result<Vec<f64>, _>>()
+        .ok()
+        .map(|v| v.into_iter().fold(f64::MAX, f64::min))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
@@ -70,18 +142,28 @@ fn main() {
         .unwrap_or(vec![0, 1_000, 100_000, 1_000_000]);
     println!("ns per packet (BPF_PROG_TEST_RUN); floor = the empty program, same object, same run");
     println!();
-    println!("| prefixes (v4 + v6) | rate limit | floor | rctl v4 | LPM_TRIE v4 | rctl − floor | LPM − floor | LPM / rctl (above floor) | rctl v4, 1,000 sources | LPM v4, 1,000 sources | rctl v6 | LPM_TRIE v6 | load |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| prefixes (v4 + v6) | rate limit | floor | rctl v4 | LPM_TRIE v4 | rctl − floor | LPM − floor | LPM / rctl (above floor) | rctl v4, 1,000 sources | LPM v4, 1,000 sources | rctl v6 | LPM_TRIE v6 | xdp-filter v4 (exact /32) | load |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let bpffs = std::env::temp_dir().join(format!("rctl-bench-bpffs-{}", std::process::id()));
+    std::fs::create_dir_all(&bpffs).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&bpffs)
+        .status()
+        .is_ok_and(|s| s.success());
     for &n in &sizes {
         for limited in [false, true] {
             let mut r = Rng(0x1234_5678);
             let mut src = String::from("ipblock b/x {\n");
+            let (mut v4s, mut v6s) = (Vec::new(), Vec::new());
             for _ in 0..n {
                 let a = Ipv4Addr::from(r.next() as u32 | 0x0100_0000);
                 let _ = writeln!(src, "  {a}/32");
                 let b =
                     Ipv6Addr::from((0x2001_0db8_u128 << 96) | (u128::from(r.next() as u32) << 64));
                 let _ = writeln!(src, "  {b}/64");
+                v4s.push(a);
+                v6s.push(b);
             }
             src += "  192.0.2.0/24\n}\n\
                     rule d { when ipblock@b/x and port == 443 drop }\n\
@@ -109,8 +191,21 @@ fn main() {
             let lpm_many = many(&mut base, "rctl_lpm", &sources);
             let ours6 = one(&mut prog, "rctl", &v6);
             let lpm6 = one(&mut base, "rctl_lpm", &v6);
+            let filter = if limited || !mounted {
+                None
+            } else {
+                xdp_filter(&v4s, &v6s, &bpffs)
+                    .and_then(|mut e| run_other(&mut e, "xdpfilt_dny_ip", &v4))
+            };
+            let filter = filter.map_or("—".to_string(), |f| format!("{f:.1}"));
+            // The pins of this round go; the next round pins afresh.
+            if let Ok(d) = std::fs::read_dir(&bpffs) {
+                d.flatten().for_each(|e| {
+                    let _ = std::fs::remove_file(e.path());
+                });
+            }
             println!(
-                "| {n} + {n} | {} | {floor:.1} | {ours:.1} | {lpm:.1} | {:.1} | {:.1} | {:.1}× | {ours_many:.1} | {lpm_many:.1} | {ours6:.1} | {lpm6:.1} | {load:.2?} |",
+                "| {n} + {n} | {} | {floor:.1} | {ours:.1} | {lpm:.1} | {:.1} | {:.1} | {:.1}× | {ours_many:.1} | {lpm_many:.1} | {ours6:.1} | {lpm6:.1} | {filter} | {load:.2?} |",
                 if limited { "yes" } else { "no" },
                 ours - floor,
                 lpm - floor,
@@ -118,4 +213,8 @@ fn main() {
             );
         }
     }
+    if mounted {
+        let _ = std::process::Command::new("umount").arg(&bpffs).status();
+    }
+    let _ = std::fs::remove_dir(&bpffs);
 }
