@@ -5,7 +5,7 @@
 //! with the offset where it was found; what was read before stays valid.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 /// Link types this reader's users decode (LINKTYPE_* values).
 pub mod linktype {
@@ -57,6 +57,34 @@ pub struct Frame {
     pub offset: u64,
 }
 
+/// A frame borrowed from the reader's buffer (or from a spare [`Frame`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FrameRef<'a> {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// Link type of the interface it was captured on.
+    pub linktype: u32,
+    /// The captured bytes.
+    pub data: &'a [u8],
+    /// The packet's length on the wire.
+    pub orig_len: u32,
+    /// Byte offset of the packet's record in the file.
+    pub offset: u64,
+}
+
+impl Frame {
+    /// This frame, borrowed.
+    pub fn as_ref(&self) -> FrameRef<'_> {
+        FrameRef {
+            time_ns: self.time_ns,
+            linktype: self.linktype,
+            data: &self.data,
+            orig_len: self.orig_len,
+            offset: self.offset,
+        }
+    }
+}
+
 /// Why a capture could not be read further.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureError {
@@ -103,9 +131,63 @@ const MAX_RECORD: usize = 16 << 20;
 pub struct CaptureReader<R> {
     inner: R,
     offset: u64,
+    /// Bytes of the input's buffer handed out by the last
+    /// [`CaptureReader::next_frame_ref`], consumed on the next call.
+    lent: usize,
     format: Format,
     interfaces: Vec<Interface>,
     block: Vec<u8>,
+}
+
+impl<R: BufRead> CaptureReader<R> {
+    /// The next frame, `Ok(None)` at a clean end of file. A classic pcap
+    /// record that sits whole in the input's buffer is lent in place, with
+    /// no copy; anything else is read into `spare`.
+    pub fn next_frame_ref<'a>(
+        &'a mut self,
+        spare: &'a mut Frame,
+    ) -> Result<Option<FrameRef<'a>>, CaptureError> {
+        self.inner.consume(std::mem::take(&mut self.lent));
+        if let Format::Pcap {
+            big,
+            nanos,
+            linktype,
+            snaplen,
+        } = self.format
+        {
+            // Look first (owned results, so the borrow ends), then lend.
+            let whole = match self.inner.fill_buf() {
+                Ok(buf) if buf.len() >= 16 => {
+                    let caplen = u32_at(&buf[8..], big) as usize;
+                    let sane = caplen <= MAX_RECORD
+                        && (snaplen == 0 || caplen <= snaplen.max(262_144) as usize);
+                    (sane && buf.len() >= 16 + caplen).then_some(caplen)
+                }
+                _ => None,
+            };
+            if let Some(caplen) = whole {
+                let start = self.offset;
+                let buf = self.inner.fill_buf().map_err(|e| CaptureError {
+                    offset: start,
+                    message: format!("read error: {e}"),
+                })?;
+                let (sec, frac) = (
+                    u64::from(u32_at(buf, big)),
+                    u64::from(u32_at(&buf[4..], big)),
+                );
+                self.lent = 16 + caplen;
+                self.offset += self.lent as u64;
+                return Ok(Some(FrameRef {
+                    time_ns: sec * 1_000_000_000 + if nanos { frac } else { frac * 1_000 },
+                    linktype,
+                    data: &buf[16..16 + caplen],
+                    orig_len: u32_at(&buf[12..], big),
+                    offset: start,
+                }));
+            }
+        }
+        Ok(self.next_frame_into(spare)?.then(|| spare.as_ref()))
+    }
 }
 
 fn u16_at(b: &[u8], big: bool) -> u16 {
@@ -149,6 +231,7 @@ impl<R: Read> CaptureReader<R> {
         let mut r = CaptureReader {
             inner,
             offset: 4,
+            lent: 0,
             format: Format::PcapNg { big: false },
             interfaces: Vec::new(),
             block: Vec::new(),
@@ -486,6 +569,53 @@ mod tests {
             f.extend_from_slice(d);
         }
         f
+    }
+
+    /// Records lent in place and records copied (those that straddle the
+    /// input buffer's end) come out the same as through `next_frame`,
+    /// whatever the buffer size, truncated tail included.
+    #[test]
+    fn lent_frames_match_copied_frames() {
+        let data: Vec<Vec<u8>> = (0..40u8)
+            .map(|i| vec![i; 1 + (i as usize * 7) % 50])
+            .collect();
+        let recs: Vec<(u32, &[u8])> = data
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i as u32, &d[..]))
+            .collect();
+        let mut f = pcap(&recs);
+        f.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 9, 0, 0, 0, 1, 2]);
+        let mut plain = CaptureReader::new(&f[..]).unwrap();
+        let mut want = Vec::new();
+        let want_err = loop {
+            match plain.next_frame() {
+                Ok(Some(fr)) => want.push((fr.time_ns, fr.data, fr.offset)),
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        for cap in [1, 7, 16, 37, 100, 4096] {
+            let mut r = CaptureReader::new(std::io::BufReader::with_capacity(cap, &f[..])).unwrap();
+            let mut spare = Frame {
+                time_ns: 0,
+                linktype: 0,
+                data: Vec::new(),
+                orig_len: 0,
+                offset: 0,
+            };
+            let mut got = Vec::new();
+            let err = loop {
+                match r.next_frame_ref(&mut spare) {
+                    Ok(Some(fr)) => got.push((fr.time_ns, fr.data.to_vec(), fr.offset)),
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
+                }
+            };
+            assert_eq!(got, want, "buffer of {cap}");
+            assert_eq!(err, want_err, "buffer of {cap}");
+        }
+        assert!(want_err.is_some());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! limiters running on the capture's timestamps. Nothing is sampled.
 
 use crate::capture::decode::{decode, tcp, Skip};
-use crate::capture::pcap::{CaptureError, CaptureReader, Frame};
+use crate::capture::pcap::{CaptureError, CaptureReader, Frame, FrameRef};
 use crate::capture::stream::{Batch, HttpRequest, Limits, Segment, Streams};
 mod report;
 mod requests;
@@ -15,7 +15,7 @@ use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
 pub use report::{Change, Counts, InputReport, Report, RuleReport, Totals, Unmatched};
 use requests::{change_report, changed, count, describe, ip_key, Changes, RequestSide};
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::sync::Arc;
 
 /// Every HTTP request in a capture, in the order the reassembler completes
@@ -116,7 +116,7 @@ impl DryRun {
 
     /// Replays one capture. On a read error, everything before it counts
     /// and the error (with its byte offset) is returned and recorded.
-    pub fn replay(&mut self, name: &str, input: impl Read) -> Result<(), CaptureError> {
+    pub fn replay(&mut self, name: &str, input: impl BufRead) -> Result<(), CaptureError> {
         let DryRun {
             packets,
             requests,
@@ -145,8 +145,8 @@ impl DryRun {
                     orig_len: 0,
                     offset: 0,
                 };
-                while reader.next_frame_into(&mut frame)? {
-                    packets.frame(&frame, &mut batch);
+                while let Some(f) = reader.next_frame_ref(&mut frame)? {
+                    packets.frame(f, &mut batch);
                     if batch.len() >= BATCH {
                         let next = recycled.try_recv().unwrap_or_default();
                         // The request side only stops when this side drops
@@ -171,13 +171,13 @@ impl DryRun {
 
 impl PacketSide {
     /// Feeds one frame; requests it completes are appended to `out`.
-    fn frame(&mut self, f: &Frame, out: &mut Batch) {
+    fn frame(&mut self, f: FrameRef<'_>, out: &mut Batch) {
         let t = &mut self.totals;
         t.packets += 1;
         t.bytes += u64::from(f.orig_len);
         t.first_ns = Some(t.first_ns.map_or(f.time_ns, |x| x.min(f.time_ns)));
         t.last_ns = Some(t.last_ns.map_or(f.time_ns, |x| x.max(f.time_ns)));
-        let d = match decode(f.linktype, &f.data, f.orig_len) {
+        let d = match decode(f.linktype, f.data, f.orig_len) {
             Ok(d) => d,
             Err(Skip::Fragment) => return t.fragments += 1,
             Err(Skip::Truncated) => return t.truncated += 1,
