@@ -47,7 +47,7 @@ rule udp_flood {{
 rule ping_flood {{
   priority 20
   when proto == icmp
-  throttle 20 packets per 1s burst 20 by ip ban 3s
+  throttle 20 packets per 1s burst 20 by ip ban 10s
 }}
 "#
     )
@@ -427,7 +427,7 @@ fn apply_status_detach_on_a_veth_pair() {
     // A ping flood gets its source banned: the ban holds in the kernel and
     // `rctl log` reports it, once.
     let log = Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .args(["log", "--iface", &lab.near, "--seconds", "3"])
+        .args(["log", "--iface", &lab.near, "--seconds", "4"])
         .args(lab.host_args())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -440,15 +440,26 @@ fn apply_status_detach_on_a_veth_pair() {
         ],
     );
     assert!(!lab.ping(CLIENT), "a banned source gets no reply");
+    assert!(lab.counter("ping_flood") >= 30, "{}", lab.status());
+    // A new generation carries the rate-limit state: the ban holds.
+    let out = lab.apply(&v1);
+    assert!(out.contains("generation 5"), "{out}");
+    let carried: u64 = out
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" rate-limit buckets carried over"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(carried >= 2, "the flood's and the ping's buckets: {out}");
+    assert!(!lab.ping(CLIENT), "the ban survives an apply");
+    assert_eq!(lab.status()[0]["buckets_banned"], 1);
     let out = log.wait_with_output().unwrap();
     let events = String::from_utf8_lossy(&out.stdout);
     let bans: Vec<&str> = events.lines().filter(|l| l.contains("ban ")).collect();
     assert_eq!(bans.len(), 1, "{events}");
     assert!(
-        bans[0].contains(&format!("source={CLIENT}")) && bans[0].contains("for_ms=3000"),
+        bans[0].contains(&format!("source={CLIENT}")) && bans[0].contains("for_ms=10000"),
         "{events}"
     );
-    assert!(lab.counter("ping_flood") >= 30, "{}", lab.status());
 
     // Detach: traffic flows again, pins and metadata are gone.
     let o = lab.rctl(&["detach", "--iface", &lab.near]);

@@ -69,7 +69,7 @@ pub fn apply(
     let at = &a.attached;
     println!(
         "{} {iface} ({} mode): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
-         artifact {} installed at {} in {:.2?}",
+         {} rate-limit buckets carried over, artifact {} installed at {} in {:.2?}",
         if a.replaced {
             "replaced on"
         } else {
@@ -84,6 +84,7 @@ pub fn apply(
         at.terms,
         at.prefixes.0,
         at.prefixes.1,
+        a.carried,
         &at.artifact_sha256[..16],
         paths.paths().artifact().display(),
         t.elapsed()

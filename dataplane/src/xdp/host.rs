@@ -21,7 +21,7 @@ use aya::maps::{Array, Map, MapData, PerCpuArray};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{Xdp, XdpMode};
-use rctl_common::{maps, Bucket, Counters, MAX_BUCKETS};
+use rctl_common::{maps, Bucket, Counters, BUCKET_ENTRIES, MAX_BUCKETS, WAYS};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -90,6 +90,10 @@ pub struct Attached {
     pub prefixes: (usize, usize),
     /// XDP terms loaded.
     pub terms: usize,
+    /// The rule name of each rate limiter, by limiter index (buckets are
+    /// carried to the next generation's limiter of the same rule).
+    #[serde(default)]
+    pub limiters: Vec<String>,
     /// When it was applied, seconds since the epoch.
     pub applied_unix: u64,
 }
@@ -104,6 +108,8 @@ pub struct Applied {
     /// Whether a running generation was replaced (rather than a first
     /// attach).
     pub replaced: bool,
+    /// Rate-limit buckets carried over from the replaced generation.
+    pub carried: usize,
 }
 
 /// Checks the process may load and attach XDP programs, from the
@@ -164,15 +170,23 @@ pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
     })
 }
 
-/// The time since boot in ns, from /proc/uptime (10 ms resolution): close
-/// to the program's clock (`bpf_ktime_get_ns`, which leaves out time
-/// suspended), enough to tell live buckets from recovered ones.
+/// CLOCK_MONOTONIC in ns, the program's clock (`bpf_ktime_get_ns`): from
+/// /proc/timer_list's `now at` (readable by root, as `status` runs), else
+/// /proc/uptime (boot time: ahead of it by any time spent suspended).
 fn monotonic_ns() -> u64 {
-    let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
-    up.split_whitespace()
-        .next()
-        .and_then(|s| s.parse::<f64>().ok())
-        .map_or(0, |s| (s * 1e9) as u64)
+    let timer = std::fs::read_to_string("/proc/timer_list").unwrap_or_default();
+    let now = timer
+        .lines()
+        .take(8)
+        .find_map(|l| l.strip_prefix("now at "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok());
+    now.unwrap_or_else(|| {
+        let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+        up.split_whitespace()
+            .next()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map_or(0, |s| (s * 1e9) as u64)
+    })
 }
 
 fn now_unix() -> u64 {
@@ -269,10 +283,27 @@ pub fn apply(
     remove_generation(&gen_dir);
     std::fs::create_dir_all(&gen_dir)
         .map_err(|e| err(format!("creating {}: {e}", gen_dir.display())))?;
+    let limiters: Vec<String> = tables
+        .limiter_rules
+        .iter()
+        .map(|&r| rs.rules[r].name.clone())
+        .collect();
+    let mut carried = 0;
     let staged = (|| -> Result<(Mode, Vec<String>), XdpError> {
+        let mut warnings = Vec::new();
+        if let Some(o) = &old {
+            let dir = paths
+                .iface_pins(iface)
+                .join(format!("gen-{}", o.generation));
+            match carry_buckets(&dir, &o.limiters, &limiters, &mut program) {
+                Ok(n) => carried = n,
+                Err(e) => warnings.push(format!(
+                    "rate-limit state not carried over (limits start afresh): {e}"
+                )),
+            }
+        }
         program.pin(&gen_dir, &PINNED_MAPS)?;
         let prog = program.xdp_mut()?;
-        let mut warnings = Vec::new();
         let used = match &old {
             Some(o) => {
                 let pinned = PinnedLink::from_pin(&link_pin)
@@ -330,6 +361,7 @@ pub fn apply(
         rules: rs.rules.iter().map(|r| r.name.clone()).collect(),
         prefixes: (tables.v4.len(), tables.v6.len()),
         terms: tables.terms.len(),
+        limiters,
         applied_unix: now_unix(),
     };
     let meta = serde_json::to_vec_pretty(&attached).map_err(|e| err(e.to_string()))?;
@@ -339,7 +371,59 @@ pub fn apply(
         attached,
         warnings,
         replaced: old.is_some(),
+        carried,
     })
+}
+
+/// Copies the buckets of the generation pinned in `old_dir` into
+/// `program`'s table, for the limiters of rules present in both (by
+/// name), rehashed with the new seed; banned and busiest first, so that
+/// if a set overflows what is dropped is what matters least. Returns how
+/// many were carried.
+fn carry_buckets(
+    old_dir: &Path,
+    old: &[String],
+    new: &[String],
+    program: &mut XdpProgram,
+) -> Result<usize, XdpError> {
+    let to: Vec<Option<u32>> = old
+        .iter()
+        .map(|name| new.iter().position(|n| n == name).map(|i| i as u32))
+        .collect();
+    if to.iter().all(Option::is_none) {
+        return Ok(0);
+    }
+    let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&old_dir.join(maps::BUCKETS))?))
+        .map_err(|e| err(e.to_string()))?;
+    let mut live: Vec<(u32, Bucket)> = (0..BUCKET_ENTRIES)
+        .filter_map(|i| buckets.get(&i, 0).ok().map(|b| (i, b)))
+        .filter(|(_, b)| b.tat != 0 || b.banned_until != 0)
+        .collect();
+    live.sort_by_key(|(_, b)| std::cmp::Reverse((b.banned_until, b.tat)));
+    let seed = program.seed();
+    let mut ways: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (i, mut b) in live {
+        if i >= MAX_BUCKETS {
+            // A limiter's overflow bucket.
+            if let Some(Some(l)) = to.get((i - MAX_BUCKETS) as usize) {
+                out.push((MAX_BUCKETS + l, b));
+            }
+            continue;
+        }
+        let Some(Some(l)) = to.get(b.limiter as usize) else {
+            continue;
+        };
+        let set = rctl_common::bucket_set(seed, *l, b.family, b.addr_hi, b.addr_lo);
+        let w = ways.entry(set).or_insert(0);
+        if *w < WAYS {
+            b.limiter = *l;
+            out.push((set * WAYS + *w, b));
+            *w += 1;
+        }
+    }
+    program.write_buckets(&out)?;
+    Ok(out.len())
 }
 
 fn attach_new(
@@ -452,8 +536,8 @@ pub struct Status {
     pub counters: Vec<RuleCounters>,
     /// Occupied rate-limit buckets.
     pub buckets_used: usize,
-    /// Of those, live ones (banned, or ahead of the clock; estimated from
-    /// /proc/uptime).
+    /// Of those, live ones (banned, or ahead of the clock, read from
+    /// /proc/timer_list).
     pub buckets_live: usize,
     /// Of those, banned sources.
     pub buckets_banned: usize,

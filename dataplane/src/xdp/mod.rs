@@ -21,8 +21,8 @@ use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
-    kind, maps, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS, MAX_V6_RANGES,
-    V4_INDEX_ENTRIES,
+    kind, maps, Bucket, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS,
+    MAX_V6_RANGES, V4_INDEX_ENTRIES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use std::collections::HashMap;
@@ -69,6 +69,8 @@ pub struct Tables {
     pub protos: [u32; 4],
     /// Rate limits, indexed by `Term::limiter`.
     pub limiters: Vec<Limiter>,
+    /// The rule index of each limiter.
+    pub limiter_rules: Vec<usize>,
 }
 
 impl Tables {
@@ -103,6 +105,7 @@ impl Tables {
                 };
                 let g = crate::limiter::Gcra::new(th.limit, th.period_ms, th.burst, th.ban_ms);
                 limiter = t.limiters.len() as u32;
+                t.limiter_rules.push(i);
                 t.limiters.push(Limiter {
                     interval_ns: g.interval_ns,
                     tolerance_ns: g.tolerance_ns,
@@ -317,6 +320,8 @@ fn fill<V: aya::Pod>(
 pub struct XdpProgram {
     ebpf: Ebpf,
     rules: usize,
+    /// The bucket hash's seed.
+    seed: u32,
     /// The program [`XdpProgram::test`] runs.
     selected: &'static str,
 }
@@ -401,6 +406,7 @@ impl XdpProgram {
         Ok(XdpProgram {
             ebpf,
             rules,
+            seed,
             selected: "rctl",
         })
     }
@@ -482,6 +488,21 @@ impl XdpProgram {
         let after = self.counts()?;
         let rule = before.iter().zip(&after).position(|(a, b)| a != b);
         Ok(Outcome { action, rule })
+    }
+
+    /// The seed of this load's bucket hash ([`rctl_common::bucket_set`]).
+    pub fn seed(&self) -> u32 {
+        self.seed
+    }
+
+    /// Writes rate-limit buckets at the given slots.
+    pub fn write_buckets(&mut self, entries: &[(u32, Bucket)]) -> Result<(), XdpError> {
+        let mut a = array::<Bucket>(&mut self.ebpf, maps::BUCKETS)?;
+        for (i, b) in entries {
+            a.set(*i, b, 0)
+                .map_err(|e| err(format!("{}[{i}]: {e}", maps::BUCKETS)))?;
+        }
+        Ok(())
     }
 
     /// Sets the program's clock to `time_ns` (instead of the kernel's).

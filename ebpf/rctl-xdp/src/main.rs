@@ -29,7 +29,7 @@ use aya_ebpf::programs::XdpContext;
 use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
-    kind, Bucket, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES, MAX_BUCKETS, MAX_RULES,
+    bucket_set, kind, Bucket, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES, MAX_BUCKETS, MAX_RULES,
     MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
 };
 
@@ -343,18 +343,6 @@ fn try_rctl<const TRIE: bool>(ctx: &XdpContext) -> Result<u32, u32> {
     Ok(xdp_action::XDP_PASS)
 }
 
-/// A bucket key's set in the table: a seeded multiply-xorshift hash, so
-/// that senders cannot aim their sources at one set.
-#[inline(always)]
-fn set_of(seed: u32, limiter: u32, family: u32, hi: u64, lo: u64) -> u32 {
-    let seed = u64::from(seed) * 0x0100_0000_01b3;
-    let mut h = (seed ^ hi ^ (u64::from(limiter) << 8 | u64::from(family)))
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h = (h ^ (h >> 29) ^ lo).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 32;
-    (h as u32) & (MAX_BUCKETS / WAYS - 1)
-}
-
 /// GCRA with a ban, exactly as the user-space limiter: true if the packet
 /// is over the limit.
 ///
@@ -395,7 +383,7 @@ fn over_limit(ctx: &XdpContext, p: &Parsed, limiter: u32, l: &Limiter) -> bool {
         u64::MAX << (128 - bits)
     };
     let (hi, lo) = (p.src_hi & mask_hi, p.src_lo & mask_lo);
-    let first = set_of(l.seed, limiter, p.family, hi, lo) * WAYS;
+    let first = bucket_set(l.seed, limiter, p.family, hi, lo) * WAYS;
     let mut free = u32::MAX;
     let mut found = u32::MAX;
     for w in 0..WAYS {
