@@ -451,6 +451,11 @@ fn apply_status_detach_on_a_veth_pair() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(carried >= 2, "the flood's and the ping's buckets: {out}");
     assert!(!lab.ping(CLIENT), "the ban survives an apply");
+    assert!(
+        lab.counter("ping_flood") >= 33,
+        "counters carry over: {}",
+        lab.status()
+    );
     assert_eq!(lab.status()[0]["buckets_banned"], 1);
     let out = log.wait_with_output().unwrap();
     let events = String::from_utf8_lossy(&out.stdout);

@@ -301,6 +301,12 @@ pub fn apply(
                     "rate-limit state not carried over (limits start afresh): {e}"
                 )),
             }
+            let rules: Vec<String> = rs.rules.iter().map(|r| r.name.clone()).collect();
+            if let Err(e) = carry_counters(&dir, &o.rules, &rules, &mut program) {
+                warnings.push(format!(
+                    "counters not carried over (they restart at 0): {e}"
+                ));
+            }
         }
         program.pin(&gen_dir, &PINNED_MAPS)?;
         let prog = program.xdp_mut()?;
@@ -424,6 +430,35 @@ fn carry_buckets(
     }
     program.write_buckets(&out)?;
     Ok(out.len())
+}
+
+/// Copies the per-rule, per-CPU counters of the generation pinned in
+/// `old_dir` to the rules of the same name in `program`, so that `status`
+/// counts since the first apply. (Packets the old generation counts
+/// between this copy and the switch are not carried.)
+fn carry_counters(
+    old_dir: &Path,
+    old: &[String],
+    new: &[String],
+    program: &mut XdpProgram,
+) -> Result<(), XdpError> {
+    let counters = PerCpuArray::<_, Counters>::try_from(Map::PerCpuArray(open_map(
+        &old_dir.join(maps::COUNTERS),
+    )?))
+    .map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    for (i, name) in old.iter().enumerate() {
+        let Some(j) = new.iter().position(|n| n == name) else {
+            continue;
+        };
+        let v = counters
+            .get(&(i as u32), 0)
+            .map_err(|e| err(format!("reading counters: {e}")))?;
+        if v.iter().any(|c| c.packets != 0) {
+            out.push((j as u32, v.iter().copied().collect::<Vec<Counters>>()));
+        }
+    }
+    program.write_counters(out)
 }
 
 fn attach_new(

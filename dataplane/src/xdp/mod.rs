@@ -505,6 +505,22 @@ impl XdpProgram {
         Ok(())
     }
 
+    /// Sets rules' per-CPU counters: (rule, one value per possible CPU).
+    pub fn write_counters(&mut self, entries: Vec<(u32, Vec<Counters>)>) -> Result<(), XdpError> {
+        let mut c: PerCpuArray<_, Counters> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut(maps::COUNTERS)
+                .ok_or_else(|| err("no counters map"))?,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        for (i, v) in entries {
+            let v = aya::maps::PerCpuValues::try_from(v).map_err(|e| err(e.to_string()))?;
+            c.set(i, v, 0)
+                .map_err(|e| err(format!("{}[{i}]: {e}", maps::COUNTERS)))?;
+        }
+        Ok(())
+    }
+
     /// Sets the program's clock to `time_ns` (instead of the kernel's).
     pub fn set_clock(&mut self, time_ns: u64) -> Result<(), XdpError> {
         array::<u64>(&mut self.ebpf, maps::CLOCK)?
