@@ -476,6 +476,37 @@ fn apply_status_detach_on_a_veth_pair() {
     let o = lab.rctl(&["status", "--iface", &lab.near]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing attached"));
+
+    // Generic (skb) mode enforces the same rules; the mode cannot change
+    // in place.
+    let apply = |mode: &str| {
+        lab.rctl(&[
+            "apply",
+            v1.to_str().unwrap(),
+            "--iface",
+            &lab.near,
+            "--mode",
+            mode,
+            "--object",
+            lab.object.to_str().unwrap(),
+        ])
+    };
+    let o = apply("skb");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode)"));
+    assert_eq!(lab.status()[0]["attached"]["mode"], "skb");
+    assert!(!lab.ping(BLOCKED), "skb mode drops a blocked source");
+    assert!(lab.ping(CLIENT));
+    let o = apply("native");
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot change the mode in place"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(lab.status()[0]["attached"]["mode"], "skb", "still in force");
+    let o = lab.rctl(&["detach", "--iface", &lab.near]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Stop the TCP server.
     let _ = std::net::TcpStream::connect((NEAR, port)).and_then(|mut s| {
         use std::io::Write;

@@ -182,7 +182,7 @@ pub struct Bucket {
 /// buckets from one generation to the next) share it.
 #[inline(always)]
 pub fn bucket_set(seed: u32, limiter: u32, family: u32, hi: u64, lo: u64) -> u32 {
-    let seed = u64::from(seed) * 0x0100_0000_01b3;
+    let seed = u64::from(seed).wrapping_mul(0x0100_0000_01b3);
     let mut h = (seed ^ hi ^ (u64::from(limiter) << 8 | u64::from(family)))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     h = (h ^ (h >> 29) ^ lo).wrapping_mul(0xbf58_476d_1ce4_e5b9);
