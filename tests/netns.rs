@@ -591,6 +591,45 @@ fn apply_explains_what_is_missing() {
         e.contains("needs root, or CAP_BPF and CAP_NET_ADMIN"),
         "{e}"
     );
+    // A driver without native XDP (a bridge): `--mode native` fails and
+    // says so; the default falls back to skb mode with a warning.
+    let bridge = format!("rcd{}", std::process::id() % 100_000);
+    must("ip", &["link", "add", &bridge, "type", "bridge"]);
+    let (run_dir, state_dir) = (dir.join("run"), dir.join("state"));
+    let host = [
+        "--bpffs",
+        bpffs.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--state-dir",
+        state_dir.to_str().unwrap(),
+        "--object",
+        object.to_str().unwrap(),
+    ];
+    let mut args = vec!["apply", artifact.to_str().unwrap(), "--iface", &bridge];
+    args.extend_from_slice(&host);
+    let mut native = args.clone();
+    native.extend_from_slice(&["--mode", "native"]);
+    let o = rctl(&native);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("native XDP attach failed") && e.contains("--mode skb"),
+        "{e}"
+    );
+    let o = rctl(&args);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("warning") && e.contains("skb (generic) mode"),
+        "{e}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode)"));
+    let mut detach = vec!["detach", "--iface", &bridge];
+    detach.extend_from_slice(&host[..6]);
+    let o = rctl(&detach);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = sh("ip", &["link", "del", &bridge]);
     // An artifact of another format version.
     let mut bytes = std::fs::read(&artifact).unwrap();
     bytes[8] = bytes[8].wrapping_add(7);
