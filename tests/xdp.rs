@@ -63,6 +63,37 @@ fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
     }
 }
 
+/// The same ruleset in three deciders: the program, the LPM-trie baseline
+/// (with maps of its own, so limiters count each packet once per
+/// decider) and the engine's packet decision.
+struct Three {
+    prog: XdpProgram,
+    lpm: XdpProgram,
+    engine: Engine,
+}
+
+impl Three {
+    fn new(obj: &[u8], rs: &rctl_compiler::ir::Ruleset) -> (Three, Tables) {
+        let tables = Tables::new(rs, None).unwrap();
+        let prog = XdpProgram::load(obj, &tables, rs.rules.len(), false).unwrap();
+        let mut lpm = XdpProgram::load(obj, &tables, rs.rules.len(), true).unwrap();
+        lpm.select("rctl_lpm").unwrap();
+        let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        (Three { prog, lpm, engine }, tables)
+    }
+
+    /// Runs one packet through all three; they must agree on the action
+    /// and the deciding rule. `vlan` puts the frame behind a VLAN tag.
+    fn agree(&mut self, p: &Packet, vlan: bool, context: &dyn std::fmt::Display) {
+        let f = frame(p.src, p.proto, p.dst_port, p.syn, vlan);
+        let got = self.prog.test(&f, p.time_ns).unwrap();
+        let lpm = self.lpm.test(&f, p.time_ns).unwrap();
+        assert_eq!(got, lpm, "rctl and rctl_lpm differ: {context}: {p:?}");
+        let want = expect(&self.engine, p);
+        assert_eq!((got.action, got.rule), want, "{context}: {p:?}");
+    }
+}
+
 #[test]
 fn corpus_packets_agree_with_the_engine() {
     let Some(obj) = object() else { return };
@@ -204,12 +235,7 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
         }
         let c = compile(&src);
         let Some(rs) = c.ruleset else { continue };
-        let tables = Tables::new(&rs, None).unwrap();
-        // The program, and the LPM-trie baseline with maps of its own.
-        let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
-        let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
-        base.select("rctl_lpm").unwrap();
-        let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        let (mut three, _) = Three::new(&obj, &rs);
         for k in 0..2_600u64 {
             let ip = ips[(r.next() % ips.len() as u64) as usize];
             let proto = [Proto::Tcp, Proto::Udp, Proto::Icmp][(r.next() % 3) as usize];
@@ -218,27 +244,14 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
             } else {
                 [22, 53, 80, 443, 1500, 8080][(r.next() % 6) as usize]
             };
-            let syn = k % 2 == 0;
-            let now = 1_000_000_000_000 + k * 150_000_000;
-            let f = frame(ip, proto, port, syn, k % 5 == 0);
-            let got = prog.test(&f, now).unwrap();
-            let lpm = base.test(&f, now).unwrap();
-            assert_eq!(got, lpm, "rctl and rctl_lpm differ:\n{src}\npacket: {ip}");
-            let want = expect(
-                &engine,
-                &Packet {
-                    src: ip,
-                    proto,
-                    dst_port: port,
-                    syn,
-                    time_ns: now,
-                },
-            );
-            assert_eq!(
-                (got.action, got.rule),
-                want,
-                "ruleset:\n{src}\npacket: {ip} {proto:?} {port}"
-            );
+            let p = Packet {
+                src: ip,
+                proto,
+                dst_port: port,
+                syn: k % 2 == 0,
+                time_ns: 1_000_000_000_000 + k * 150_000_000,
+            };
+            three.agree(&p, k % 5 == 0, &format_args!("ruleset:\n{src}\n"));
             packets += 1;
         }
     }
@@ -286,37 +299,24 @@ fn interval_table_agrees_at_every_edge() {
     src += "rule a { when ipblock@small/y and port == 443 allow }\n";
     let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
     let rs = c.ruleset.expect("compiles");
-    let tables = Tables::new(&rs, None).unwrap();
+    let (mut three, tables) = Three::new(&obj, &rs);
     assert!(tables.v4_ranges.len() > 4_000, "{}", tables.v4_ranges.len());
     let deepest = tables.v4_index.iter().map(|x| x >> 32).max().unwrap();
     assert!(
         deepest >= 500,
         "a crowded /16 holds {deepest} interval starts"
     );
-    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
-    let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
-    base.select("rctl_lpm").unwrap();
-    let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
     edges.extend((0..5_000).map(|_| r.next() as u32));
     edges.extend([0, u32::MAX, 0x0a01_0000, 0x0a01_ffff]);
     for (k, a) in edges.into_iter().enumerate() {
-        let ip = IpAddr::V4(std::net::Ipv4Addr::from(a));
-        let port = if k % 2 == 0 { 443 } else { 80 };
-        let f = frame(ip, Proto::Tcp, port, false, k % 3 == 0);
-        let now = 1_000_000_000 + k as u64;
-        let got = prog.test(&f, now).unwrap();
-        assert_eq!(got, base.test(&f, now).unwrap(), "{ip}");
-        let want = expect(
-            &engine,
-            &Packet {
-                src: ip,
-                proto: Proto::Tcp,
-                dst_port: port,
-                syn: false,
-                time_ns: now,
-            },
-        );
-        assert_eq!((got.action, got.rule), want, "{ip}");
+        let p = Packet {
+            src: IpAddr::V4(std::net::Ipv4Addr::from(a)),
+            proto: Proto::Tcp,
+            dst_port: if k % 2 == 0 { 443 } else { 80 },
+            syn: false,
+            time_ns: 1_000_000_000 + k as u64,
+        };
+        three.agree(&p, k % 3 == 0, &"IPv4 edge");
     }
 }
 
@@ -403,34 +403,22 @@ fn ipv6_interval_table_agrees_at_every_edge() {
     src += "}\nrule d { when ipblock@big/x and port == 443 drop }\n";
     let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
     let rs = c.ruleset.expect("compiles");
-    let tables = Tables::new(&rs, None).unwrap();
+    let (mut three, tables) = Three::new(&obj, &rs);
     let deepest = tables.v6_index.iter().map(|x| x >> 32).max().unwrap();
     assert!(
         deepest >= 3_000,
         "the crowded /16 holds {deepest} interval starts"
     );
-    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
-    let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
-    base.select("rctl_lpm").unwrap();
-    let engine = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
     edges.extend((0..3_000).map(|_| u128::from(r.next()) << 64 | u128::from(r.next())));
     edges.extend([0, u128::MAX, 0x2001_0db8_u128 << 96]);
     for (k, a) in edges.into_iter().enumerate() {
-        let ip = IpAddr::V6(std::net::Ipv6Addr::from(a));
-        let f = frame(ip, Proto::Tcp, 443, false, k % 3 == 0);
-        let now = 1_000_000_000 + k as u64;
-        let got = prog.test(&f, now).unwrap();
-        assert_eq!(got, base.test(&f, now).unwrap(), "{ip}");
-        let want = expect(
-            &engine,
-            &Packet {
-                src: ip,
-                proto: Proto::Tcp,
-                dst_port: 443,
-                syn: false,
-                time_ns: now,
-            },
-        );
-        assert_eq!((got.action, got.rule), want, "{ip}");
+        let p = Packet {
+            src: IpAddr::V6(std::net::Ipv6Addr::from(a)),
+            proto: Proto::Tcp,
+            dst_port: 443,
+            syn: false,
+            time_ns: 1_000_000_000 + k as u64,
+        };
+        three.agree(&p, k % 3 == 0, &"IPv6 edge");
     }
 }

@@ -174,12 +174,21 @@ pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
 /// /proc/timer_list's `now at` (readable by root, as `status` runs), else
 /// /proc/uptime (boot time: ahead of it by any time spent suspended).
 fn monotonic_ns() -> u64 {
-    let timer = std::fs::read_to_string("/proc/timer_list").unwrap_or_default();
-    let now = timer
-        .lines()
-        .take(8)
-        .find_map(|l| l.strip_prefix("now at "))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok());
+    // The line is near the top; the file runs to megabytes on big hosts.
+    use std::io::BufRead as _;
+    let now = std::fs::File::open("/proc/timer_list").ok().and_then(|f| {
+        std::io::BufReader::new(f)
+            .lines()
+            .take(8)
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("now at ")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+    });
     now.unwrap_or_else(|| {
         let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
         up.split_whitespace()
