@@ -332,6 +332,7 @@ fn apply_status_detach_on_a_veth_pair() {
     );
     let st = lab.status();
     assert_eq!(st[0]["attached"]["mode"], "native");
+    assert_eq!(st[0]["attached"]["clock"], "tick", "the default clock");
     assert_eq!(st[0]["attached"]["generation"], 1);
     assert_eq!(st[0]["link_pinned"], true);
     let link = sh("ip", &["-details", "link", "show", &lab.near]);
@@ -504,7 +505,7 @@ fn apply_status_detach_on_a_veth_pair() {
     };
     let o = apply("skb");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode, tick clock)"));
     assert_eq!(lab.status()[0]["attached"]["mode"], "skb");
     assert!(!lab.ping(BLOCKED), "skb mode drops a blocked source");
     assert!(lab.ping(CLIENT));
@@ -624,7 +625,7 @@ fn apply_explains_what_is_missing() {
         e.contains("warning") && e.contains("skb (generic) mode"),
         "{e}"
     );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode, tick clock)"));
     let mut detach = vec!["detach", "--iface", &bridge];
     detach.extend_from_slice(&host[..6]);
     let o = rctl(&detach);

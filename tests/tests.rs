@@ -17,3 +17,4 @@ mod hostile;
 mod language;
 mod netns;
 mod xdp;
+mod xdp_clock;

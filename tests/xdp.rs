@@ -11,7 +11,7 @@ use rctl_dataplane::{Engine, EngineConfig, Packet, Verdict};
 use std::net::IpAddr;
 
 #[path = "xdp_frame.rs"]
-mod xdp_frame;
+pub(crate) mod xdp_frame;
 use xdp_frame::frame;
 
 /// The built XDP object's path, if this process can load it (root); under

@@ -1,15 +1,17 @@
-//! XDP per-packet cost through BPF_PROG_TEST_RUN, all in one run: the
-//! empty program in the same object (the harness floor), `rctl` (the
+//! XDP per-packet cost through BPF_PROG_TEST_RUN, all in one run and one
+//! object: `rctl_pass`, the empty program (the harness floor);
+//! `rctl_nolookup`, the rules with no source lookup (the work every
+//! variant shares, so that the lookups' own cost shows); `rctl` (the
 //! interval tables) and `rctl_lpm` (the same rules with the kernel's LPM
-//! tries: the baseline), for 0, 1k, 100k and 1M prefixes, with
-//! and without a rate limit, for IPv4 and IPv6 sources. Needs root and the
-//! built object (RCTL_XDP_OBJECT, or the default build path).
+//! tries: the baseline); for 0, 1k, 100k and 1M prefixes, without a rate
+//! limit and with one on either clock, for IPv4 and IPv6 sources. Needs
+//! root and the built object (RCTL_XDP_OBJECT, or the default build path).
 //!
-//! "one source" repeats one packet (the kernel's loop: caches stay warm);
-//! "1,000 sources" runs 1,000 packets from different random sources, 200
-//! times each, and averages (colder: every packet walks its own path).
-//! With a rate limit every packet also updates its source's bucket (the
-//! limit is never reached).
+//! Warm: one packet repeated (the kernel's loop: caches stay warm), from a
+//! source in no list ("miss") and from a listed one ("hit", dropped).
+//! Cold: 20,000 packets from distinct random sources, one run each.
+//! With a rate limit, a "miss" packet also updates its source's bucket
+//! (the limit is never reached).
 //!
 //! xdp-filter (Debian's xdp-tools) is measured where its features overlap:
 //! its `xdpfilt_dny_ip` object (from libxdp1) loaded as is, its IPv4 and
@@ -19,7 +21,7 @@
 //! /128.
 
 use rctl_compiler::ir::Proto;
-use rctl_dataplane::xdp::{Tables, XdpProgram};
+use rctl_dataplane::xdp::{ClockMode, Tables, XdpProgram};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -47,11 +49,14 @@ fn one(prog: &mut XdpProgram, program: &str, frame: &[u8]) -> f64 {
         .fold(f64::MAX, f64::min)
 }
 
-/// Mean ns per run over many frames, each repeated.
-fn many(prog: &mut XdpProgram, program: &str, frames: &[Vec<u8>]) -> f64 {
+/// Distinct sources in the cold measurement.
+const COLD: usize = 20_000;
+
+/// Mean ns per run over `frames`, each run once.
+fn once(prog: &mut XdpProgram, program: &str, frames: &[Vec<u8>]) -> f64 {
     let total: f64 = frames
         .iter()
-        .map(|f| prog.bench(program, f, 200).unwrap().1)
+        .map(|f| prog.bench(program, f, 1).unwrap().1)
         .sum();
     total / frames.len() as f64
 }
@@ -140,10 +145,6 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or(vec![0, 1_000, 100_000, 1_000_000]);
-    println!("ns per packet (BPF_PROG_TEST_RUN); floor = the empty program, same object, same run");
-    println!();
-    println!("| prefixes (v4 + v6) | rate limit | floor | rctl v4 | LPM_TRIE v4 | rctl − floor | LPM − floor | LPM / rctl (above floor) | rctl v4, 1,000 sources | LPM v4, 1,000 sources | rctl v6 | LPM_TRIE v6 | xdp-filter v4 (exact /32) | load |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let bpffs = std::env::temp_dir().join(format!("rctl-bench-bpffs-{}", std::process::id()));
     std::fs::create_dir_all(&bpffs).unwrap();
     let mounted = std::process::Command::new("mount")
@@ -151,8 +152,11 @@ fn main() {
         .arg(&bpffs)
         .status()
         .is_ok_and(|s| s.success());
+    let mut warm = String::new();
+    let mut cold = String::new();
     for &n in &sizes {
-        for limited in [false, true] {
+        for clock in [None, Some(ClockMode::Tick), Some(ClockMode::Exact)] {
+            let limited = clock.is_some();
             let mut r = Rng(0x1234_5678);
             let mut src = String::from("ipblock b/x {\n");
             let (mut v4s, mut v6s) = (Vec::new(), Vec::new());
@@ -179,23 +183,30 @@ fn main() {
                 XdpProgram::load(&obj, &tables, rs.rules.len(), false).expect("load (needs root)");
             let load = t.elapsed();
             let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
-            let v4 = frame(IpAddr::V4(Ipv4Addr::new(8, 8, 8, 8)));
+            if let Some(c) = clock {
+                prog.set_clock_mode(c).unwrap();
+                base.set_clock_mode(c).unwrap();
+            }
+            let miss = frame(IpAddr::V4(Ipv4Addr::new(8, 8, 8, 8)));
+            let hit = frame(IpAddr::V4(
+                v4s.get(n / 2)
+                    .copied()
+                    .unwrap_or(Ipv4Addr::new(192, 0, 2, 7)),
+            ));
             let v6 = frame(IpAddr::V6("2606:4700::1111".parse().unwrap()));
-            let sources: Vec<Vec<u8>> = (0..1_000)
-                .map(|_| frame(IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000))))
-                .collect();
-            let floor = one(&mut prog, "rctl_pass", &v4);
-            let ours = one(&mut prog, "rctl", &v4);
-            let lpm = one(&mut base, "rctl_lpm", &v4);
-            let ours_many = many(&mut prog, "rctl", &sources);
-            let lpm_many = many(&mut base, "rctl_lpm", &sources);
+            let floor = one(&mut prog, "rctl_pass", &miss);
+            let shared = one(&mut prog, "rctl_nolookup", &miss);
+            let ours = one(&mut prog, "rctl", &miss);
+            let lpm = one(&mut base, "rctl_lpm", &miss);
+            let ours_hit = one(&mut prog, "rctl", &hit);
+            let lpm_hit = one(&mut base, "rctl_lpm", &hit);
             let ours6 = one(&mut prog, "rctl", &v6);
             let lpm6 = one(&mut base, "rctl_lpm", &v6);
             let filter = if limited || !mounted {
                 None
             } else {
                 xdp_filter(&v4s, &v6s, &bpffs)
-                    .and_then(|mut e| run_other(&mut e, "xdpfilt_dny_ip", &v4))
+                    .and_then(|mut e| run_other(&mut e, "xdpfilt_dny_ip", &miss))
             };
             let filter = filter.map_or("—".to_string(), |f| format!("{f:.1}"));
             // The pins of this round go; the next round pins afresh.
@@ -204,15 +215,47 @@ fn main() {
                     let _ = std::fs::remove_file(e.path());
                 });
             }
-            println!(
-                "| {n} + {n} | {} | {floor:.1} | {ours:.1} | {lpm:.1} | {:.1} | {:.1} | {:.1}× | {ours_many:.1} | {lpm_many:.1} | {ours6:.1} | {lpm6:.1} | {filter} | {load:.2?} |",
-                if limited { "yes" } else { "no" },
-                ours - floor,
-                lpm - floor,
-                (lpm - floor) / (ours - floor).max(0.1),
+            let limit = match clock {
+                None => "no",
+                Some(ClockMode::Tick) => "yes, tick clock",
+                Some(ClockMode::Exact) => "yes, exact clock",
+            };
+            // The lookups' own cost: each program less the one without.
+            let ratio = |ours: f64, lpm: f64| (lpm - shared) / (ours - shared).max(0.5);
+            let _ = writeln!(
+                warm,
+                "| {n} + {n} | {limit} | {floor:.1} | {shared:.1} | {ours:.1} | {lpm:.1} | {:.1}× | {ours_hit:.1} | {lpm_hit:.1} | {:.1}× | {:.1}× | {ours6:.1} | {lpm6:.1} | {filter} | {load:.2?} |",
+                lpm / ours,
+                lpm_hit / ours_hit,
+                ratio(ours_hit, lpm_hit),
+            );
+            // Cold: distinct random sources, one run each.
+            let sources: Vec<Vec<u8>> = (0..COLD)
+                .map(|_| frame(IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000))))
+                .collect();
+            let cf = once(&mut prog, "rctl_pass", &sources);
+            let cs = once(&mut prog, "rctl_nolookup", &sources);
+            let co = once(&mut prog, "rctl", &sources);
+            let cl = once(&mut base, "rctl_lpm", &sources);
+            let _ = writeln!(
+                cold,
+                "| {n} + {n} | {limit} | {cf:.0} | {cs:.0} | {co:.0} | {cl:.0} | {:.1}× | {:.1}× |",
+                (cl - cf) / (co - cf).max(0.5),
+                (cl - cs) / (co - cs).max(0.5),
             );
         }
     }
+    println!("ns per packet (BPF_PROG_TEST_RUN), each figure the best of 5 runs of 1,000,000 repeats of one packet; floor = the empty program; shared = the rules without the source lookup; same object, same run");
+    println!();
+    println!("| prefixes (v4 + v6) | rate limit | floor | shared | rctl v4 miss | LPM_TRIE v4 miss | LPM / rctl | rctl v4 hit | LPM_TRIE v4 hit | LPM / rctl | lookup alone: LPM / rctl | rctl v6 | LPM_TRIE v6 | xdp-filter v4 (exact /32) | load |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    print!("{warm}");
+    println!();
+    println!("ns per packet, {COLD} random IPv4 sources, one run each (no repeat: every run finds caches cold after the syscall; the kernel calls the program without its XDP dispatcher)");
+    println!();
+    println!("| prefixes (v4 + v6) | rate limit | floor | shared | rctl | LPM_TRIE | LPM / rctl above floor | lookup alone: LPM / rctl |");
+    println!("|---|---|---|---|---|---|---|---|");
+    print!("{cold}");
     if mounted {
         let _ = std::process::Command::new("umount").arg(&bpffs).status();
     }

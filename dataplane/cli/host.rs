@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use rctl_dataplane::xdp::host::{self, Mode, Paths};
+use rctl_dataplane::xdp::ClockMode;
 use std::path::PathBuf;
 
 mod embedded {
@@ -53,6 +54,7 @@ pub fn apply(
     artifact: PathBuf,
     iface: &str,
     mode: Mode,
+    clock: ClockMode,
     site: Option<&str>,
     obj: Option<PathBuf>,
     paths: &HostPaths,
@@ -61,14 +63,14 @@ pub fn apply(
         std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
     let object = object(obj)?;
     let t = std::time::Instant::now();
-    let a = host::apply(&bytes, &object, iface, mode, site, &paths.paths())
+    let a = host::apply(&bytes, &object, iface, mode, clock, site, &paths.paths())
         .with_context(|| format!("{}: not applied", artifact.display()))?;
     for w in &a.warnings {
         eprintln!("rctl: warning: {w}");
     }
     let at = &a.attached;
     println!(
-        "{} {iface} ({} mode): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
+        "{} {iface} ({} mode, {} clock): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
          {} rate-limit buckets carried over, artifact {} installed at {} in {:.2?}",
         if a.replaced {
             "replaced on"
@@ -80,6 +82,7 @@ pub fn apply(
         } else {
             "native"
         },
+        clock_name(at.clock),
         at.generation,
         at.terms,
         at.prefixes.0,
@@ -90,6 +93,13 @@ pub fn apply(
         t.elapsed()
     );
     Ok(())
+}
+
+fn clock_name(c: ClockMode) -> &'static str {
+    match c {
+        ClockMode::Tick => "tick",
+        ClockMode::Exact => "exact",
+    }
 }
 
 /// `rctl status`.
@@ -105,9 +115,10 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> 
     for s in &all {
         let a = &s.attached;
         println!(
-            "{}: {} mode, generation {}{}, artifact {}, applied at {} (unix)",
+            "{}: {} mode, {} clock, generation {}{}, artifact {}, applied at {} (unix)",
             a.iface,
             if a.mode == Mode::Skb { "skb" } else { "native" },
+            clock_name(a.clock),
             a.generation,
             if s.link_pinned {
                 ""

@@ -180,6 +180,9 @@ enum Command {
         /// XDP mode.
         #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
         mode: ModeArg,
+        /// The clock rate limits read.
+        #[arg(long, value_enum, default_value_t = ClockArg::Tick)]
+        clock: ClockArg,
         /// Enforce this site's rules.
         #[arg(long)]
         site: Option<String>,
@@ -240,6 +243,15 @@ enum ModeArg {
     Native,
     /// Generic (skb) XDP.
     Skb,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum ClockArg {
+    /// The kernel tick (1/HZ): one load per packet; the average rate is
+    /// exact, a burst may run over by one tick's worth of packets.
+    Tick,
+    /// The exact clock: a helper call per limited packet (tens of ns).
+    Exact,
 }
 
 #[derive(Copy, Clone, ValueEnum)]
@@ -498,6 +510,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             artifact,
             iface,
             mode,
+            clock,
             site,
             object,
             host,
@@ -507,7 +520,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ModeArg::Native => rctl_dataplane::xdp::host::Mode::Native,
                 ModeArg::Skb => rctl_dataplane::xdp::host::Mode::Skb,
             };
-            host::apply(artifact, &iface, mode, site.as_deref(), object, &host)?;
+            let clock = match clock {
+                ClockArg::Tick => rctl_dataplane::xdp::ClockMode::Tick,
+                ClockArg::Exact => rctl_dataplane::xdp::ClockMode::Exact,
+            };
+            host::apply(
+                artifact,
+                &iface,
+                mode,
+                clock,
+                site.as_deref(),
+                object,
+                &host,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status {

@@ -16,7 +16,7 @@
 //! other, never a mix; if anything fails before the swap, the running
 //! generation is untouched and the new one is removed.
 
-use super::{err, Tables, XdpError, XdpProgram};
+use super::{err, ClockMode, Tables, XdpError, XdpProgram};
 use aya::maps::{Array, Map, MapData, PerCpuArray};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
@@ -78,6 +78,9 @@ pub struct Attached {
     pub iface: String,
     /// The mode in force: `native` or `skb`.
     pub mode: Mode,
+    /// The clock the rate limits read.
+    #[serde(default)]
+    pub clock: ClockMode,
     /// Generation number, counting applies since the first attach.
     pub generation: u64,
     /// The artifact's content SHA-256 (hex), as `rctl compile` prints it.
@@ -170,26 +173,31 @@ pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
     })
 }
 
-/// CLOCK_MONOTONIC in ns, the program's clock (`bpf_ktime_get_ns`): from
-/// /proc/timer_list's `now at` (readable by root, as `status` runs), else
-/// /proc/uptime (boot time: ahead of it by any time spent suspended).
-fn monotonic_ns() -> u64 {
-    // The line is near the top; the file runs to megabytes on big hosts.
+/// From /proc/timer_list (readable by root): CLOCK_MONOTONIC in ns (`now
+/// at`, near the top) and, when found, the jiffies value (`jiffies:`, in
+/// the first CPU's section). The file runs to megabytes on big hosts; the
+/// read stops at the first `jiffies:`.
+pub(crate) fn timer_list() -> Option<(u64, Option<u64>)> {
     use std::io::BufRead as _;
-    let now = std::fs::File::open("/proc/timer_list").ok().and_then(|f| {
-        std::io::BufReader::new(f)
-            .lines()
-            .take(8)
-            .map_while(Result::ok)
-            .find_map(|l| {
-                l.strip_prefix("now at ")?
-                    .split_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-    });
-    now.unwrap_or_else(|| {
+    let f = std::fs::File::open("/proc/timer_list").ok()?;
+    let mut now = None;
+    for line in std::io::BufReader::new(f).lines().take(4000) {
+        let line = line.ok()?;
+        let num = |rest: &str| rest.split_whitespace().next()?.parse::<u64>().ok();
+        if let Some(rest) = line.strip_prefix("now at ") {
+            now = num(rest);
+        } else if let Some(rest) = line.strip_prefix("jiffies:") {
+            return Some((now?, num(rest)));
+        }
+    }
+    now.map(|n| (n, None))
+}
+
+/// CLOCK_MONOTONIC in ns, which the program's clock follows (to within a
+/// tick): from /proc/timer_list, else /proc/uptime (boot time: ahead of
+/// it by any time spent suspended).
+fn monotonic_ns() -> u64 {
+    timer_list().map(|(now, _)| now).unwrap_or_else(|| {
         let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
         up.split_whitespace()
             .next()
@@ -263,6 +271,7 @@ pub fn apply(
     object: &[u8],
     iface: &str,
     mode: Mode,
+    clock: ClockMode,
     site: Option<&str>,
     paths: &Paths,
 ) -> Result<Applied, XdpError> {
@@ -286,6 +295,7 @@ pub fn apply(
     }
     let tables = Tables::new(&rs, site)?;
     let mut program = XdpProgram::load(object, &tables, rs.rules.len(), false)?;
+    program.set_clock_mode(clock)?;
     let generation = old.as_ref().map_or(1, |o| o.generation + 1);
     let gen_dir = paths.iface_pins(iface).join(format!("gen-{generation}"));
     // A half-made generation from an earlier failed apply is stale.
@@ -366,6 +376,7 @@ pub fn apply(
     let attached = Attached {
         iface: iface.to_string(),
         mode: used,
+        clock,
         generation,
         // The hash `rctl compile` prints.
         artifact_sha256: rctl_compiler::artifact::hex(

@@ -10,8 +10,9 @@
 //!
 //! Packet and connection limits run in the program as GCRA with a ban,
 //! keyed by the masked source address, with the same arithmetic as the
-//! user-space limiter; their buckets live in an LRU map of
-//! [`rctl_common::MAX_BUCKETS`] entries.
+//! user-space limiter; their buckets live in a fixed set-associative table
+//! of [`rctl_common::MAX_BUCKETS`] slots (see the program). The clock they
+//! read is the kernel tick by default ([`ClockMode`]).
 
 pub mod host;
 
@@ -21,12 +22,57 @@ use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
-    kind, maps, Bucket, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS,
+    kind, maps, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS,
     MAX_V6_RANGES, V4_INDEX_ENTRIES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
+
+/// The clock the program's rate limits read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockMode {
+    /// The kernel tick (jiffies, 1/HZ): one inlined load per packet. The
+    /// average rate is exact; a burst may exceed the configured one by at
+    /// most one tick's worth of packets (see [`rctl_common::Clock`]).
+    #[default]
+    Tick,
+    /// `bpf_ktime_get_ns`: exact bursts, a helper call per limited packet.
+    Exact,
+}
+
+/// The kernel's tick in ns (`TICK_NSEC`: the resolution of
+/// CLOCK_MONOTONIC_COARSE) and the jiffies value at which the tick clock
+/// reads 0, chosen so that it follows CLOCK_MONOTONIC (to within a tick):
+/// from /proc/timer_list's `now at` and `jiffies:` (one read), else the
+/// kernel's `INITIAL_JIFFIES` (300 s before the 32-bit wrap; the clock
+/// then runs some 0.2 s behind, the boot time before the first tick).
+#[allow(unsafe_code)]
+pub fn kernel_tick() -> Result<(u64, u64), XdpError> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let tick = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    if rc != 0 || ts.tv_sec != 0 || tick == 0 {
+        return Err(err(
+            "cannot read the kernel tick (clock_getres(CLOCK_MONOTONIC_COARSE)); \
+             apply with --clock exact",
+        ));
+    }
+    let base = match host::timer_list() {
+        Some((now, Some(jiffies))) => jiffies.wrapping_sub(now / tick),
+        _ => {
+            let hz = (1_000_000_000 + tick / 2) / tick;
+            u64::from((hz as u32).wrapping_mul(300).wrapping_neg())
+        }
+    };
+    Ok((tick, base))
+}
 
 /// Why the packet plane could not be lowered or loaded.
 #[derive(Debug)]
@@ -403,12 +449,14 @@ impl XdpProgram {
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
         prog.load()
             .map_err(|e| err(format!("the kernel refused the program: {e}")))?;
-        Ok(XdpProgram {
+        let mut program = XdpProgram {
             ebpf,
             rules,
             seed,
             selected: "rctl",
-        })
+        };
+        program.set_clock_mode(ClockMode::Tick)?;
+        Ok(program)
     }
 
     /// Pins the program (as `prog`) and the named maps into `dir`, which
@@ -437,7 +485,8 @@ impl XdpProgram {
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
     }
 
-    fn counts(&self) -> Result<Vec<u64>, XdpError> {
+    /// Packets each rule decided, summed over CPUs, by rule index.
+    pub fn counts(&self) -> Result<Vec<u64>, XdpError> {
         let c: PerCpuArray<_, Counters> = PerCpuArray::try_from(
             self.ebpf
                 .map(maps::COUNTERS)
@@ -495,6 +544,18 @@ impl XdpProgram {
         self.seed
     }
 
+    /// The rate-limit bucket at `slot`.
+    pub fn bucket(&self, slot: u32) -> Result<Bucket, XdpError> {
+        let a: Array<_, Bucket> = Array::try_from(
+            self.ebpf
+                .map(maps::BUCKETS)
+                .ok_or_else(|| err("no bucket map"))?,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        a.get(&slot, 0)
+            .map_err(|e| err(format!("{}[{slot}]: {e}", maps::BUCKETS)))
+    }
+
     /// Writes rate-limit buckets at the given slots.
     pub fn write_buckets(&mut self, entries: &[(u32, Bucket)]) -> Result<(), XdpError> {
         let mut a = array::<Bucket>(&mut self.ebpf, maps::BUCKETS)?;
@@ -523,9 +584,33 @@ impl XdpProgram {
 
     /// Sets the program's clock to `time_ns` (instead of the kernel's).
     pub fn set_clock(&mut self, time_ns: u64) -> Result<(), XdpError> {
-        array::<u64>(&mut self.ebpf, maps::CLOCK)?
-            .set(0, time_ns.max(1), 0)
-            .map_err(|e| err(e.to_string()))
+        self.write_clock(Clock {
+            fixed_ns: time_ns.max(1),
+            ..Clock::default()
+        })
+    }
+
+    /// Makes the program read the kernel's clock, as `mode` says (loading
+    /// sets [`ClockMode::Tick`]).
+    pub fn set_clock_mode(&mut self, mode: ClockMode) -> Result<(), XdpError> {
+        let clock = match mode {
+            ClockMode::Tick => {
+                let (tick_ns, jiffies_base) = kernel_tick()?;
+                Clock {
+                    fixed_ns: 0,
+                    tick_ns,
+                    jiffies_base,
+                }
+            }
+            ClockMode::Exact => Clock::default(),
+        };
+        self.write_clock(clock)
+    }
+
+    fn write_clock(&mut self, clock: Clock) -> Result<(), XdpError> {
+        array::<Clock>(&mut self.ebpf, maps::CLOCK)?
+            .set(0, clock, 0)
+            .map_err(|e| err(format!("{}: {e}", maps::CLOCK)))
     }
 
     /// Runs one frame through the selected program; returns its action.

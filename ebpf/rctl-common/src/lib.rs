@@ -38,8 +38,8 @@ pub mod maps {
     /// `Array<Bucket>`: rate-limit buckets, [`super::WAYS`]-way set
     /// associative, then one overflow bucket per limiter.
     pub const BUCKETS: &str = "RCTL_BUCKETS";
-    /// `Array<u64>`: `[0]`, when not zero, replaces the kernel clock (tests
-    /// replay time through it).
+    /// `Array<Clock>`, one entry: how the program reads the time (see
+    /// [`super::Clock`]).
     pub const CLOCK: &str = "RCTL_CLOCK";
 }
 
@@ -190,6 +190,30 @@ pub fn bucket_set(seed: u32, limiter: u32, family: u32, hi: u64, lo: u64) -> u32
     (h as u32) & (MAX_BUCKETS / WAYS - 1)
 }
 
+/// How the program reads the time, in ns of CLOCK_MONOTONIC.
+///
+/// - `fixed_ns` not zero: that time (tests replay time through it).
+/// - else `tick_ns` not zero: the tick clock, `(jiffies - jiffies_base) *
+///   tick_ns`. `bpf_jiffies64` is inlined by the verifier into one load,
+///   where the exact clock is a helper call (about 33 ns in a VM). Time
+///   then moves in ticks (1/HZ), so the program widens every limiter's
+///   burst tolerance by one tick: within a tick it cannot tell packets
+///   apart, and a tolerance under a tick would cap any rate at
+///   `burst + 1` per tick. The average rate stays exact; a burst may
+///   exceed the configured one by at most `rate x tick` packets.
+/// - else the exact clock, `bpf_ktime_get_ns`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// When not zero, the time.
+    pub fixed_ns: u64,
+    /// The kernel's tick in ns (`TICK_NSEC`), or 0 for the exact clock.
+    pub tick_ns: u64,
+    /// Jiffies at boot (`INITIAL_JIFFIES`), so that the tick clock counts
+    /// from boot like CLOCK_MONOTONIC.
+    pub jiffies_base: u64,
+}
+
 /// Per-rule counters (per CPU).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -206,6 +230,7 @@ const _: () = assert!(core::mem::size_of::<Counters>() == 16);
 const _: () = assert!(core::mem::size_of::<Range4>() == 16);
 const _: () = assert!(core::mem::size_of::<Range6>() == 24);
 const _: () = assert!(core::mem::size_of::<Bucket>() == 40);
+const _: () = assert!(core::mem::size_of::<Clock>() == 24);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -221,4 +246,6 @@ mod pod {
     unsafe impl aya::Pod for super::Range6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Bucket {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Clock {}
 }

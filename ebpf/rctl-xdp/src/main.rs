@@ -29,8 +29,9 @@ use aya_ebpf::programs::XdpContext;
 use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
-    bucket_set, kind, Bucket, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES, MAX_BUCKETS, MAX_RULES,
-    MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
+    bucket_set, kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES,
+    MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP, PROTO_UDP,
+    V4_INDEX_ENTRIES, WAYS,
 };
 
 #[map(name = "RCTL_TERMS")]
@@ -60,7 +61,7 @@ static LIMITERS: Array<Limiter> = Array::with_max_entries(MAX_TERMS, 0);
 #[map(name = "RCTL_BUCKETS")]
 static BUCKETS: Array<Bucket> = Array::with_max_entries(BUCKET_ENTRIES, 0);
 #[map(name = "RCTL_CLOCK")]
-static CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+static CLOCK: Array<Clock> = Array::with_max_entries(1, 0);
 
 struct Parsed {
     sets: u64,
@@ -77,9 +78,17 @@ struct Parsed {
     src_lo: u64,
 }
 
+/// How a program variant looks sources up.
+const INTERVALS: u8 = 0;
+/// See [`INTERVALS`].
+const TRIE: u8 = 1;
+/// No lookup at all (every source in no ip set): the benchmark's measure
+/// of the work every variant shares.
+const NONE: u8 = 2;
+
 #[xdp]
 pub fn rctl(ctx: XdpContext) -> u32 {
-    match try_rctl::<false>(&ctx) {
+    match try_rctl::<INTERVALS>(&ctx) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -89,8 +98,45 @@ pub fn rctl(ctx: XdpContext) -> u32 {
 /// tests).
 #[xdp]
 pub fn rctl_lpm(ctx: XdpContext) -> u32 {
-    match try_rctl::<true>(&ctx) {
+    match try_rctl::<TRIE>(&ctx) {
         Ok(v) | Err(v) => v,
+    }
+}
+
+/// The same rules with no source lookup (wrong for any ip-set rule): the
+/// benchmark subtracts it to show the lookups' own cost.
+#[xdp]
+pub fn rctl_nolookup(ctx: XdpContext) -> u32 {
+    match try_rctl::<NONE>(&ctx) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// The ip-set bits of an IPv4 source, looked up as `L` says.
+#[inline(always)]
+fn v4_sets<const L: u8>(src: [u8; 4]) -> u64 {
+    match L {
+        INTERVALS => v4_bits(u32::from_be_bytes(src)),
+        TRIE => V4.get(&Key::new(32, src)).copied().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The ip-set bits of an IPv6 source, looked up as `L` says.
+#[inline(always)]
+fn v6_sets<const L: u8>(src: &[u8; 16]) -> u64 {
+    match L {
+        INTERVALS => {
+            let h = u64::from_be_bytes([
+                src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
+            ]);
+            let l = u64::from_be_bytes([
+                src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
+            ]);
+            v6_bits(h, l)
+        }
+        TRIE => V6.get(&Key::new(128, *src)).copied().unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -162,7 +208,7 @@ pub fn rctl_pass(_ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn parse<const TRIE: bool>(ctx: &XdpContext) -> Option<Parsed> {
+fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
     let mut off = 12usize;
     let mut ethertype = be16_at(ctx, off)?;
     off += 2;
@@ -184,11 +230,7 @@ fn parse<const TRIE: bool>(ctx: &XdpContext) -> Option<Parsed> {
             let frag = be16_at(ctx, off + 6)?;
             let proto = u8_at(ctx, off + 9)?;
             let src = bytes4_at(ctx, off + 12)?;
-            let sets = if TRIE {
-                V4.get(&Key::new(32, src)).copied().unwrap_or(0)
-            } else {
-                v4_bits(u32::from_be_bytes(src))
-            };
+            let sets = v4_sets::<L>(src);
             // Later fragments carry no ports.
             let l4 = if frag & 0x1fff != 0 {
                 None
@@ -211,20 +253,10 @@ fn parse<const TRIE: bool>(ctx: &XdpContext) -> Option<Parsed> {
                 (6u32, src)
             };
             let v4 = [src[12], src[13], src[14], src[15]];
-            let sets = if mapped && TRIE {
-                V4.get(&Key::new(32, v4)).copied().unwrap_or(0)
-            } else if mapped {
-                v4_bits(u32::from_be_bytes(v4))
-            } else if TRIE {
-                V6.get(&Key::new(128, src)).copied().unwrap_or(0)
+            let sets = if mapped {
+                v4_sets::<L>(v4)
             } else {
-                let h = u64::from_be_bytes([
-                    src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
-                ]);
-                let l = u64::from_be_bytes([
-                    src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
-                ]);
-                v6_bits(h, l)
+                v6_sets::<L>(&src)
             };
             let mut at = off + 40;
             let mut l4 = Some(0usize);
@@ -288,8 +320,8 @@ fn parse<const TRIE: bool>(ctx: &XdpContext) -> Option<Parsed> {
 }
 
 #[inline(always)]
-fn try_rctl<const TRIE: bool>(ctx: &XdpContext) -> Result<u32, u32> {
-    let Some(p) = parse::<TRIE>(ctx) else {
+fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
+    let Some(p) = parse::<L>(ctx) else {
         return Ok(xdp_action::XDP_PASS);
     };
     let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
@@ -355,17 +387,28 @@ fn try_rctl<const TRIE: bool>(ctx: &XdpContext) -> Result<u32, u32> {
 /// neither evict a live bucket (lifting a ban or a client's standing) nor
 /// escape the limit.
 ///
-/// The clock is the one helper call here (about 30 ns in this VM: most of
-/// the limiter's cost); everything else is inlined array loads.
+/// The clock is read from [`Clock`]: by default the tick clock, one
+/// inlined load (the exact clock is a helper call costing about 33 ns in
+/// this VM, most of the limiter's cost); everything else is inlined array
+/// loads.
 #[inline(always)]
 fn over_limit(ctx: &XdpContext, p: &Parsed, limiter: u32, l: &Limiter) -> bool {
-    let now = match CLOCK.get(0).copied() {
-        Some(t) if t != 0 => t,
-        // The exact clock: with a coarse one (a tick of a few ms) GCRA
-        // would let a source through only 1 + burst times per tick,
-        // whatever its rate.
-        // SAFETY: a helper without arguments or side effects.
-        _ => unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() },
+    let Some(c) = CLOCK.get(0) else {
+        return false;
+    };
+    // `slack`: the tick clock's widening of the burst tolerance.
+    let (now, slack) = if c.fixed_ns != 0 {
+        (c.fixed_ns, 0)
+    } else if c.tick_ns != 0 {
+        // SAFETY: a helper without arguments or side effects (inlined).
+        let j = unsafe { aya_ebpf::helpers::bpf_jiffies64() };
+        (
+            j.wrapping_sub(c.jiffies_base).wrapping_mul(c.tick_ns),
+            c.tick_ns,
+        )
+    } else {
+        // SAFETY: as above (a call).
+        (unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }, 0)
     };
     let bits = if p.family == 4 { l.v4_len } else { l.v6_len };
     let mask_hi = if bits == 0 {
@@ -426,7 +469,7 @@ fn over_limit(ctx: &XdpContext, p: &Parsed, limiter: u32, l: &Limiter) -> bool {
         return true;
     }
     let tat = if st.tat > now { st.tat } else { now };
-    if tat - now > l.tolerance_ns {
+    if tat - now > l.tolerance_ns + slack {
         if l.ban_ns > 0 {
             st.banned_until = now + l.ban_ns;
             log_ban(ctx, limiter, p.family, hi, lo, l.ban_ns);
