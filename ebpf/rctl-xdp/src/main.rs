@@ -122,19 +122,12 @@ fn v4_sets<const L: u8>(src: [u8; 4]) -> u64 {
     }
 }
 
-/// The ip-set bits of an IPv6 source, looked up as `L` says.
+/// The ip-set bits of an IPv6 source (also as two big-endian halves),
+/// looked up as `L` says.
 #[inline(always)]
-fn v6_sets<const L: u8>(src: &[u8; 16]) -> u64 {
+fn v6_sets<const L: u8>(src: &[u8; 16], hi: u64, lo: u64) -> u64 {
     match L {
-        INTERVALS => {
-            let h = u64::from_be_bytes([
-                src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
-            ]);
-            let l = u64::from_be_bytes([
-                src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
-            ]);
-            v6_bits(h, l)
-        }
+        INTERVALS => v6_bits(hi, lo),
         TRIE => V6.get(&Key::new(128, *src)).copied().unwrap_or(0),
         _ => 0,
     }
@@ -237,26 +230,28 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             } else {
                 Some(off + ihl)
             };
-            let mut a = [0u8; 16];
-            a[..4].copy_from_slice(&src);
-            (sets, proto, l4, 4u32, a)
+            let hi = u64::from(u32::from_be_bytes(src)) << 32;
+            (sets, proto, l4, 4u32, (hi, 0))
         }
         0x86dd => {
             let mut next = u8_at(ctx, off + 6)?;
             let src = bytes16_at(ctx, off + 8)?;
-            let mapped = src[..10] == [0; 10] && src[10] == 0xff && src[11] == 0xff;
-            let (family, key_addr) = if mapped {
-                let mut a = [0u8; 16];
-                a[..4].copy_from_slice(&src[12..16]);
-                (4u32, a)
+            let hi = u64::from_be_bytes([
+                src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
+            ]);
+            let lo = u64::from_be_bytes([
+                src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
+            ]);
+            // An IPv4-mapped address (::ffff:a.b.c.d) is its IPv4 source.
+            let (sets, family, key) = if hi == 0 && lo >> 32 == 0xffff {
+                let v4 = lo as u32;
+                (
+                    v4_sets::<L>(v4.to_be_bytes()),
+                    4u32,
+                    (u64::from(v4) << 32, 0),
+                )
             } else {
-                (6u32, src)
-            };
-            let v4 = [src[12], src[13], src[14], src[15]];
-            let sets = if mapped {
-                v4_sets::<L>(v4)
-            } else {
-                v6_sets::<L>(&src)
+                (v6_sets::<L>(&src, hi, lo), 6u32, (hi, lo))
             };
             let mut at = off + 40;
             let mut l4 = Some(0usize);
@@ -283,7 +278,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                     return None;
                 }
             }
-            (sets, next, l4.map(|_| at), family, key_addr)
+            (sets, next, l4.map(|_| at), family, key)
         }
         _ => return None,
     };
@@ -310,12 +305,8 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
         dport,
         syn,
         family,
-        src_hi: u64::from_be_bytes([
-            src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
-        ]),
-        src_lo: u64::from_be_bytes([
-            src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
-        ]),
+        src_hi: src.0,
+        src_lo: src.1,
     })
 }
 
