@@ -267,17 +267,19 @@ fn interval_table_agrees_at_every_edge() {
     let mut r = Rng(0x1e55_ed9e);
     let mut src = String::from("ipblock big/x {\n");
     let mut edges: Vec<u32> = Vec::new();
-    for i in 0..6_000u32 {
-        // Half the prefixes in two crowded /16s, the rest anywhere.
+    for i in 0..24_000u32 {
+        // 3,000 prefixes in two crowded /16s, the rest anywhere (enough
+        // intervals for the largest, 16-bit index).
+        let crowded = i < 6_000 && i % 4 < 2;
         let base = match i % 4 {
-            0 => 0x0a01_0000 | (r.next() as u32 & 0xffff),
-            1 => 0xc633_0000 | (r.next() as u32 & 0xffff),
+            0 if crowded => 0x0a01_0000 | (r.next() as u32 & 0xffff),
+            1 if crowded => 0xc633_0000 | (r.next() as u32 & 0xffff),
             _ => r.next() as u32,
         };
         // Long prefixes in the crowded /16s; elsewhere any length.
-        let len = if i % 4 < 2 {
+        let len = if crowded {
             [26u32, 27, 28, 29, 30, 31, 32][(r.next() % 7) as usize]
-        } else if i % 97 == 2 {
+        } else if i % 997 == 2 {
             [8u32, 12][(r.next() % 2) as usize]
         } else {
             [16u32, 20, 23, 24, 27, 30, 31, 32][(r.next() % 8) as usize]
@@ -300,7 +302,12 @@ fn interval_table_agrees_at_every_edge() {
     let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
     let rs = c.ruleset.expect("compiles");
     let (mut three, tables) = Three::new(&obj, &rs);
-    assert!(tables.v4_ranges.len() > 4_000, "{}", tables.v4_ranges.len());
+    assert!(
+        tables.v4_ranges.len() > 32_768,
+        "{}",
+        tables.v4_ranges.len()
+    );
+    assert_eq!(tables.v4_index_bits, 16, "the largest index");
     let deepest = tables.v4_index.iter().map(|x| x >> 32).max().unwrap();
     assert!(
         deepest >= 500,
@@ -404,6 +411,12 @@ fn ipv6_interval_table_agrees_at_every_edge() {
     let c = rctl_compiler::compile_str("t.rctl", &src, &Default::default());
     let rs = c.ruleset.expect("compiles");
     let (mut three, tables) = Three::new(&obj, &rs);
+    // A mid-sized index: blocks wider than /16.
+    assert!(
+        (9..16).contains(&tables.v6_index_bits),
+        "{}",
+        tables.v6_index_bits
+    );
     let deepest = tables.v6_index.iter().map(|x| x >> 32).max().unwrap();
     assert!(
         deepest >= 3_000,

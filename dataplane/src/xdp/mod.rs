@@ -23,7 +23,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
     kind, maps, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS,
-    MAX_V6_RANGES, V4_INDEX_ENTRIES,
+    MAX_V6_RANGES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use serde::{Deserialize, Serialize};
@@ -101,12 +101,18 @@ pub struct Tables {
     /// The IPv4 space as sorted intervals with their bits (the program's
     /// lookup table).
     pub v4_ranges: Vec<Range4>,
-    /// For each top 16 bits: first interval, and intervals starting inside.
+    /// For each block of the top [`Tables::v4_index_bits`] bits: first
+    /// interval, and intervals starting inside.
     pub v4_index: Vec<u64>,
+    /// Address bits that index `v4_index` (8 to 16).
+    pub v4_index_bits: u32,
     /// The IPv6 space as sorted intervals with their bits.
     pub v6_ranges: Vec<Range6>,
-    /// For each top 16 bits of an IPv6 address, as `v4_index`.
+    /// For each top [`Tables::v6_index_bits`] bits of an IPv6 address, as
+    /// `v4_index`.
     pub v6_index: Vec<u64>,
+    /// Address bits that index `v6_index` (8 to 16).
+    pub v6_index_bits: u32,
     /// IPv6 (prefix, length, bits), likewise.
     pub v6: Vec<([u8; 16], u8, u64)>,
     /// Port bits, indexed by port (only non-zero entries).
@@ -245,7 +251,8 @@ impl Tables {
                 t.v6.extend(out.into_iter().map(|(n, l)| (n.to_be_bytes(), l, bits)));
             }
         }
-        let (starts, index) = interval_table(v4_ranges, 32);
+        let (starts, index, bits) = interval_table(v4_ranges, 32);
+        t.v4_index_bits = bits;
         t.v4_ranges = starts
             .into_iter()
             .map(|(start, bits)| Range4 {
@@ -255,7 +262,8 @@ impl Tables {
             })
             .collect();
         t.v4_index = index;
-        let (starts, index) = interval_table(v6_ranges, 128);
+        let (starts, index, bits) = interval_table(v6_ranges, 128);
+        t.v6_index_bits = bits;
         if starts.len() > MAX_V6_RANGES as usize {
             return Err(err(format!(
                 "{} IPv6 intervals: at most {MAX_V6_RANGES}",
@@ -302,10 +310,16 @@ impl Tables {
 
 /// An address space of `width` bits cut at every range edge, as sorted
 /// (start, bits) pairs (gaps get no bits; neighbours with equal bits are
-/// merged), and its index by the top 16 bits: for each, the interval
-/// holding its first address (low 32 bits) and how many intervals start
-/// inside it (high 32 bits).
-fn interval_table(mut ranges: Vec<(u128, u128, u64)>, width: u32) -> (Vec<(u128, u64)>, Vec<u64>) {
+/// merged), its index by the top `k` bits, and `k`: for each block, the
+/// interval holding its first address (low 32 bits) and how many intervals
+/// start inside it (high 32 bits). `k` is the intervals' count rounded up
+/// to a power of two, from 8 to 16 bits: about one interval per block, and
+/// a small table's index small enough to stay in cache. A block then holds
+/// at most 2^16 + 1 intervals, which bounds the program's binary search.
+fn interval_table(
+    mut ranges: Vec<(u128, u128, u64)>,
+    width: u32,
+) -> (Vec<(u128, u64)>, Vec<u64>, u32) {
     ranges.sort_unstable();
     let max = u128::MAX >> (128 - width);
     let mut out: Vec<(u128, u64)> = Vec::with_capacity(ranges.len() * 2 + 1);
@@ -324,8 +338,9 @@ fn interval_table(mut ranges: Vec<(u128, u128, u64)>, width: u32) -> (Vec<(u128,
     if let Some(n) = next {
         push(n, 0);
     }
-    let shift = width - 16;
-    let index = (0..V4_INDEX_ENTRIES)
+    let k = out.len().next_power_of_two().trailing_zeros().clamp(8, 16);
+    let shift = width - k;
+    let index = (0..1u32 << k)
         .map(|p| {
             let first = u128::from(p) << shift;
             let last = first | ((1u128 << shift) - 1);
@@ -334,7 +349,7 @@ fn interval_table(mut ranges: Vec<(u128, u128, u64)>, width: u32) -> (Vec<(u128,
             lo as u64 | ((hi - lo) as u64) << 32
         })
         .collect();
-    (out, index)
+    (out, index, k)
 }
 
 fn array<'a, V: aya::Pod>(
@@ -441,7 +456,18 @@ impl XdpProgram {
         }
         // The term count goes in last: until it is set the program sees no
         // terms.
-        fill(e, maps::CONFIG, [tables.terms.len() as u32])?;
+        {
+            let mut config = array::<u32>(e, maps::CONFIG)?;
+            let shifts = [
+                (1, 32 - tables.v4_index_bits),
+                (2, 64 - tables.v6_index_bits),
+            ];
+            for (i, v) in shifts.into_iter().chain([(0, tables.terms.len() as u32)]) {
+                config
+                    .set(i, v, 0)
+                    .map_err(|e| err(format!("{}[{i}]: {e}", maps::CONFIG)))?;
+            }
+        }
         let prog: &mut Xdp = ebpf
             .program_mut("rctl")
             .ok_or_else(|| err("no program `rctl`"))?

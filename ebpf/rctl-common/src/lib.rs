@@ -7,7 +7,8 @@
 pub mod maps {
     /// `Array<Term>`: the packet plane's rules as DNF terms, in order.
     pub const TERMS: &str = "RCTL_TERMS";
-    /// `Array<u32>`: `[0]` is the number of terms in use.
+    /// `Array<u32>`: `[0]` is the number of terms in use; `[1]` and `[2]`
+    /// the IPv4 and IPv6 index shifts (see [`V4_INDEX`]).
     pub const CONFIG: &str = "RCTL_CONFIG";
     /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).
@@ -15,9 +16,11 @@ pub mod maps {
     /// `Array<Range4>`: the IPv4 space cut into intervals, sorted by start,
     /// each with its membership bits; sized at load time.
     pub const V4_RANGES: &str = "RCTL_V4_RANGES";
-    /// `Array<u64>` indexed by an address's top 16 bits: the index of the
-    /// interval holding the /16's first address (low 32 bits), and how
-    /// many intervals start inside the /16 (high 32 bits).
+    /// `Array<u64>` indexed by an address's top `k` bits (the address
+    /// shifted right by `CONFIG[1]`; `k` from 8 to 16 grows with the table,
+    /// so that a small table's index stays small and cached): the index
+    /// of the interval holding the block's first address (low 32 bits),
+    /// and how many intervals start inside the block (high 32 bits).
     pub const V4_INDEX: &str = "RCTL_V4_INDEX";
     /// `LpmTrie<[u8; 16], u64>`: IPv6 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).
@@ -25,7 +28,8 @@ pub mod maps {
     /// `Array<Range6>`: the IPv6 space cut into intervals, as
     /// [`V4_RANGES`] for IPv4.
     pub const V6_RANGES: &str = "RCTL_V6_RANGES";
-    /// `Array<u64>` indexed by an address's top 16 bits, as [`V4_INDEX`].
+    /// `Array<u64>` indexed by an address's top `k` bits (the first half
+    /// shifted right by `CONFIG[2]`), as [`V4_INDEX`].
     pub const V6_INDEX: &str = "RCTL_V6_INDEX";
     /// `Array<u64>` indexed by destination port: port-predicate bits.
     pub const PORTS: &str = "RCTL_PORTS";
@@ -77,7 +81,7 @@ pub const WAYS: u32 = 4;
 /// Entries of the bucket map: the sets, then one overflow bucket per
 /// limiter, shared by sources that find their set full of live buckets.
 pub const BUCKET_ENTRIES: u32 = MAX_BUCKETS + MAX_TERMS;
-/// Entries of the top-16-bit index of either family.
+/// Entries of the index of either family (its largest size, 16 bits).
 pub const V4_INDEX_ENTRIES: u32 = 1 << 16;
 /// Most IPv6 intervals (the binary search's step bound covers them all
 /// in one /16).

@@ -9,8 +9,10 @@
 //! passes.
 //!
 //! IPv4 sources are looked up in a sorted interval table: an array indexed
-//! by the address's top 16 bits gives the few intervals that start inside
-//! that /16, and a binary search over them (at most 17 steps, usually 0 to
+//! by the address's top k bits (k from 8 to 16, growing with the table:
+//! about one interval per block, and a small table's index stays small
+//! enough to stay cached) gives the few intervals that start inside that
+//! block, and a binary search over them (at most 17 steps, usually 0 to
 //! 5) finds the one that holds the address. Each step is an array load the
 //! verifier inlines. IPv6 sources use the same layout with 128-bit
 //! starts. `rctl_lpm` is the same program with the kernel's LPM tries
@@ -141,10 +143,11 @@ fn lt64(x: u64, y: u64) -> u64 {
 
 /// The ip-set bits of an IPv6 source (two big-endian halves), from the
 /// interval table: as [`v4_bits`], with 128-bit comparisons made of
-/// borrows, and up to 23 steps (a /16 may hold every interval).
+/// borrows, and up to 23 steps (one block may hold every interval).
 #[inline(always)]
 fn v6_bits(hi: u64, lo: u64) -> u64 {
-    let Some(&ix) = V6_INDEX.get((hi >> 48) as u32) else {
+    let shift = CONFIG.get(2).copied().unwrap_or(48);
+    let Some(&ix) = V6_INDEX.get(hi.wrapping_shr(shift) as u32) else {
         return 0;
     };
     let mut base = ix as u32;
@@ -170,7 +173,8 @@ fn v6_bits(hi: u64, lo: u64) -> u64 {
 /// The ip-set bits of an IPv4 source, from the interval table.
 #[inline(always)]
 fn v4_bits(addr: u32) -> u64 {
-    let Some(&ix) = V4_INDEX.get(addr >> 16) else {
+    let shift = CONFIG.get(1).copied().unwrap_or(16);
+    let Some(&ix) = V4_INDEX.get(addr.wrapping_shr(shift)) else {
         return 0;
     };
     // Intervals base ..= base + len - 1 may hold the address; the first
