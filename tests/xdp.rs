@@ -435,3 +435,30 @@ fn ipv6_interval_table_agrees_at_every_edge() {
         three.agree(&p, k % 3 == 0, &"IPv6 edge");
     }
 }
+
+/// The verifier walks every path of the program (the terms loop runs up to
+/// 64 times, each with the rate limiter inlined) and refuses it past a
+/// million instructions. Keep the walk well under that, so that a change
+/// which makes it explode (a branch that splits the state before the loop
+/// doubles it) fails here, with the figure, rather than at a user's apply.
+#[test]
+fn the_verifier_walk_keeps_headroom() {
+    let Some(obj) = object() else { return };
+    let c = rctl_compiler::compile_str(
+        "t.rctl",
+        "rule t { when proto == tcp throttle 5 packets per 1s by ip }\n",
+        &Default::default(),
+    );
+    let rs = c.ruleset.expect("compiles");
+    let tables = Tables::new(&rs, None).unwrap();
+    let mut prog = XdpProgram::load(&obj, &tables, rs.rules.len(), false).unwrap();
+    let walked = prog
+        .xdp_mut()
+        .unwrap()
+        .info()
+        .unwrap()
+        .verified_instruction_count()
+        .expect("the kernel reports verified instructions (5.16+)");
+    eprintln!("the verifier walked {walked} instructions");
+    assert!(walked < 700_000, "{walked} of the 1,000,000 limit");
+}

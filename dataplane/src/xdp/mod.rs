@@ -22,8 +22,8 @@ use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
-    kind, maps, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, MAX_RULES, MAX_TERMS,
-    MAX_V6_RANGES,
+    kind, maps, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, CONFIG_SETS_ONLY,
+    MAX_RULES, MAX_TERMS, MAX_V6_RANGES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use serde::{Deserialize, Serialize};
@@ -462,7 +462,9 @@ impl XdpProgram {
                 (1, 32 - tables.v4_index_bits),
                 (2, 64 - tables.v6_index_bits),
             ];
-            for (i, v) in shifts.into_iter().chain([(0, tables.terms.len() as u32)]) {
+            let sets_only = !tables.terms.is_empty() && tables.terms.iter().all(|t| t.set_pos != 0);
+            let head = tables.terms.len() as u32 | if sets_only { CONFIG_SETS_ONLY } else { 0 };
+            for (i, v) in shifts.into_iter().chain([(0, head)]) {
                 config
                     .set(i, v, 0)
                     .map_err(|e| err(format!("{}[{i}]: {e}", maps::CONFIG)))?;

@@ -7,8 +7,9 @@
 pub mod maps {
     /// `Array<Term>`: the packet plane's rules as DNF terms, in order.
     pub const TERMS: &str = "RCTL_TERMS";
-    /// `Array<u32>`: `[0]` is the number of terms in use; `[1]` and `[2]`
-    /// the IPv4 and IPv6 index shifts (see [`V4_INDEX`]).
+    /// `Array<u32>`: `[0]` is the number of terms in use
+    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_SETS_ONLY`]; `[1]`
+    /// and `[2]` the IPv4 and IPv6 index shifts (see [`V4_INDEX`]).
     pub const CONFIG: &str = "RCTL_CONFIG";
     /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).
@@ -46,6 +47,13 @@ pub mod maps {
     /// [`super::Clock`]).
     pub const CLOCK: &str = "RCTL_CLOCK";
 }
+
+/// The term count's bits in `CONFIG[0]`.
+pub const CONFIG_TERMS: u32 = 0xffff;
+/// Set in `CONFIG[0]` when every term needs the source in some ip set: a
+/// source in none passes as soon as it is looked up (most traffic, for a
+/// ruleset of address blocks), without reading the terms.
+pub const CONFIG_SETS_ONLY: u32 = 1 << 31;
 
 /// Index of TCP in the protocol table.
 pub const PROTO_TCP: u32 = 0;

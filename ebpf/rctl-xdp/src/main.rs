@@ -32,8 +32,8 @@ use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
     bucket_set, kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES,
-    MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP, PROTO_UDP,
-    V4_INDEX_ENTRIES, WAYS,
+    CONFIG_SETS_ONLY, CONFIG_TERMS, MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER,
+    PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
 };
 
 #[map(name = "RCTL_TERMS")]
@@ -321,7 +321,17 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     };
     let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
     let protos = PROTOS.get(p.proto).copied().unwrap_or(0);
-    let n = CONFIG.get(0).copied().unwrap_or(0);
+    let config = CONFIG.get(0).copied().unwrap_or(0);
+    let n = config & CONFIG_TERMS;
+    // Zero only for a source in no ip set when every term needs one. The
+    // test is on this value alone (`black_box` keeps LLVM from splitting
+    // it back into two), so that the verifier learns nothing about
+    // `p.sets` and walks the terms once, not once per outcome.
+    let none =
+        core::hint::black_box(p.sets | u64::from((config & CONFIG_SETS_ONLY) ^ CONFIG_SETS_ONLY));
+    if none == 0 {
+        return Ok(xdp_action::XDP_PASS);
+    }
     // A throttle that let a packet through is done with it: later terms of
     // the same rule must not count it again.
     let mut counted_rule = u32::MAX;
