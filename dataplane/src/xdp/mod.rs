@@ -483,7 +483,11 @@ impl XdpProgram {
             seed,
             selected: "rctl",
         };
-        program.set_clock_mode(ClockMode::Tick)?;
+        // The tick clock where the kernel tick can be read (callers that
+        // ask for it explicitly get the error), else the exact one.
+        if program.set_clock_mode(ClockMode::Tick).is_err() {
+            program.set_clock_mode(ClockMode::Exact)?;
+        }
         Ok(program)
     }
 
@@ -619,7 +623,7 @@ impl XdpProgram {
     }
 
     /// Makes the program read the kernel's clock, as `mode` says (loading
-    /// sets [`ClockMode::Tick`]).
+    /// sets [`ClockMode::Tick`] where it can).
     pub fn set_clock_mode(&mut self, mode: ClockMode) -> Result<(), XdpError> {
         let clock = match mode {
             ClockMode::Tick => {

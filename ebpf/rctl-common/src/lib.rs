@@ -221,8 +221,8 @@ pub struct Clock {
     pub fixed_ns: u64,
     /// The kernel's tick in ns (`TICK_NSEC`), or 0 for the exact clock.
     pub tick_ns: u64,
-    /// Jiffies at boot (`INITIAL_JIFFIES`), so that the tick clock counts
-    /// from boot like CLOCK_MONOTONIC.
+    /// The jiffies value at which the tick clock reads 0, chosen so that
+    /// it follows CLOCK_MONOTONIC (about the value at boot).
     pub jiffies_base: u64,
 }
 
