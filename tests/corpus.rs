@@ -88,7 +88,7 @@ const IPS: &[&str] = &[
 
 fn random_condition(r: &mut Rng, depth: u32) -> String {
     if depth > 2 || r.next() % 3 == 0 {
-        return match r.next() % 14 {
+        return match r.next() % 15 {
             0 => format!("path == \"{}\"", r.pick(PATHS)),
             1 => format!(
                 "path starts_with \"{}\"",
@@ -128,6 +128,14 @@ fn random_condition(r: &mut Rng, depth: u32) -> String {
                 r.pick(&["json", "title", "SELECT"])
             ),
             12 => format!("port in {{ {} }}", r.pick(&["80", "443", "80, 8000-9000"])),
+            13 => format!(
+                "dst_ip in {{ {} }}",
+                r.pick(&[
+                    "198.51.100.0/24",
+                    "10.0.0.0/8, 2001:db8::/32",
+                    "203.0.113.5"
+                ])
+            ),
             _ => format!("path !~ \"{}\"", r.pick(&["^/w/", "html"])),
         };
     }
@@ -213,6 +221,10 @@ fn compiled_engine_agrees_with_the_reference_on_random_rulesets() {
                 target: target.as_bytes(),
                 headers: &headers,
                 ip: r.pick(IPS).parse().unwrap(),
+                dst: match r.next() % 3 {
+                    0 => None,
+                    _ => Some(r.pick(IPS).parse().unwrap()),
+                },
                 port: if r.next() % 2 == 0 { 443 } else { 80 },
                 time_ns: t * 50_000_000,
             };
@@ -223,6 +235,7 @@ fn compiled_engine_agrees_with_the_reference_on_random_rulesets() {
             decided_by_rule += usize::from(a.verdict.rule().is_some());
             let p = Packet {
                 src: req.ip,
+                dst: req.dst,
                 proto: [Proto::Tcp, Proto::Udp][t as usize % 2],
                 dst_port: req.port,
                 syn: t % 3 == 0,

@@ -101,6 +101,14 @@ fn types() {
     );
     expect("rule r { when ip ~ \"10\\.\" deny }", &[("E0025", 1, 18)]);
     expect(
+        "rule r { when dst_ip ~ \"10\\.\" deny }",
+        &[("E0025", 1, 22)],
+    );
+    expect(
+        "rule r { when dst_ip == 10.0.0.300 drop }",
+        &[("E0020", 1, 25)],
+    );
+    expect(
         "rule r { when ip == \"10.0.0.1\" deny }",
         &[("E0025", 1, 21)],
     );

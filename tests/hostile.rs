@@ -22,6 +22,7 @@ fn decide(e: &Both, method: &[u8], target: &[u8], headers: &[(&[u8], &[u8])], ip
         target,
         headers,
         ip: ip.parse().unwrap(),
+        dst: None,
         port: 443,
         time_ns: 1,
     };

@@ -123,6 +123,35 @@ fn fields_and_operators() {
             Req::get("/").ip("10.1.2.3"),
             "pass",
         ),
+        (
+            "dst_ip == 208.80.154.224",
+            Req::get("/").dst("208.80.154.224"),
+            "deny:r",
+        ),
+        (
+            "dst_ip in { 2620:0:861:ed1a::/64 }",
+            Req::get("/").dst("2620:0:861:ed1a::1"),
+            "deny:r",
+        ),
+        (
+            "dst_ip in { 10.0.0.0/8 }",
+            Req::get("/").dst("::ffff:10.1.2.3"),
+            "deny:r",
+        ),
+        (
+            "dst_ip in { 208.80.154.224/27 }",
+            Req::get("/").dst("208.80.155.1"),
+            "pass",
+        ),
+        // An unknown destination is in no set.
+        ("dst_ip in { 0.0.0.0/0, ::/0 }", Req::get("/"), "pass"),
+        ("dst_ip not in { 0.0.0.0/0 }", Req::get("/"), "deny:r"),
+        // The source and the destination are different addresses.
+        (
+            "ip in { 208.80.154.224/27 }",
+            Req::get("/").dst("208.80.154.224"),
+            "pass",
+        ),
         ("port == 443", Req::get("/"), "deny:r"),
         ("port in { 80, 8000-8999 }", Req::get("/"), "pass"),
         ("true", Req::get("/"), "deny:r"),
@@ -383,6 +412,7 @@ fn packet_path_follows_the_plan() {
     let e = engine(src);
     let p = |ip: &str, syn: bool| Packet {
         src: ip.parse().unwrap(),
+        dst: None,
         proto: Proto::Tcp,
         dst_port: 443,
         syn,

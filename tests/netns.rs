@@ -12,6 +12,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const NEAR: &str = "10.203.0.1";
+/// A second address of the near end: a service address `dst_ip` rules name.
+const VIP: &str = "10.203.0.10";
 const CLIENT: &str = "10.203.0.2";
 const BLOCKED: &str = "10.203.0.66";
 const EXEMPT: &str = "10.203.0.77";
@@ -35,6 +37,12 @@ rule exempt {{
 rule blocked {{
   priority 5
   when ipblock@test/blocked
+  drop
+}}
+
+rule udp_to_vip {{
+  priority 8
+  when dst_ip == {VIP} and proto == udp and port != 53
   drop
 }}
 
@@ -105,10 +113,9 @@ impl Lab {
                 "link", "add", &lab.near, "type", "veth", "peer", "name", &far, "netns", &lab.ns,
             ],
         );
-        must(
-            "ip",
-            &["addr", "add", &format!("{NEAR}/24"), "dev", &lab.near],
-        );
+        for a in [NEAR, VIP] {
+            must("ip", &["addr", "add", &format!("{a}/24"), "dev", &lab.near]);
+        }
         must("ip", &["link", "set", &lab.near, "up"]);
         for a in [CLIENT, BLOCKED, EXEMPT, LATER_BLOCKED] {
             lab.exec_ok("ip", &["addr", "add", &format!("{a}/24"), "dev", &far]);
@@ -231,6 +238,18 @@ impl Lab {
     /// Starts sending `n` UDP datagrams from `src` to `port` at `rate` per
     /// second.
     fn udp_flood(&self, src: &str, port: u16, n: u32, rate: u32) -> std::process::Child {
+        self.udp_flood_to(src, NEAR, port, n, rate)
+    }
+
+    /// As [`Lab::udp_flood`], to `dst`.
+    fn udp_flood_to(
+        &self,
+        src: &str,
+        dst: &str,
+        port: u16,
+        n: u32,
+        rate: u32,
+    ) -> std::process::Child {
         let script = "import socket,sys,time\n\
             src,dst,port,n,rate=sys.argv[1],sys.argv[2],int(sys.argv[3]),int(sys.argv[4]),float(sys.argv[5])\n\
             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
@@ -249,7 +268,7 @@ impl Lab {
                 "-c",
                 script,
                 src,
-                NEAR,
+                dst,
                 &port.to_string(),
                 &n.to_string(),
                 &rate.to_string(),
@@ -387,6 +406,24 @@ fn apply_status_detach_on_a_veth_pair() {
     assert!(lab.counter("udp_flood") >= 250, "{}", lab.status());
     assert!(lab.counter("exempt") >= 400, "{}", lab.status());
     assert!(lab.status()[0]["buckets_used"].as_u64().unwrap() >= 1);
+
+    // Destination prefixes: the same client's UDP to the service address
+    // is dropped, to the other address (and DNS to the service address)
+    // it passes.
+    let to_vip = UdpSocket::bind((VIP, 5000)).expect("bind UDP VIP:5000");
+    let to_near = UdpSocket::bind((NEAR, 5000)).expect("bind UDP 5000");
+    let to_dns = UdpSocket::bind((VIP, 53)).expect("bind UDP VIP:53");
+    let before = lab.counter("udp_to_vip");
+    for (dst, port) in [(VIP, 5000), (NEAR, 5000), (VIP, 53)] {
+        let mut s = lab.udp_flood_to(CLIENT, dst, port, 100, 500);
+        assert!(s.wait().unwrap().success());
+    }
+    let mut n = [0u32; 3];
+    for (i, sock) in [&to_vip, &to_near, &to_dns].into_iter().enumerate() {
+        n[i] = receive(sock, || true).values().sum();
+    }
+    assert_eq!(n, [0, 100, 100], "received at VIP:5000, NEAR:5000, VIP:53");
+    assert_eq!(lab.counter("udp_to_vip") - before, 100, "{}", lab.status());
 
     // Apply under continuous traffic: two new generations while 3,000
     // datagrams that both rulesets pass flow at 1,000/s; none is lost.

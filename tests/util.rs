@@ -54,6 +54,7 @@ pub struct Req {
     pub target: String,
     pub headers: Vec<(&'static str, String)>,
     pub ip: IpAddr,
+    pub dst: Option<IpAddr>,
     pub port: u16,
     pub t_ms: u64,
 }
@@ -66,12 +67,17 @@ impl Req {
             target: target.into(),
             headers: Vec::new(),
             ip: "198.51.100.1".parse().unwrap(),
+            dst: None,
             port: 443,
             t_ms: 0,
         }
     }
     pub fn ip(mut self, ip: &str) -> Req {
         self.ip = ip.parse().unwrap();
+        self
+    }
+    pub fn dst(mut self, ip: &str) -> Req {
+        self.dst = Some(ip.parse().unwrap());
         self
     }
     pub fn header(mut self, n: &'static str, v: &str) -> Req {
@@ -102,6 +108,7 @@ impl Req {
             target: self.target.as_bytes(),
             headers: hs,
             ip: self.ip,
+            dst: self.dst,
             port: self.port,
             time_ns: 1_000_000_000_000 + self.t_ms * 1_000_000,
         }

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 #[path = "xdp_frame.rs"]
 pub(crate) mod xdp_frame;
-use xdp_frame::frame;
+use xdp_frame::{default_dst, frame, frame_to};
 
 /// The built XDP object's path, if this process can load it (root); under
 /// CI both are required.
@@ -84,8 +84,14 @@ impl Three {
 
     /// Runs one packet through all three; they must agree on the action
     /// and the deciding rule. `vlan` puts the frame behind a VLAN tag.
+    /// Without a destination, the packet goes to [`default_dst`].
     fn agree(&mut self, p: &Packet, vlan: bool, context: &dyn std::fmt::Display) {
-        let f = frame(p.src, p.proto, p.dst_port, p.syn, vlan);
+        let dst = p.dst.unwrap_or_else(|| default_dst(p.src));
+        let p = &Packet {
+            dst: Some(dst),
+            ..*p
+        };
+        let f = frame_to(p.src, dst, p.proto, p.dst_port, p.syn, vlan);
         let got = self.prog.test(&f, p.time_ns).unwrap();
         let lpm = self.lpm.test(&f, p.time_ns).unwrap();
         assert_eq!(got, lpm, "rctl and rctl_lpm differ: {context}: {p:?}");
@@ -128,13 +134,15 @@ fn corpus_packets_agree_with_the_engine() {
                     SampleKind::Request { .. } => (Proto::Tcp, true),
                 };
                 let now = 1_000_000_000_000 + ms * 1_000_000;
+                let dst = s.dst.unwrap_or_else(|| default_dst(s.ip));
                 let got = prog
-                    .test(&frame(s.ip, proto, s.port, syn, n % 2 == 1), now)
+                    .test(&frame_to(s.ip, dst, proto, s.port, syn, n % 2 == 1), now)
                     .unwrap();
                 let want = expect(
                     &engine,
                     &Packet {
                         src: s.ip,
+                        dst: Some(dst),
                         proto,
                         dst_port: s.port,
                         syn,
@@ -190,8 +198,19 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
     for round in 0..40 {
         let mut src = String::new();
         for i in 0..(2 + round % 7) {
-            let cond = match r.next() % 6 {
+            let cond = match r.next() % 8 {
                 0 => format!("ip in {{ {}, {} }}", r.pick(&nets), r.pick(&nets)),
+                6 => format!(
+                    "dst_ip in {{ {} }} and proto == {}",
+                    r.pick(&nets),
+                    r.pick(&["tcp", "udp"])
+                ),
+                7 => format!(
+                    "ip in {{ {} }} and not dst_ip in {{ {}, {} }}",
+                    r.pick(&nets),
+                    r.pick(&nets),
+                    r.pick(&nets)
+                ),
                 1 => format!(
                     "ip in {{ {} }} and port in {{ {} }}",
                     r.pick(&nets),
@@ -244,8 +263,20 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
             } else {
                 [22, 53, 80, 443, 1500, 8080][(r.next() % 6) as usize]
             };
+            // A destination of the source's family (the frame's).
+            let dsts: &[&str] = if ip.is_ipv4() {
+                &["198.51.100.10", "10.1.2.3", "203.0.113.7", "0.0.0.1"]
+            } else {
+                &[
+                    "2001:db8::a",
+                    "2001:db8:1::80",
+                    "2001:db9::1",
+                    "::ffff:10.9.1.1",
+                ]
+            };
             let p = Packet {
                 src: ip,
+                dst: Some(r.pick(dsts).parse().unwrap()),
                 proto,
                 dst_port: port,
                 syn: k % 2 == 0,
@@ -318,6 +349,7 @@ fn interval_table_agrees_at_every_edge() {
     for (k, a) in edges.into_iter().enumerate() {
         let p = Packet {
             src: IpAddr::V4(std::net::Ipv4Addr::from(a)),
+            dst: None,
             proto: Proto::Tcp,
             dst_port: if k % 2 == 0 { 443 } else { 80 },
             syn: false,
@@ -427,6 +459,7 @@ fn ipv6_interval_table_agrees_at_every_edge() {
     for (k, a) in edges.into_iter().enumerate() {
         let p = Packet {
             src: IpAddr::V6(std::net::Ipv6Addr::from(a)),
+            dst: None,
             proto: Proto::Tcp,
             dst_port: 443,
             syn: false,

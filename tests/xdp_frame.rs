@@ -3,8 +3,29 @@
 use rctl_compiler::ir::Proto;
 use std::net::IpAddr;
 
-/// An Ethernet frame: optional VLAN tag, IPv4 or IPv6, then TCP, UDP or ICMP.
+/// The destination [`frame`] sends to: 198.51.100.10 or 2001:db8::a.
+pub fn default_dst(src: IpAddr) -> IpAddr {
+    match src {
+        IpAddr::V4(_) => IpAddr::from([198, 51, 100, 10]),
+        IpAddr::V6(_) => IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 10]),
+    }
+}
+
+/// An Ethernet frame to [`default_dst`]: optional VLAN tag, IPv4 or IPv6,
+/// then TCP, UDP or ICMP.
 pub fn frame(src: IpAddr, proto: Proto, dport: u16, syn: bool, vlan: bool) -> Vec<u8> {
+    frame_to(src, default_dst(src), proto, dport, syn, vlan)
+}
+
+/// As [`frame`], to `dst` (of the same family as `src`).
+pub fn frame_to(
+    src: IpAddr,
+    dst: IpAddr,
+    proto: Proto,
+    dport: u16,
+    syn: bool,
+    vlan: bool,
+) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
     if vlan {
         f.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
@@ -65,7 +86,10 @@ pub fn frame(src: IpAddr, proto: Proto, dport: u16, syn: bool, vlan: bool) -> Ve
                 0,
             ]);
             f.extend_from_slice(&a.octets());
-            f.extend_from_slice(&[198, 51, 100, 10]);
+            let IpAddr::V4(d) = dst else {
+                panic!("an IPv4 frame to {dst}")
+            };
+            f.extend_from_slice(&d.octets());
         }
         IpAddr::V6(a) => {
             f.extend_from_slice(&[0x86, 0xdd]);
@@ -76,7 +100,10 @@ pub fn frame(src: IpAddr, proto: Proto, dport: u16, syn: bool, vlan: bool) -> Ve
             };
             f.extend_from_slice(&[0x60, 0, 0, 0, 0, l4.len() as u8, p, 64]);
             f.extend_from_slice(&a.octets());
-            f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]);
+            let IpAddr::V6(d) = dst else {
+                panic!("an IPv6 frame to {dst}")
+            };
+            f.extend_from_slice(&d.octets());
         }
     }
     f.extend_from_slice(&l4);

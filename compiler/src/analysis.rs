@@ -125,7 +125,8 @@ impl<'a> Analyzer<'a> {
                 }
             }
             (Atom::Str { field: f1, .. }, Atom::Present(f2)) => f1 == f2,
-            (Atom::Ip(s1), Atom::Ip(s2)) => self.ipsets[*s1 as usize]
+            (Atom::Ip(s1), Atom::Ip(s2)) | (Atom::DstIp(s1), Atom::DstIp(s2)) => self.ipsets
+                [*s1 as usize]
                 .prefixes
                 .is_subset_of(&self.ipsets[*s2 as usize].prefixes),
             (Atom::Port(r1), Atom::Port(r2)) => r1
@@ -159,7 +160,8 @@ impl<'a> Analyzer<'a> {
                     _ => false,
                 }
             }
-            (Atom::Ip(s1), Atom::Ip(s2)) => !self.ipsets[*s1 as usize]
+            (Atom::Ip(s1), Atom::Ip(s2)) | (Atom::DstIp(s1), Atom::DstIp(s2)) => !self.ipsets
+                [*s1 as usize]
                 .prefixes
                 .intersects(&self.ipsets[*s2 as usize].prefixes),
             (Atom::Port(r1), Atom::Port(r2)) => !r1

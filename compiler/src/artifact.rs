@@ -146,6 +146,10 @@ fn encode_atom(w: &mut Writer, a: &Atom) {
             w.u8(2);
             w.u32(*i);
         }
+        Atom::DstIp(i) => {
+            w.u8(5);
+            w.u32(*i);
+        }
         Atom::Port(r) => {
             w.u8(3);
             w.len(r.len());
@@ -434,6 +438,13 @@ fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> 
                 return r.err(format!("ip set {i} does not exist"));
             }
             Atom::Ip(i)
+        }
+        5 => {
+            let i = r.u32()?;
+            if i as usize >= nsets {
+                return r.err(format!("ip set {i} does not exist"));
+            }
+            Atom::DstIp(i)
         }
         3 => {
             let mut v = Vec::new();

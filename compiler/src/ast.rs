@@ -134,6 +134,8 @@ pub enum Field {
     Header(Word),
     /// The client address.
     Ip,
+    /// The destination address (the edge's address the client reached).
+    DstIp,
     /// The destination (service) port.
     Port,
     /// The transport protocol: tcp, udp or icmp.

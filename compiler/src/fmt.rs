@@ -152,6 +152,7 @@ impl Printer<'_> {
                     Field::QueryParam(w) => format!("query({})", self.w(w)),
                     Field::Header(w) => format!("header({})", self.w(w)),
                     Field::Ip => "ip".to_string(),
+                    Field::DstIp => "dst_ip".to_string(),
                     Field::Port => "port".to_string(),
                     Field::Proto => "proto".to_string(),
                 };

@@ -83,6 +83,10 @@ pub enum Atom {
     Present(StrField),
     /// The client address is in the ip set with this index.
     Ip(u32),
+    /// The destination address (the edge's own address the client
+    /// reached) is in the ip set with this index. False for a request
+    /// whose destination is unknown.
+    DstIp(u32),
     /// The destination port is in this inclusive range list (sorted, merged).
     Port(Vec<(u16, u16)>),
     /// The protocol is one of these (sorted).
@@ -92,7 +96,10 @@ pub enum Atom {
 impl Atom {
     /// Whether the packet plane (XDP) can evaluate this atom.
     pub fn is_l4(&self) -> bool {
-        matches!(self, Atom::Ip(_) | Atom::Port(_) | Atom::Proto(_))
+        matches!(
+            self,
+            Atom::Ip(_) | Atom::DstIp(_) | Atom::Port(_) | Atom::Proto(_)
+        )
     }
 }
 

@@ -471,7 +471,7 @@ impl<'a> Lowerer<'a> {
                 _ => String::new(),
             };
             self.diags.push(
-                Diagnostic::error(code::BAD_THROTTLE, format!("packet and connection limits in rule `{name}` can only use ip, port and proto"))
+                Diagnostic::error(code::BAD_THROTTLE, format!("packet and connection limits in rule `{name}` can only use ip, dst_ip, port and proto"))
                     .primary(when, format!("this condition uses `{field}`"))
                     .secondary(action, "counted per packet or connection here")
                     .hint("the packet plane cannot see HTTP fields; count `requests` instead, or drop the HTTP part"),

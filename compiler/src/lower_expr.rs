@@ -163,7 +163,8 @@ impl Lowerer<'_> {
                 }
                 StrField::Header(w.text.to_ascii_lowercase())
             }
-            Field::Ip => return self.ip_condition(c, uses),
+            Field::Ip => return self.ip_condition(c, uses, false),
+            Field::DstIp => return self.ip_condition(c, uses, true),
             Field::Port => return self.port_condition(c),
             Field::Proto => return self.proto_condition(c),
         };
@@ -340,7 +341,9 @@ impl Lowerer<'_> {
         None
     }
 
-    fn ip_condition(&mut self, c: &Condition, uses: &mut Uses) -> Option<Cond> {
+    /// `ip …` (the client's address) or, with `dst`, `dst_ip …`.
+    fn ip_condition(&mut self, c: &Condition, uses: &mut Uses, dst: bool) -> Option<Cond> {
+        let name = if dst { "dst_ip" } else { "ip" };
         let (set_index, negated) = match &c.test {
             Test::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), v) => {
                 let set = self.cidr_set(std::slice::from_ref(v))?;
@@ -349,9 +352,9 @@ impl Lowerer<'_> {
             Test::Cmp(op, _) => {
                 return self.type_error(
                     c.op_span,
-                    format!("`{}` does not apply to `ip`", op.as_str()),
+                    format!("`{}` does not apply to `{name}`", op.as_str()),
                     "not an address operator",
-                    "compare addresses with ==, != or `in { 192.0.2.0/24, … }`",
+                    &format!("compare addresses with ==, != or `{name} in {{ 192.0.2.0/24, … }}`"),
                 );
             }
             Test::In {
@@ -368,13 +371,17 @@ impl Lowerer<'_> {
             Test::Present | Test::Absent => {
                 return self.type_error(
                     c.op_span,
-                    "`present`/`absent` do not apply to `ip`".into(),
+                    format!("`present`/`absent` do not apply to `{name}`"),
                     "every packet has an address",
-                    "use `ip in { … }`",
+                    &format!("use `{name} in {{ … }}`"),
                 );
             }
         };
-        let a = self.atom(Atom::Ip(set_index));
+        let a = self.atom(if dst {
+            Atom::DstIp(set_index)
+        } else {
+            Atom::Ip(set_index)
+        });
         Some(if negated { Cond::Not(Box::new(a)) } else { a })
     }
 

@@ -146,6 +146,7 @@ impl Lowerer<'_> {
         let mut host = "example.org".to_string();
         let mut target = "/".to_string();
         let mut ip: IpAddr = IpAddr::from([192, 0, 2, 1]);
+        let mut dst: Option<IpAddr> = None;
         let mut port: u16 = if s.is_packet { 443 } else { 80 };
         let mut proto = Proto::Tcp;
         for (name, value) in &s.fields {
@@ -186,6 +187,14 @@ impl Lowerer<'_> {
                         value,
                         "not an IP address",
                         "write ip 192.0.2.1 or ip 2001:db8::1",
+                    ),
+                },
+                "dst_ip" => match value.text.parse::<IpAddr>() {
+                    Ok(a) => dst = Some(a),
+                    Err(_) => self.test_error(
+                        value,
+                        "not an IP address",
+                        "write dst_ip 198.51.100.10 or dst_ip 2001:db8::10",
                     ),
                 },
                 "port" => match value.text.parse::<u16>() {
@@ -262,6 +271,7 @@ impl Lowerer<'_> {
             label: s.label.as_ref().map(|w| w.text.clone()),
             kind,
             ip,
+            dst,
             port,
             count,
             start_ms,

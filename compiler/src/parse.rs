@@ -226,6 +226,7 @@ impl Builder<'_> {
             Rule::f_path => Field::Path,
             Rule::f_query => Field::Query,
             Rule::f_ip => Field::Ip,
+            Rule::f_dst_ip => Field::DstIp,
             Rule::f_port => Field::Port,
             _ => Field::Proto,
         };
@@ -591,6 +592,7 @@ fn friendly(r: Rule) -> Option<&'static str> {
         | Rule::f_path
         | Rule::f_query
         | Rule::f_ip
+        | Rule::f_dst_ip
         | Rule::f_port
         | Rule::f_proto
         | Rule::f_header

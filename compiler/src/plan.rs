@@ -30,6 +30,7 @@ fn field_mask(t: &Term, atoms: &[Atom]) -> u64 {
                     .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
             }
             Atom::Ip(_) => 1,
+            Atom::DstIp(_) => 4,
             Atom::Port(_) => 2,
             Atom::Proto(_) => 3,
         };

@@ -52,6 +52,8 @@ pub struct Sample {
     pub kind: SampleKind,
     /// Client address.
     pub ip: IpAddr,
+    /// Destination address (`dst_ip`), if the test gives one.
+    pub dst: Option<IpAddr>,
     /// Destination port.
     pub port: u16,
     /// How many.

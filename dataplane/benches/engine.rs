@@ -123,6 +123,7 @@ fn bench(c: &mut Criterion) {
             target: reqs[i].target.as_bytes(),
             headers: &owned_headers[i],
             ip: reqs[i].ip,
+            dst: None,
             port: 443,
             time_ns: t,
         };
@@ -169,6 +170,7 @@ fn bench(c: &mut Criterion) {
             engine.decide_packet_with(
                 &Packet {
                     src: ips[i],
+                    dst: None,
                     proto: Proto::Tcp,
                     dst_port: 443,
                     syn: i.is_multiple_of(8),

@@ -15,6 +15,7 @@ pub struct EvalArgs {
     pub host: Option<String>,
     pub headers: Vec<String>,
     pub ip: IpAddr,
+    pub dst_ip: Option<IpAddr>,
     pub port: Option<u16>,
     pub site: Option<String>,
     pub count: u32,
@@ -46,16 +47,21 @@ pub fn describe_atom(rs: &Ruleset, a: &Atom) -> String {
             }
         }
         Atom::Present(f) => format!("{} present", f.display()),
-        Atom::Ip(s) => {
+        Atom::Ip(s) | Atom::DstIp(s) => {
+            let name = if matches!(a, Atom::DstIp(_)) {
+                "dst_ip"
+            } else {
+                "ip"
+            };
             let set = &rs.ipsets[*s as usize];
             if set.name == "inline" {
                 let p = &set.prefixes;
                 let mut items: Vec<String> =
                     p.v4.iter().take(3).map(|&(n, l)| fmt_v4(n, l)).collect();
                 items.extend(p.v6.iter().take(3).map(|&(n, l)| fmt_v6(n, l)));
-                format!("ip in {{ {} }}", items.join(", "))
+                format!("{name} in {{ {} }}", items.join(", "))
             } else {
-                format!("ip in ipblock@{}", set.name)
+                format!("{name} in ipblock@{}", set.name)
             }
         }
         Atom::Port(r) => {
@@ -157,6 +163,7 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
         target: target.as_bytes(),
         headers: &hs,
         ip: a.ip,
+        dst: a.dst_ip,
         port,
         time_ns: 1_000_000_000_000,
     };

@@ -130,7 +130,7 @@ pub fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) 
         if let Some(x) = &p.xdp {
             let _ = writeln!(
                 o,
-                "     xdp:    {} term{} over ip/port/proto",
+                "     xdp:    {} term{} over ip/dst_ip/port/proto",
                 x.dnf.len(),
                 if x.dnf.len() == 1 { "" } else { "s" }
             );

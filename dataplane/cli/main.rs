@@ -115,6 +115,10 @@ enum Command {
         /// Client address.
         #[arg(long, default_value = "192.0.2.1")]
         ip: std::net::IpAddr,
+        /// The edge address the client reached (`dst_ip` rules are false
+        /// without it).
+        #[arg(long)]
+        dst_ip: Option<std::net::IpAddr>,
         /// Destination port (default: the URL's scheme's, else 443).
         #[arg(long)]
         port: Option<u16>,
@@ -399,6 +403,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host,
             headers,
             ip,
+            dst_ip,
             port,
             site,
             count,
@@ -413,6 +418,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 host,
                 headers,
                 ip,
+                dst_ip,
                 port,
                 site,
                 count,

@@ -248,8 +248,7 @@ impl Engine {
     /// Decides a packet with reusable scratch memory.
     pub fn decide_packet_with(&self, p: &Packet, s: &mut Scratch) -> Decision {
         s.atoms.clear();
-        self.matcher
-            .packet_atoms(p.src, p.proto, p.dst_port, &mut s.atoms);
+        self.matcher.packet_atoms(p, &mut s.atoms);
         let atoms = &s.atoms;
         self.core.decide_packet(p, |a| atoms.contains(a))
     }

@@ -231,6 +231,10 @@ pub struct Matcher {
     headers: FastMap<Vec<u8>, FieldMatcher>,
     ips: PrefixTable,
     ip_atoms: Vec<Option<u32>>,
+    /// `dst_ip` atoms by ip set (the same prefix table, looked up with the
+    /// destination when any exist).
+    dst_atoms: Vec<Option<u32>>,
+    uses_dst: bool,
     /// Port atoms by single port, and those with ranges.
     port_atoms: HashMap<u16, Vec<u32>>,
     port_ranges: Vec<(u32, Vec<(u16, u16)>)>,
@@ -251,6 +255,7 @@ impl Matcher {
         type Parts = (FastMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
         let mut by_field: HashMap<StrField, Parts> = HashMap::new();
         let mut ip_atoms = vec![None; rs.ipsets.len()];
+        let mut dst_atoms = vec![None; rs.ipsets.len()];
         let mut port_atoms: HashMap<u16, Vec<u32>> = HashMap::new();
         let mut port_ranges = Vec::new();
         let mut proto_atoms = Vec::new();
@@ -278,6 +283,11 @@ impl Matcher {
                         *slot = Some(i);
                     }
                 }
+                Atom::DstIp(s) => {
+                    if let Some(slot) = dst_atoms.get_mut(*s as usize) {
+                        *slot = Some(i);
+                    }
+                }
                 Atom::Port(r)
                     if r.iter().map(|&(a, b)| u32::from(b - a) + 1).sum::<u32>() <= 64 =>
                 {
@@ -300,6 +310,8 @@ impl Matcher {
             headers: FastMap::default(),
             ips: PrefixTable::new(&rs.ipsets),
             ip_atoms,
+            uses_dst: dst_atoms.iter().any(Option::is_some),
+            dst_atoms,
             port_atoms,
             port_ranges,
             proto_atoms,
@@ -377,10 +389,17 @@ impl Matcher {
         AtomSet::with_atoms(self.atoms)
     }
 
-    fn l4(&self, ip: IpAddr, proto: Proto, port: u16, set: &mut AtomSet) {
+    fn l4(&self, ip: IpAddr, dst: Option<IpAddr>, proto: Proto, port: u16, set: &mut AtomSet) {
         for &s in self.ips.lookup(ip) {
             if let Some(a) = self.ip_atoms[s as usize] {
                 set.insert(a);
+            }
+        }
+        if let Some(dst) = dst.filter(|_| self.uses_dst) {
+            for &s in self.ips.lookup(dst) {
+                if let Some(a) = self.dst_atoms[s as usize] {
+                    set.insert(a);
+                }
             }
         }
         if let Some(atoms) = self.port_atoms.get(&port) {
@@ -401,14 +420,14 @@ impl Matcher {
     }
 
     /// Every atom that holds for a packet.
-    pub fn packet_atoms(&self, ip: IpAddr, proto: Proto, port: u16, set: &mut AtomSet) {
-        self.l4(ip, proto, port, set);
+    pub fn packet_atoms(&self, p: &crate::request::Packet, set: &mut AtomSet) {
+        self.l4(p.src, p.dst, p.proto, p.dst_port, set);
     }
 
     /// Every atom that holds for a request: each field scanned once.
     pub fn request_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut MatchScratch) {
         let req = f.request();
-        self.l4(req.ip, Proto::Tcp, req.port, set);
+        self.l4(req.ip, req.dst, Proto::Tcp, req.port, set);
         if let Some(m) = &self.method {
             m.run(f.method, set, pats);
         }

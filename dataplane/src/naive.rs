@@ -43,18 +43,28 @@ impl NaiveEngine {
         })
     }
 
-    fn l4(&self, a: &Atom, ip: IpAddr, proto: Proto, port: u16) -> Option<bool> {
+    fn in_set(&self, s: u32, ip: IpAddr) -> bool {
+        let p = &self.core.ruleset.ipsets[s as usize].prefixes;
+        match ip {
+            IpAddr::V4(v) => p.contains_v4(u32::from(v)),
+            IpAddr::V6(v) => match v.to_ipv4_mapped() {
+                Some(v4) => p.contains_v4(u32::from(v4)),
+                None => p.contains_v6(u128::from(v)),
+            },
+        }
+    }
+
+    fn l4(
+        &self,
+        a: &Atom,
+        ip: IpAddr,
+        dst: Option<IpAddr>,
+        proto: Proto,
+        port: u16,
+    ) -> Option<bool> {
         Some(match a {
-            Atom::Ip(s) => {
-                let p = &self.core.ruleset.ipsets[*s as usize].prefixes;
-                match ip {
-                    IpAddr::V4(v) => p.contains_v4(u32::from(v)),
-                    IpAddr::V6(v) => match v.to_ipv4_mapped() {
-                        Some(v4) => p.contains_v4(u32::from(v4)),
-                        None => p.contains_v6(u128::from(v)),
-                    },
-                }
-            }
+            Atom::Ip(s) => self.in_set(*s, ip),
+            Atom::DstIp(s) => dst.is_some_and(|d| self.in_set(*s, d)),
             Atom::Port(r) => r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)),
             Atom::Proto(p) => p.contains(&proto),
             _ => return None,
@@ -64,7 +74,7 @@ impl NaiveEngine {
     fn atom(&self, i: u32, f: &Fields<'_>) -> bool {
         let a = &self.core.ruleset.atoms[i as usize];
         let req = f.request();
-        if let Some(v) = self.l4(a, req.ip, Proto::Tcp, req.port) {
+        if let Some(v) = self.l4(a, req.ip, req.dst, Proto::Tcp, req.port) {
             return v;
         }
         match a {
@@ -117,6 +127,7 @@ impl NaiveEngine {
             self.l4(
                 &self.core.ruleset.atoms[a as usize],
                 p.src,
+                p.dst,
                 p.proto,
                 p.dst_port,
             )

@@ -19,6 +19,9 @@ pub struct Request<'a> {
     pub headers: &'a [(&'a [u8], &'a [u8])],
     /// Client address.
     pub ip: IpAddr,
+    /// The address the client reached, if known (`dst_ip` atoms are false
+    /// without it).
+    pub dst: Option<IpAddr>,
     /// Destination port.
     pub port: u16,
     /// Arrival time, nanoseconds on the caller's clock.
@@ -30,6 +33,9 @@ pub struct Request<'a> {
 pub struct Packet {
     /// Source address.
     pub src: IpAddr,
+    /// Destination address, if known (`dst_ip` atoms are false without
+    /// it).
+    pub dst: Option<IpAddr>,
     /// Protocol.
     pub proto: Proto,
     /// Destination port (0 for ICMP).

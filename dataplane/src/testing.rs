@@ -119,12 +119,14 @@ pub fn run_test_on(
                     target: target.as_bytes(),
                     headers: &hs,
                     ip: s.ip,
+                    dst: s.dst,
                     port: s.port,
                     time_ns: now,
                 })
             }
             SampleKind::Packet { proto, syn } => engine.packet(&Packet {
                 src: s.ip,
+                dst: s.dst,
                 proto: *proto,
                 dst_port: s.port,
                 syn: *syn,

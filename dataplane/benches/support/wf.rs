@@ -61,14 +61,19 @@ fn atom(rs: &Ruleset, a: &Atom) -> String {
             }
         }
         Atom::Present(f) => format!("{} != \"\"", field(f)),
-        Atom::Ip(s) => {
+        Atom::Ip(s) | Atom::DstIp(s) => {
+            let side = if matches!(a, Atom::DstIp(_)) {
+                "dst"
+            } else {
+                "src"
+            };
             let p = &rs.ipsets[*s as usize].prefixes;
             let mut items: Vec<String> =
                 p.v4.iter()
                     .map(|&(n, l)| rctl_compiler::cidr::fmt_v4(n, l))
                     .collect();
             items.extend(p.v6.iter().map(|&(n, l)| rctl_compiler::cidr::fmt_v6(n, l)));
-            format!("ip.src in {{{}}}", items.join(" "))
+            format!("ip.{side} in {{{}}}", items.join(" "))
         }
         Atom::Port(r) => format!(
             "port in {{{}}}",

@@ -39,6 +39,7 @@ fuzz_target!(|data: &[u8]| {
         target,
         headers: &headers,
         ip: ips[first as usize % ips.len()].parse().unwrap(),
+        dst: (first % 3 != 0).then(|| ips[(first / 3) as usize % ips.len()].parse().unwrap()),
         port: [80, 443, 8080][(first / 8) as usize % 3],
         time_ns: u64::from(first) * 1_000_000,
     };

@@ -204,6 +204,7 @@ impl PacketSide {
         if inbound {
             let p = Packet {
                 src: d.src,
+                dst: Some(d.dst),
                 proto,
                 dst_port: d.dport,
                 syn,

@@ -267,6 +267,7 @@ impl RequestSide {
             target: r.target(),
             headers: &headers,
             ip: r.client.0,
+            dst: Some(r.server.0),
             port: r.server.1,
             time_ns: r.time_ns,
         };

@@ -23,7 +23,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
     kind, maps, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, CONFIG_SETS_ONLY,
-    MAX_RULES, MAX_TERMS, MAX_V6_RANGES,
+    CONFIG_USES_DST, MAX_RULES, MAX_TERMS, MAX_V6_RANGES,
 };
 use rctl_compiler::ir::{Action, Atom, IpSet, Key as RateKey, Proto, Ruleset, Unit, XdpKind};
 use serde::{Deserialize, Serialize};
@@ -179,23 +179,27 @@ impl Tables {
                     ..Term::default()
                 };
                 for &(a, neg) in term {
-                    let (map, count, limit) = match &rs.atoms[a as usize] {
-                        Atom::Ip(_) => (&mut set_bit, 0, 64),
-                        Atom::Port(_) => (&mut port_bit, 1, 64),
-                        Atom::Proto(_) => (&mut proto_bit, 2, 32),
+                    // Address bits are per ip set: the source and the
+                    // destination are looked up in the same table.
+                    let (map, count, limit, key) = match &rs.atoms[a as usize] {
+                        Atom::Ip(s) => (&mut set_bit, 0, 64, *s),
+                        Atom::DstIp(s) => (&mut set_bit, 3, 64, *s),
+                        Atom::Port(_) => (&mut port_bit, 1, 64, a),
+                        Atom::Proto(_) => (&mut proto_bit, 2, 32, a),
                         _ => return Err(err("an XDP term reads an HTTP field")),
                     };
                     let n = map.len() as u32;
-                    let bit = *map.entry(a).or_insert(n);
+                    let bit = *map.entry(key).or_insert(n);
                     if bit >= limit {
                         return Err(err(format!(
                             "more than {limit} distinct {} predicates in XDP rules",
-                            ["address", "port", "protocol"][count]
+                            ["address", "port", "protocol", "address"][count]
                         )));
                     }
                     let (pos, negm): (&mut u64, &mut u64) = match count {
                         0 => (&mut e.set_pos, &mut e.set_neg),
                         1 => (&mut e.port_pos, &mut e.port_neg),
+                        3 => (&mut e.dst_pos, &mut e.dst_neg),
                         _ => {
                             if neg {
                                 e.proto_neg |= 1 << bit;
@@ -218,14 +222,11 @@ impl Tables {
             }
         }
         // Address bits: the sets in bit order, cut into disjoint ranges.
-        let mut by_bit: Vec<(u32, u32)> = set_bit.iter().map(|(&a, &b)| (b, a)).collect();
+        let mut by_bit: Vec<(u32, u32)> = set_bit.iter().map(|(&s, &b)| (b, s)).collect();
         by_bit.sort_unstable();
         let sets: Vec<IpSet> = by_bit
             .iter()
-            .map(|&(_, a)| match &rs.atoms[a as usize] {
-                Atom::Ip(s) => rs.ipsets[*s as usize].clone(),
-                _ => unreachable!("only ip atoms have set bits"),
-            })
+            .map(|&(_, s)| rs.ipsets[s as usize].clone())
             .collect();
         let table = PrefixTable::new(&sets);
         let (mut v4_ranges, mut v6_ranges) = (Vec::new(), Vec::new());
@@ -463,7 +464,10 @@ impl XdpProgram {
                 (2, 64 - tables.v6_index_bits),
             ];
             let sets_only = !tables.terms.is_empty() && tables.terms.iter().all(|t| t.set_pos != 0);
-            let head = tables.terms.len() as u32 | if sets_only { CONFIG_SETS_ONLY } else { 0 };
+            let uses_dst = tables.terms.iter().any(|t| t.dst_pos | t.dst_neg != 0);
+            let head = tables.terms.len() as u32
+                | if sets_only { CONFIG_SETS_ONLY } else { 0 }
+                | if uses_dst { CONFIG_USES_DST } else { 0 };
             for (i, v) in shifts.into_iter().chain([(0, head)]) {
                 config
                     .set(i, v, 0)

@@ -48,12 +48,17 @@ pub mod maps {
     pub const CLOCK: &str = "RCTL_CLOCK";
 }
 
-/// The term count's bits in `CONFIG[0]`.
+/// The term count's bits in `CONFIG[0]` (with [`CONFIG_SETS_ONLY`] and
+/// [`CONFIG_USES_DST`] above them).
 pub const CONFIG_TERMS: u32 = 0xffff;
 /// Set in `CONFIG[0]` when every term needs the source in some ip set: a
 /// source in none passes as soon as it is looked up (most traffic, for a
 /// ruleset of address blocks), without reading the terms.
 pub const CONFIG_SETS_ONLY: u32 = 1 << 31;
+
+/// Set in `CONFIG[0]` when some term reads the destination address: the
+/// program then looks it up too.
+pub const CONFIG_USES_DST: u32 = 1 << 30;
 
 /// Index of TCP in the protocol table.
 pub const PROTO_TCP: u32 = 0;
@@ -104,6 +109,10 @@ pub struct Term {
     pub set_pos: u64,
     /// Ip-set bits that must be clear.
     pub set_neg: u64,
+    /// Ip-set bits the destination address must be in.
+    pub dst_pos: u64,
+    /// Ip-set bits the destination address must not be in.
+    pub dst_neg: u64,
     /// Port-predicate bits that must be set.
     pub port_pos: u64,
     /// Port-predicate bits that must be clear.
@@ -236,7 +245,7 @@ pub struct Counters {
     pub bytes: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<Term>() == 56);
+const _: () = assert!(core::mem::size_of::<Term>() == 72);
 const _: () = assert!(core::mem::size_of::<Limiter>() == 40);
 const _: () = assert!(core::mem::size_of::<Counters>() == 16);
 const _: () = assert!(core::mem::size_of::<Range4>() == 16);

@@ -32,8 +32,8 @@ use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
     bucket_set, kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES,
-    CONFIG_SETS_ONLY, CONFIG_TERMS, MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER,
-    PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
+    CONFIG_SETS_ONLY, CONFIG_TERMS, CONFIG_USES_DST, MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP,
+    PROTO_OTHER, PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
 };
 
 #[map(name = "RCTL_TERMS")]
@@ -78,6 +78,13 @@ struct Parsed {
     src_hi: u64,
     /// See `src_hi`.
     src_lo: u64,
+    /// The destination address, as `src_hi` and `src_lo`.
+    dst_hi: u64,
+    /// See `dst_hi`.
+    dst_lo: u64,
+    /// 1 when the destination is IPv4 (or IPv4-mapped), in `dst_hi`'s top
+    /// 32 bits.
+    dst_v4: u32,
 }
 
 /// How a program variant looks sources up.
@@ -124,15 +131,29 @@ fn v4_sets<const L: u8>(src: [u8; 4]) -> u64 {
     }
 }
 
-/// The ip-set bits of an IPv6 source (also as two big-endian halves),
-/// looked up as `L` says.
+/// The ip-set bits of an IPv6 address (two big-endian halves), looked up
+/// as `L` says.
 #[inline(always)]
-fn v6_sets<const L: u8>(src: &[u8; 16], hi: u64, lo: u64) -> u64 {
+fn v6_sets<const L: u8>(hi: u64, lo: u64) -> u64 {
     match L {
         INTERVALS => v6_bits(hi, lo),
-        TRIE => V6.get(&Key::new(128, *src)).copied().unwrap_or(0),
+        TRIE => {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&hi.to_be_bytes());
+            key[8..].copy_from_slice(&lo.to_be_bytes());
+            V6.get(&Key::new(128, key)).copied().unwrap_or(0)
+        }
         _ => 0,
     }
+}
+
+/// Sixteen address bytes as two big-endian halves.
+#[inline(always)]
+fn halves(a: &[u8; 16]) -> (u64, u64) {
+    (
+        u64::from_be_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+        u64::from_be_bytes([a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]]),
+    )
 }
 
 /// 1 if `x < y`, without a branch (the borrow of `x - y`).
@@ -217,7 +238,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             off += 4;
         }
     }
-    let (sets, next, l4, family, src) = match ethertype {
+    let (sets, next, l4, family, src, dst) = match ethertype {
         0x0800 => {
             let vihl = u8_at(ctx, off)?;
             let ihl = ((vihl & 0x0f) as usize) * 4;
@@ -227,6 +248,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             let frag = be16_at(ctx, off + 6)?;
             let proto = u8_at(ctx, off + 9)?;
             let src = bytes4_at(ctx, off + 12)?;
+            let dst = bytes4_at(ctx, off + 16)?;
             let sets = v4_sets::<L>(src);
             // Later fragments carry no ports.
             let l4 = if frag & 0x1fff != 0 {
@@ -235,17 +257,19 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                 Some(off + ihl)
             };
             let hi = u64::from(u32::from_be_bytes(src)) << 32;
-            (sets, proto, l4, 4u32, (hi, 0))
+            let dst = (u64::from(u32::from_be_bytes(dst)) << 32, 0, 1);
+            (sets, proto, l4, 4u32, (hi, 0), dst)
         }
         0x86dd => {
             let mut next = u8_at(ctx, off + 6)?;
-            let src = bytes16_at(ctx, off + 8)?;
-            let hi = u64::from_be_bytes([
-                src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
-            ]);
-            let lo = u64::from_be_bytes([
-                src[8], src[9], src[10], src[11], src[12], src[13], src[14], src[15],
-            ]);
+            let (hi, lo) = halves(&bytes16_at(ctx, off + 8)?);
+            let (dhi, dlo) = halves(&bytes16_at(ctx, off + 24)?);
+            // The destination, IPv4-mapped or not (as the source below).
+            let dst = if dhi == 0 && dlo >> 32 == 0xffff {
+                (dlo << 32, 0, 1)
+            } else {
+                (dhi, dlo, 0)
+            };
             // An IPv4-mapped address (::ffff:a.b.c.d) is its IPv4 source.
             let (sets, family, key) = if hi == 0 && lo >> 32 == 0xffff {
                 let v4 = lo as u32;
@@ -255,7 +279,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                     (u64::from(v4) << 32, 0),
                 )
             } else {
-                (v6_sets::<L>(&src, hi, lo), 6u32, (hi, lo))
+                (v6_sets::<L>(hi, lo), 6u32, (hi, lo))
             };
             let mut at = off + 40;
             let mut l4 = Some(0usize);
@@ -282,7 +306,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                     return None;
                 }
             }
-            (sets, next, l4.map(|_| at), family, key)
+            (sets, next, l4.map(|_| at), family, key, dst)
         }
         _ => return None,
     };
@@ -311,6 +335,9 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
         family,
         src_hi: src.0,
         src_lo: src.1,
+        dst_hi: dst.0,
+        dst_lo: dst.1,
+        dst_v4: dst.2,
     })
 }
 
@@ -332,6 +359,15 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     if none == 0 {
         return Ok(xdp_action::XDP_PASS);
     }
+    // The destination's bits, when some term reads them. The flag masks
+    // the address rather than skipping the lookup: a branch here would
+    // split the verifier's state before the terms loop (see above).
+    let m = 0u64.wrapping_sub(u64::from((config & CONFIG_USES_DST) >> 30));
+    let dst = if p.dst_v4 != 0 {
+        v4_sets::<L>((((p.dst_hi & m) >> 32) as u32).to_be_bytes())
+    } else {
+        v6_sets::<L>(p.dst_hi & m, p.dst_lo & m)
+    };
     // A throttle that let a packet through is done with it: later terms of
     // the same rule must not count it again.
     let mut counted_rule = u32::MAX;
@@ -345,6 +381,8 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
         }
         let hit = p.sets & t.set_pos == t.set_pos
             && p.sets & t.set_neg == 0
+            && dst & t.dst_pos == t.dst_pos
+            && dst & t.dst_neg == 0
             && ports & t.port_pos == t.port_pos
             && ports & t.port_neg == 0
             && protos & t.proto_pos == t.proto_pos
