@@ -368,3 +368,38 @@ fn captures_can_come_from_stdin() {
     assert_eq!(v["totals"]["requests"], 2);
     assert_eq!(v["inputs"][0]["path"], "-");
 }
+
+/// `dst_ip` in a dry-run reads the server address of each request's flow:
+/// every request of the curl capture went to nginx on 127.0.0.1.
+#[test]
+fn dry_run_sees_the_destination_address() {
+    let dir = tempdir("dst-ip");
+    std::fs::write(
+        dir.join("r.rctl"),
+        "rule to_nginx { when dst_ip == 127.0.0.1 log }\n\
+         rule elsewhere { when dst_ip not in { 127.0.0.0/8 } log }\n",
+    )
+    .unwrap();
+    let o = rctl(&[
+        "dry-run",
+        dir.join("r.rctl").to_str().unwrap(),
+        "--pcap",
+        fixture("curl.pcap").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let requests = v["totals"]["requests"].as_u64().unwrap();
+    let matches = |n: &str| {
+        v["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .map(|r| r["matches"].as_u64().unwrap())
+    };
+    assert!(requests > 0);
+    assert_eq!(matches("to_nginx"), Some(requests));
+    assert_eq!(matches("elsewhere"), Some(0));
+}
