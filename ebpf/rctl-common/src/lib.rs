@@ -8,8 +8,10 @@ pub mod maps {
     /// `Array<Term>`: the packet plane's rules as DNF terms, in order.
     pub const TERMS: &str = "RCTL_TERMS";
     /// `Array<u32>`: `[0]` is the number of terms in use
-    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_SETS_ONLY`]; `[1]`
-    /// and `[2]` the IPv4 and IPv6 index shifts (see [`V4_INDEX`]).
+    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_SETS_ONLY`] and
+    /// [`super::CONFIG_USES_DST`]; `[1]` and `[2]` the IPv4 and IPv6 index
+    /// shifts (see [`V4_INDEX`]); `[3]` stays 0 (the program reads it as a
+    /// zero the verifier cannot see through).
     pub const CONFIG: &str = "RCTL_CONFIG";
     /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).

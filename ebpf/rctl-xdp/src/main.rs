@@ -359,15 +359,21 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     if none == 0 {
         return Ok(xdp_action::XDP_PASS);
     }
-    // The destination's bits, when some term reads them. The flag masks
-    // the address rather than skipping the lookup: a branch here would
-    // split the verifier's state before the terms loop (see above).
-    let m = 0u64.wrapping_sub(u64::from((config & CONFIG_USES_DST) >> 30));
-    let dst = if p.dst_v4 != 0 {
-        v4_sets::<L>((((p.dst_hi & m) >> 32) as u32).to_be_bytes())
-    } else {
-        v6_sets::<L>(p.dst_hi & m, p.dst_lo & m)
-    };
+    // The destination's bits, looked up only when some term reads them.
+    // Skipping the lookup with a plain `0` would split the verifier's state
+    // before the terms loop (known zero against unknown) and double its
+    // walk; so the default is CONFIG[3], always 0 but unknown to the
+    // verifier, spread over 64 bits: both paths leave an unknown value and
+    // the second is pruned.
+    let zero = u64::from(CONFIG.get(3).copied().unwrap_or(0));
+    let mut dst = zero << 32 | zero;
+    if config & CONFIG_USES_DST != 0 {
+        dst |= if p.dst_v4 != 0 {
+            v4_sets::<L>(((p.dst_hi >> 32) as u32).to_be_bytes())
+        } else {
+            v6_sets::<L>(p.dst_hi, p.dst_lo)
+        };
+    }
     // A throttle that let a packet through is done with it: later terms of
     // the same rule must not count it again.
     let mut counted_rule = u32::MAX;
