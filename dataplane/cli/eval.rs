@@ -185,7 +185,7 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
     let rs = engine.ruleset();
     if a.json {
         let v = serde_json::json!({
-            "request": { "method": a.method, "host": host, "target": target, "headers": headers, "ip": a.ip.to_string(), "port": port },
+            "request": { "method": a.method, "host": host, "target": target, "headers": headers, "ip": a.ip.to_string(), "dst_ip": a.dst_ip.map(|d| d.to_string()), "port": port },
             "predicates": trace.atoms.iter().map(|&i| serde_json::json!({"index": i, "test": describe_atom(rs, &rs.atoms[i as usize])})).collect::<Vec<_>>(),
             "evaluated": trace.evaluated.iter().map(|&i| rs.rules[i].name.clone()).collect::<Vec<_>>(),
             "matched": trace.steps.iter().map(|s| serde_json::json!({"rule": rs.rules[s.rule].name, "effect": s.effect.kind(), "shadow": s.shadow})).collect::<Vec<_>>(),
@@ -198,9 +198,10 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "request:  {} {host}{target} from {} to port {port}{}",
+        "request:  {} {host}{target} from {} to {}port {port}{}",
         a.method,
         a.ip,
+        a.dst_ip.map_or(String::new(), |d| format!("{d} ")),
         a.site
             .as_ref()
             .map_or(String::new(), |s| format!(" at site {s}"))
