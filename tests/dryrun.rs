@@ -17,6 +17,16 @@ fn fixture(name: &str) -> std::path::PathBuf {
     root().join("tests/fixtures/pcap").join(name)
 }
 
+/// A rule's entry in a JSON dry-run report.
+fn rule_entry<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no rule `{name}` in the report"))
+}
+
 /// (method, uri, host, user agent) of every request rctl parses, sorted.
 fn ours(file: &str) -> Vec<String> {
     let (reqs, err) = requests_in(std::fs::File::open(fixture(file)).unwrap());
@@ -137,15 +147,7 @@ fn dry_run_reports_the_incident_shapes() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["totals"]["requests"], 145);
     assert!(v["totals"]["packets"].as_u64().unwrap() > 145);
-    let rule = |n: &str| {
-        v["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == n)
-            .unwrap()
-            .clone()
-    };
+    let rule = |n: &str| rule_entry(&v, n).clone();
     // The updater is never throttled; each scraper address gets its 10.
     assert_eq!(rule("updater")["requests"]["allow"], 30);
     assert_eq!(rule("sparql_scrapers")["matches"], 90);
@@ -391,14 +393,7 @@ fn dry_run_sees_the_destination_address() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let requests = v["totals"]["requests"].as_u64().unwrap();
-    let matches = |n: &str| {
-        v["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == n)
-            .map(|r| r["matches"].as_u64().unwrap())
-    };
+    let matches = |n: &str| rule_entry(&v, n)["matches"].as_u64();
     assert!(requests > 0);
     assert_eq!(matches("to_nginx"), Some(requests));
     assert_eq!(matches("elsewhere"), Some(0));

@@ -364,6 +364,24 @@ fn array<'a, V: aya::Pod>(
     .map_err(|e| err(format!("{name}: {e}")))
 }
 
+/// The object's XDP program `name`.
+fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| err(format!("no program `{name}`")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
+}
+
+/// The XDP program `name`, loaded into the kernel if it is not yet.
+fn loaded<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
+    let prog = xdp(ebpf, name)?;
+    if prog.fd().is_err() {
+        prog.load()
+            .map_err(|e| err(format!("the kernel refused `{name}`: {e}")))?;
+    }
+    Ok(prog)
+}
+
 /// Writes `items` into the array map `name` from index 0.
 fn fill<V: aya::Pod>(
     ebpf: &mut Ebpf,
@@ -474,13 +492,7 @@ impl XdpProgram {
                     .map_err(|e| err(format!("{}[{i}]: {e}", maps::CONFIG)))?;
             }
         }
-        let prog: &mut Xdp = ebpf
-            .program_mut("rctl")
-            .ok_or_else(|| err("no program `rctl`"))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
-        prog.load()
-            .map_err(|e| err(format!("the kernel refused the program: {e}")))?;
+        loaded(&mut ebpf, "rctl")?;
         let mut program = XdpProgram {
             ebpf,
             rules,
@@ -514,11 +526,7 @@ impl XdpProgram {
 
     /// The loaded `rctl` program.
     pub fn xdp_mut(&mut self) -> Result<&mut Xdp, XdpError> {
-        self.ebpf
-            .program_mut("rctl")
-            .ok_or_else(|| err("no program `rctl`"))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
+        xdp(&mut self.ebpf, "rctl")
     }
 
     /// Packets each rule decided, summed over CPUs, by rule index.
@@ -541,16 +549,7 @@ impl XdpProgram {
     /// Makes [`XdpProgram::test`] run `name`: `rctl`, or `rctl_lpm` (the
     /// LPM-trie baseline, which needs the maps loaded with `tries`).
     pub fn select(&mut self, name: &'static str) -> Result<(), XdpError> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(name)
-            .ok_or_else(|| err(format!("no program `{name}`")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
-        if prog.fd().is_err() {
-            prog.load()
-                .map_err(|e| err(format!("the kernel refused `{name}`: {e}")))?;
-        }
+        loaded(&mut self.ebpf, name)?;
         self.selected = name;
         Ok(())
     }
@@ -670,17 +669,7 @@ impl XdpProgram {
         frame: &[u8],
         repeat: u32,
     ) -> Result<(u32, f64), XdpError> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(program)
-            .ok_or_else(|| err(format!("no program `{program}`")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
-        if prog.fd().is_err() {
-            prog.load()
-                .map_err(|e| err(format!("the kernel refused `{program}`: {e}")))?;
-        }
-        let r = prog
+        let r = loaded(&mut self.ebpf, program)?
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 repeat,
