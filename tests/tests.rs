@@ -18,3 +18,4 @@ mod language;
 mod netns;
 mod xdp;
 mod xdp_clock;
+mod xdp_race;

@@ -470,10 +470,12 @@ fn ipv6_interval_table_agrees_at_every_edge() {
 }
 
 /// The verifier walks every path of the program (the terms loop runs up to
-/// 64 times, each with the rate limiter inlined) and refuses it past a
-/// million instructions. Keep the walk well under that, so that a change
-/// which makes it explode (a branch that splits the state before the loop
-/// doubles it) fails here, with the figure, rather than at a user's apply.
+/// 64 times; the rate limiter is a global function it checks once, on its
+/// own) and refuses it past a million instructions. Keep the walk well
+/// under that, so that a change which makes it explode (a branch that
+/// splits the state before the loop doubles it; the limiter inlined into
+/// the loop again, as it was before: 550,000) fails here, with the
+/// figure, rather than at a user's apply. It is about 82,000 now.
 #[test]
 fn the_verifier_walk_keeps_headroom() {
     let Some(obj) = object() else { return };
@@ -493,5 +495,5 @@ fn the_verifier_walk_keeps_headroom() {
         .verified_instruction_count()
         .expect("the kernel reports verified instructions (5.16+)");
     eprintln!("the verifier walked {walked} instructions");
-    assert!(walked < 700_000, "{walked} of the 1,000,000 limit");
+    assert!(walked < 300_000, "{walked} of the 1,000,000 limit");
 }

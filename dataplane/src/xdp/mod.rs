@@ -660,6 +660,21 @@ impl XdpProgram {
             .map_err(|e| err(format!("BPF_PROG_TEST_RUN: {e}")))
     }
 
+    /// Runs one frame `repeat` times through the selected program from
+    /// the calling thread; returns the last run's action. Takes `&self`,
+    /// so that several threads (on several CPUs) can run the same program
+    /// and maps at once, as a multi-queue NIC does.
+    pub fn run_repeat(&self, frame: &[u8], repeat: u32) -> Result<u32, XdpError> {
+        self.program()?
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                repeat,
+                ..TestRunOptions::new()
+            })
+            .map(|r| r.return_value)
+            .map_err(|e| err(format!("BPF_PROG_TEST_RUN: {e}")))
+    }
+
     /// Runs one frame `repeat` times through `program` (`rctl`, or the
     /// empty `rctl_pass`); returns the action and the kernel's mean ns per
     /// run.

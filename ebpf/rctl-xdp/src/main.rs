@@ -20,7 +20,11 @@
 
 #![no_std]
 #![no_main]
+// For `atomic_cxchg` (see `limit::cas`): the program is built with nightly.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "core_intrinsics, for atomic_cxchg")]
 
+mod limit;
 mod packet;
 
 use aya_ebpf::bindings::{xdp_action, BPF_F_NO_PREALLOC};
@@ -28,12 +32,11 @@ use aya_ebpf::macros::{map, xdp};
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::maps::{Array, LpmTrie, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
-use aya_log_ebpf::info;
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
-    bucket_set, kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES,
-    CONFIG_SETS_ONLY, CONFIG_TERMS, CONFIG_USES_DST, MAX_BUCKETS, MAX_RULES, MAX_TERMS, PROTO_ICMP,
-    PROTO_OTHER, PROTO_TCP, PROTO_UDP, V4_INDEX_ENTRIES, WAYS,
+    kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES, CONFIG_SETS_ONLY,
+    CONFIG_TERMS, CONFIG_USES_DST, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP,
+    PROTO_UDP, V4_INDEX_ENTRIES,
 };
 
 #[map(name = "RCTL_TERMS")]
@@ -404,7 +407,7 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
                 continue;
             }
             counted_rule = t.rule;
-            if !over_limit(ctx, &p, t.limiter, l) {
+            if limit::rctl_limit(t.limiter, p.family, p.src_hi, p.src_lo) == limit::UNDER {
                 continue;
             }
         }
@@ -422,127 +425,6 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
         });
     }
     Ok(xdp_action::XDP_PASS)
-}
-
-/// GCRA with a ban, exactly as the user-space limiter: true if the packet
-/// is over the limit.
-///
-/// Buckets live in a fixed table, `WAYS` slots per set. A source's bucket
-/// is found in its set; a newcomer takes an empty slot, else a slot whose
-/// bucket has fully recovered (not banned, theoretical arrival time not
-/// ahead of now: forgetting it changes no future decision). When every
-/// slot holds a live bucket, the newcomer is counted in its limiter's
-/// shared overflow bucket instead: a flood of spoofed sources can
-/// neither evict a live bucket (lifting a ban or a client's standing) nor
-/// escape the limit.
-///
-/// The clock is read from [`Clock`]: by default the tick clock, one
-/// inlined load (the exact clock is a helper call costing about 33 ns in
-/// this VM, most of the limiter's cost); everything else is inlined array
-/// loads.
-#[inline(always)]
-fn over_limit(ctx: &XdpContext, p: &Parsed, limiter: u32, l: &Limiter) -> bool {
-    let Some(c) = CLOCK.get(0) else {
-        return false;
-    };
-    // `slack`: the tick clock's widening of the burst tolerance.
-    let (now, slack) = if c.fixed_ns != 0 {
-        (c.fixed_ns, 0)
-    } else if c.tick_ns != 0 {
-        // SAFETY: a helper without arguments or side effects (inlined).
-        let j = unsafe { aya_ebpf::helpers::bpf_jiffies64() };
-        (
-            j.wrapping_sub(c.jiffies_base).wrapping_mul(c.tick_ns),
-            c.tick_ns,
-        )
-    } else {
-        // SAFETY: as above (a call).
-        (unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }, 0)
-    };
-    let bits = if p.family == 4 { l.v4_len } else { l.v6_len };
-    let mask_hi = if bits == 0 {
-        0
-    } else if bits >= 64 {
-        u64::MAX
-    } else {
-        u64::MAX << (64 - bits)
-    };
-    let mask_lo = if bits <= 64 {
-        0
-    } else if bits >= 128 {
-        u64::MAX
-    } else {
-        u64::MAX << (128 - bits)
-    };
-    let (hi, lo) = (p.src_hi & mask_hi, p.src_lo & mask_lo);
-    let first = bucket_set(l.seed, limiter, p.family, hi, lo) * WAYS;
-    let mut free = u32::MAX;
-    let mut found = u32::MAX;
-    for w in 0..WAYS {
-        let Some(b) = BUCKETS.get(first + w) else {
-            break;
-        };
-        if b.family == p.family && b.limiter == limiter && b.addr_hi == hi && b.addr_lo == lo {
-            found = first + w;
-            break;
-        }
-        if free == u32::MAX && (b.family == 0 || (b.banned_until <= now && b.tat <= now)) {
-            free = first + w;
-        }
-    }
-    let slot = if found != u32::MAX {
-        found
-    } else if free != u32::MAX {
-        free
-    } else {
-        MAX_BUCKETS + limiter
-    };
-    let Some(st) = BUCKETS.get_ptr_mut(slot) else {
-        return false;
-    };
-    // SAFETY: a value pointer from the map, valid during this program run.
-    let st = unsafe { &mut *st };
-    if found == u32::MAX && free != u32::MAX {
-        // A fresh bucket: the first packet conforms.
-        *st = Bucket {
-            limiter,
-            family: p.family,
-            addr_hi: hi,
-            addr_lo: lo,
-            tat: now + l.interval_ns,
-            banned_until: 0,
-        };
-        return false;
-    }
-    if st.banned_until > now {
-        return true;
-    }
-    let tat = if st.tat > now { st.tat } else { now };
-    if tat - now > l.tolerance_ns + slack {
-        if l.ban_ns > 0 {
-            st.banned_until = now + l.ban_ns;
-            log_ban(ctx, limiter, p.family, hi, lo, l.ban_ns);
-        }
-        return true;
-    }
-    st.tat = tat + l.interval_ns;
-    false
-}
-
-/// Reports a source entering a ban (a rare event: once per ban, never per
-/// packet) through aya-log's ring buffer; `rctl log` prints them.
-#[inline(never)]
-fn log_ban(ctx: &XdpContext, limiter: u32, family: u32, hi: u64, lo: u64, ban_ns: u64) {
-    let ms = ban_ns / 1_000_000;
-    if family == 4 {
-        let v4 = (hi >> 32) as u32;
-        info!(ctx, "ban limiter={} source={:i} for_ms={}", limiter, v4, ms);
-    } else {
-        let mut a = [0u8; 16];
-        a[..8].copy_from_slice(&hi.to_be_bytes());
-        a[8..].copy_from_slice(&lo.to_be_bytes());
-        info!(ctx, "ban limiter={} source={:i} for_ms={}", limiter, a, ms);
-    }
 }
 
 #[cfg(not(test))]
