@@ -180,6 +180,7 @@ pub fn log(iface: &str, seconds: Option<f64>, paths: &HostPaths) -> Result<()> {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
+            let line = crate::term::text(line);
             let _ = writeln!(out, "{now:.3} {iface} gen-{generation} {line}");
             let _ = out.flush();
         },
