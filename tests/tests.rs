@@ -11,6 +11,7 @@ mod cli;
 mod corpus;
 mod diagnostics;
 mod dryrun;
+mod files;
 mod format;
 mod generated;
 mod hostile;

@@ -4,6 +4,7 @@
 //! rustc-style text the CLI shows (`file:line:col`, the source line, a caret).
 
 use crate::source::{SourceMap, Span};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// How bad a diagnostic is.
@@ -29,6 +30,10 @@ pub mod code {
     pub const NO_SOURCES: &str = "E0005";
     /// A file is over the size limit.
     pub const TOO_LARGE: &str = "E0006";
+    /// A path resolves outside the ruleset's roots.
+    pub const OUTSIDE_ROOT: &str = "E0007";
+    /// A path names a device, FIFO, socket or directory, not a regular file.
+    pub const NOT_REGULAR: &str = "E0008";
     /// A name is defined twice.
     pub const DUPLICATE_NAME: &str = "E0010";
     /// A reference names nothing.
@@ -154,14 +159,16 @@ impl Diagnostic {
             .map(|l| l.span)
     }
 
-    /// Renders the diagnostic as plain text, rustc style.
+    /// Renders the diagnostic as plain text, rustc style. Everything taken
+    /// from the input (paths, the source line, names in messages) is
+    /// [escaped](escape): the text is safe to write to a terminal.
     pub fn render(&self, sources: &SourceMap) -> String {
         let mut out = String::new();
         let sev = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        let _ = writeln!(out, "{sev}[{}]: {}", self.code, self.message);
+        let _ = writeln!(out, "{sev}[{}]: {}", self.code, escape(&self.message));
         let width = self
             .labels
             .iter()
@@ -177,64 +184,156 @@ impl Diagnostic {
             let _ = writeln!(
                 out,
                 "{pad}{arrow} {}:{}:{}",
-                file.path.display(),
+                escape(&file.path.display().to_string()),
                 label.span.line,
                 label.span.col
             );
             let text = file.line_text(label.span.line);
-            let shown = truncate_line(text, label.span.col as usize);
-            let _ = writeln!(out, "{pad} |");
-            let _ = writeln!(out, "{:>width$} | {}", label.span.line, shown.text);
-            let line_end = file
-                .text
-                .get(label.span.start as usize..)
-                .and_then(|rest| rest.find('\n'))
-                .map_or(file.text.len(), |n| label.span.start as usize + n);
-            let end = (label.span.end as usize).min(line_end);
+            // The span's length in characters, up to the end of its line.
             let len = file
                 .text
-                .get(label.span.start as usize..end)
-                .map_or(1, |s| s.chars().count())
-                .clamp(1, 120);
+                .get(label.span.start as usize..)
+                .map_or(1, |rest| {
+                    let on_line = (label.span.end as usize)
+                        .saturating_sub(label.span.start as usize)
+                        .min(rest.find('\n').unwrap_or(rest.len()));
+                    rest.get(..on_line).map_or(1, |s| s.chars().count())
+                });
+            let shown = show_line(text, label.span.col as usize, len);
+            let _ = writeln!(out, "{pad} |");
+            let _ = writeln!(out, "{:>width$} | {}", label.span.line, shown.text);
             let mark = if label.primary { "^" } else { "-" };
             let _ = writeln!(
                 out,
                 "{pad} | {}{} {}",
                 " ".repeat(shown.caret_col),
-                mark.repeat(len),
-                label.message
+                mark.repeat(shown.caret_len.clamp(1, 120)),
+                escape(&label.message)
             );
         }
         if let Some(hint) = &self.hint {
-            let _ = writeln!(out, "{pad} = hint: {hint}");
+            let _ = writeln!(out, "{pad} = hint: {}", escape(hint));
         }
         out
     }
 }
 
-struct Shown {
-    text: String,
-    caret_col: usize,
+/// Whether `c` must never reach a terminal raw: C0 controls (ESC starts
+/// escape sequences, BEL rings, CR overwrites), DEL, C1 controls (CSI), and
+/// the bidirectional marks, embeddings, overrides and isolates that make
+/// text read differently from what it is (U+061C, U+200E/F, U+202A–E,
+/// U+2066–9).
+pub fn is_unsafe_char(c: char) -> bool {
+    matches!(
+        c,
+        '\0'..='\x1f'
+            | '\x7f'..='\u{9f}'
+            | '\u{61c}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+    )
 }
 
-/// Long lines (a 1 MB line is legal input) are cut around the caret.
-fn truncate_line(text: &str, col: usize) -> Shown {
-    const MAX: usize = 160;
-    let chars = text.chars().count();
-    if chars <= MAX {
-        return Shown {
-            text: text.replace('\t', " "),
-            caret_col: col.saturating_sub(1),
-        };
-    }
-    let start = col.saturating_sub(60);
-    let body: String = text.chars().skip(start).take(MAX).collect();
-    let prefix = if start > 0 { "…" } else { "" };
-    Shown {
-        text: format!("{prefix}{}…", body.replace('\t', " ")),
-        caret_col: col.saturating_sub(1) - start + prefix.chars().count(),
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\t' => out.push_str("\\t"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        c if is_unsafe_char(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
     }
 }
+
+/// `s` with every [unsafe](is_unsafe_char) character written as an escape
+/// (`\t`, `\n`, `\r`, `\u{1b}`), as Rust's `{:?}` writes them. Borrowed
+/// when there is nothing to escape.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        push_escaped(&mut out, c);
+    }
+    Cow::Owned(out)
+}
+
+/// At most `max` characters of `s`, [escaped](escape), with `…` where it
+/// was cut: for quoting input in a message.
+pub fn excerpt(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    for c in chars.by_ref().take(max) {
+        push_escaped(&mut out, c);
+    }
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// A source line as shown under a diagnostic header.
+struct Shown {
+    text: String,
+    /// Displayed characters before the caret.
+    caret_col: usize,
+    /// Displayed characters the span covers.
+    caret_len: usize,
+}
+
+/// The line to show: at most [`SHOWN_CHARS`] characters around the caret
+/// (a 1 MB line is legal input, and a line of a file that is not what it
+/// should be is quoted only that far), `…` where cut, tabs as spaces and
+/// unsafe characters escaped. `col` (1-based) and `len` are in characters of
+/// `text`; the returned caret is in displayed characters.
+fn show_line(text: &str, col: usize, len: usize) -> Shown {
+    let caret = col.saturating_sub(1);
+    let total = text.chars().count();
+    let start = if total <= SHOWN_CHARS {
+        0
+    } else {
+        caret.saturating_sub(SHOWN_BEFORE_CARET)
+    };
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    let mut width = usize::from(start > 0);
+    let (mut caret_col, mut caret_len) = (None, 0);
+    for (i, c) in text.chars().enumerate().skip(start).take(SHOWN_CHARS) {
+        if i == caret {
+            caret_col = Some(width);
+        }
+        let before = out.len();
+        if c == '\t' {
+            out.push(' ');
+        } else {
+            push_escaped(&mut out, c);
+        }
+        let w = out[before..].chars().count();
+        if i >= caret && i < caret + len {
+            caret_len += w;
+        }
+        width += w;
+    }
+    if start + SHOWN_CHARS < total {
+        out.push('…');
+    }
+    Shown {
+        text: out,
+        caret_col: caret_col.unwrap_or(width),
+        caret_len,
+    }
+}
+
+/// Most characters of a source line a diagnostic shows.
+const SHOWN_CHARS: usize = 80;
+/// Characters shown before the caret when a line is cut.
+const SHOWN_BEFORE_CARET: usize = 30;
 
 /// An ordered collection of diagnostics for one run.
 #[derive(Debug, Clone, Default)]
@@ -321,5 +420,62 @@ mod tests {
             src.chars().position(|c| c == '!'),
             caret.chars().position(|c| c == '^')
         );
+    }
+
+    /// ESC, BEL, C1 controls and bidi overrides in a path, a source line, a
+    /// message, a label or a hint are never rendered raw, and the caret
+    /// still points at its character after the escapes widen the line.
+    #[test]
+    fn control_and_bidi_characters_are_escaped_and_the_caret_still_points() {
+        let mut map = SourceMap::new();
+        let line = "rule a { when path == \"\x1b[31m\x07\u{202e}\u{9b}\" ! }";
+        let id = map.add("e\x1b[2Jvil\u{202e}.rctl".into(), format!("{line}\n"));
+        let f = map.get(id).unwrap();
+        let bang = line.find('!').unwrap();
+        let d = Diagnostic::error(code::SYNTAX, "unexpected `\x1b]0;title\x07`")
+            .primary(f.span(id, bang, bang + 1), "here \u{2066}")
+            .hint("not \u{85} \u{200f}\r");
+        let text = d.render(&map);
+        assert!(
+            !text.chars().any(|c| is_unsafe_char(c) && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r#"== "\u{1b}[31m\u{7}\u{202e}\u{9b}" ! }"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r"--> e\u{1b}[2Jvil\u{202e}.rctl:1:"),
+            "{text}"
+        );
+        assert!(text.contains(r"unexpected `\u{1b}]0;title\u{7}`"), "{text}");
+        assert!(text.contains(r"^ here \u{2066}"), "{text}");
+        assert!(text.contains(r"= hint: not \u{85} \u{200f}\r"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let src = lines.iter().find(|l| l.contains("rule a")).unwrap();
+        let caret = lines.iter().find(|l| l.contains('^')).unwrap();
+        assert_eq!(
+            src.chars().position(|c| c == '!'),
+            caret.chars().position(|c| c == '^')
+        );
+    }
+
+    /// A line is quoted only so far: a list file that is really something
+    /// else (a password file, a binary) shows at most 80 characters a line.
+    #[test]
+    fn long_lines_are_quoted_only_so_far() {
+        let mut map = SourceMap::new();
+        let line = format!("{}SECRET{}", "a".repeat(100), "b".repeat(200));
+        let id = map.add("l.txt".into(), line.clone());
+        let f = map.get(id).unwrap();
+        let d = Diagnostic::error(code::BAD_CIDR, "x").primary(f.span(id, 0, line.len()), "");
+        let text = d.render(&map);
+        let shown = text.lines().find(|l| l.contains("aaa")).unwrap();
+        assert!(shown.ends_with('…'), "{shown}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert_eq!(shown.chars().filter(|&c| c == 'a').count(), 80);
+        assert_eq!(excerpt("abcdef", 3), "abc…");
+        assert_eq!(excerpt("a\x1bc", 3), r"a\u{1b}c");
+        assert_eq!(escape("plain"), Cow::Borrowed("plain"));
     }
 }

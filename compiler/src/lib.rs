@@ -20,6 +20,7 @@ pub mod artifact;
 pub mod ast;
 pub mod cidr;
 pub mod diag;
+pub mod files;
 pub mod fmt;
 pub mod ir;
 mod lists;
@@ -64,6 +65,11 @@ pub struct Options {
     pub max_file_bytes: usize,
     /// Most samples in one test.
     pub max_test_samples: u64,
+    /// Deepest directory nesting a directory walk enters.
+    pub max_dir_depth: usize,
+    /// Directories (or files) `include` and `file` may read besides the
+    /// ruleset's own root ([`files::Roots`]); `rctl --allow-path`.
+    pub allow_paths: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -78,6 +84,8 @@ impl Default for Options {
             max_dnf_terms: 256,
             max_file_bytes: 256 << 20,
             max_test_samples: 10_000_000,
+            max_dir_depth: 32,
+            allow_paths: Vec::new(),
         }
     }
 }
@@ -107,10 +115,19 @@ pub fn compile_paths(paths: &[PathBuf], opts: &Options) -> Compilation {
     finish(loaded, opts, diags)
 }
 
-/// Compiles one in-memory source (tests, fuzzing, embedding).
+/// Compiles one in-memory source (tests, fuzzing, embedding). Its root
+/// (where `file` may read) is the directory of `name`, else the current
+/// directory.
 pub fn compile_str(name: &str, text: &str, opts: &Options) -> Compilation {
     let mut diags = Diagnostics::default();
-    let mut loaded = load::Loaded::default();
+    let (roots, errors) = files::Roots::new(&[PathBuf::from(name)], &opts.allow_paths);
+    for d in errors {
+        diags.push(d);
+    }
+    let mut loaded = load::Loaded {
+        roots,
+        ..Default::default()
+    };
     let id = loaded.map.add(name.into(), text.into());
     if let Some(src) = loaded.map.get(id) {
         let f = parse::parse_file(
@@ -127,8 +144,12 @@ pub fn compile_str(name: &str, text: &str, opts: &Options) -> Compilation {
 }
 
 fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compilation {
-    let load::Loaded { mut map, files } = loaded;
-    let lowered = lower::lower(&files, &mut map, opts, &mut diags);
+    let load::Loaded {
+        mut map,
+        files,
+        roots,
+    } = loaded;
+    let lowered = lower::lower(&files, &mut map, opts, &roots, &mut diags);
     let mut ruleset = None;
     let mut tests = Vec::new();
     if !diags.has_errors() {

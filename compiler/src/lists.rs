@@ -2,7 +2,7 @@
 
 use crate::ast::Word;
 use crate::cidr::{parse_cidr, Cidr};
-use crate::diag::{code, Diagnostic};
+use crate::diag::{code, excerpt, Diagnostic};
 use crate::lower::Lowerer;
 use crate::source::FileId;
 use std::path::Path;
@@ -19,7 +19,7 @@ impl Lowerer<'_> {
         let id = if let Some(&id) = self.list_cache.get(&path) {
             id
         } else {
-            match crate::load::read_source(&path, self.opts.max_file_bytes) {
+            match self.roots.read(&path, true, self.opts.max_file_bytes) {
                 Ok(text) => {
                     let id = self.map.add(path.clone(), text);
                     self.list_cache.insert(path.clone(), id);
@@ -60,7 +60,7 @@ impl Lowerer<'_> {
                         bad += 1;
                         if errors.len() < 20 {
                             errors.push(
-                                Diagnostic::error(code::BAD_CIDR, format!("invalid CIDR `{}` in list file", token.chars().take(60).collect::<String>()))
+                                Diagnostic::error(code::BAD_CIDR, format!("invalid CIDR `{}` in list file", excerpt(token, 40)))
                                     .primary(src.span(id, s, e), err.reason)
                                     .secondary(w.span, "list file loaded here")
                                     .hint("list files hold one address or CIDR a line; `#` starts a comment"),

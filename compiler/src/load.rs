@@ -2,9 +2,11 @@
 
 use crate::ast::{self, Item};
 use crate::diag::{code, Diagnostic, Diagnostics};
+use crate::files::{self, Roots};
 use crate::parse::{parse_file, ParseLimits};
 use crate::source::{FileId, SourceMap, Span};
 use crate::Options;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// Why a source could not be read.
@@ -19,8 +21,35 @@ pub enum LoadError {
         /// The file's bytes.
         bytes: Vec<u8>,
     },
-    /// Larger than the limit.
+    /// Larger than the limit (in bytes).
     TooLarge(u64),
+    /// Not a regular file: what it is ("a FIFO", "a character device", ...).
+    NotRegular(&'static str),
+    /// The path resolves outside the ruleset's roots ([`Roots`]).
+    Outside {
+        /// Where the path leads, symlinks resolved.
+        resolved: PathBuf,
+        /// The roots, quoted, for the hint.
+        roots: String,
+    },
+}
+
+/// The diagnostic for a path that leads outside the ruleset's roots.
+pub(crate) fn outside_diagnostic(path: &Path, resolved: &Path, roots: &str) -> Diagnostic {
+    let leads = if path == resolved {
+        String::new()
+    } else {
+        format!(" (it leads to `{}`)", resolved.display())
+    };
+    Diagnostic::error(
+        code::OUTSIDE_ROOT,
+        format!("`{}` is outside the ruleset's root{leads}", path.display()),
+    )
+    .hint(format!(
+        "rules may read only below the directory named on the command line, or the \
+         directory of a file named there ({roots}); to read elsewhere, allow the \
+         directory with `--allow-path DIR`"
+    ))
 }
 
 impl LoadError {
@@ -44,9 +73,15 @@ impl LoadError {
             }
             LoadError::TooLarge(n) => Diagnostic::error(
                 code::TOO_LARGE,
-                format!("`{}` is {n} bytes, over the size limit", path.display()),
+                format!("`{}` is over the size limit of {n} bytes", path.display()),
             )
             .hint("split the file, or raise the limit"),
+            LoadError::NotRegular(kind) => Diagnostic::error(
+                code::NOT_REGULAR,
+                format!("`{}` is {kind}, not a regular file", path.display()),
+            )
+            .hint("rule and list files must be regular files; devices, FIFOs and sockets are never read"),
+            LoadError::Outside { resolved, roots } => outside_diagnostic(path, &resolved, &roots),
             LoadError::NotUtf8 { valid_up_to, bytes } => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let id = map.add(path.to_path_buf(), text);
@@ -72,45 +107,6 @@ impl LoadError {
     }
 }
 
-/// Reads one file as UTF-8 text, within a size limit.
-pub fn read_source(path: &Path, max_bytes: usize) -> Result<String, LoadError> {
-    let meta = std::fs::metadata(path).map_err(LoadError::Io)?;
-    if meta.len() > max_bytes as u64 {
-        return Err(LoadError::TooLarge(meta.len()));
-    }
-    let bytes = std::fs::read(path).map_err(LoadError::Io)?;
-    String::from_utf8(bytes).map_err(|e| {
-        let valid_up_to = e.utf8_error().valid_up_to();
-        LoadError::NotUtf8 {
-            valid_up_to,
-            bytes: e.into_bytes(),
-        }
-    })
-}
-
-/// Every `.rctl` file under `dir`, recursively, sorted by path. Hidden
-/// entries are skipped.
-fn rctl_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'))
-        {
-            continue;
-        }
-        if p.is_dir() {
-            rctl_files(&p, out)?;
-        } else if p.extension().is_some_and(|e| e == "rctl") {
-            out.push(p);
-        }
-    }
-    Ok(())
-}
-
 /// Parsed sources of one ruleset.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -118,24 +114,36 @@ pub struct Loaded {
     pub map: SourceMap,
     /// The parsed rule files, in load order.
     pub files: Vec<(FileId, ast::File)>,
+    /// Where `include` and `file` may read.
+    pub roots: Roots,
 }
 
 /// Loads files and directories (every `.rctl` below them) as one ruleset,
 /// following includes. Each file is read once.
+///
+/// Files named in `paths` are read as given; every other file (found by a
+/// directory walk, or named by `include`) must resolve below the ruleset's
+/// [`Roots`]: the directories in `paths`, the directories of the files in
+/// `paths`, and [`Options::allow_paths`].
 pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) -> Loaded {
-    let mut loaded = Loaded::default();
-    let mut queue: Vec<(PathBuf, Option<Span>)> = Vec::new();
+    let (roots, errors) = Roots::new(paths, &opts.allow_paths);
+    for d in errors {
+        diags.push(d);
+    }
+    let mut loaded = Loaded {
+        roots,
+        ..Loaded::default()
+    };
+    // (path as shown, where it was named, whether it must be below a root)
+    let mut queue: Vec<(PathBuf, Option<Span>, bool)> = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut found = Vec::new();
-            if let Err(e) = rctl_files(p, &mut found) {
-                diags.push(Diagnostic::error(
-                    code::IO,
-                    format!("cannot read directory `{}`: {e}", p.display()),
-                ));
-                continue;
+            let walk = files::rctl_files(p, &loaded.roots, opts.max_dir_depth);
+            let none = walk.files.is_empty() && walk.errors.is_empty();
+            for d in walk.errors {
+                diags.push(d);
             }
-            if found.is_empty() {
+            if none {
                 diags.push(
                     Diagnostic::error(
                         code::NO_SOURCES,
@@ -144,26 +152,32 @@ pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) ->
                     .hint("rule files end in .rctl; name a file or a directory that holds some"),
                 );
             }
-            queue.extend(found.into_iter().map(|f| (f, None)));
+            queue.extend(walk.files.into_iter().map(|f| (f, None, true)));
         } else {
-            queue.push((p.clone(), None));
+            queue.push((p.clone(), None, false));
         }
     }
     let limits = ParseLimits {
         max_depth: opts.max_depth,
     };
-    let mut seen: Vec<PathBuf> = Vec::new();
+    let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut i = 0;
     while i < queue.len() {
-        let (path, from) = queue[i].clone();
+        let (path, from, confined) = queue[i].clone();
         i += 1;
-        let canon = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        if seen.contains(&canon) {
-            continue;
-        }
-        seen.push(canon);
-        let text = match read_source(&path, opts.max_file_bytes) {
-            Ok(t) => t,
+        let read = loaded.roots.locate(&path, confined).and_then(|canon| {
+            if seen.insert(canon) {
+                loaded
+                    .roots
+                    .read(&path, confined, opts.max_file_bytes)
+                    .map(Some)
+            } else {
+                Ok(None)
+            }
+        });
+        let text = match read {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
             Err(e) => {
                 let d = e.into_diagnostic(&mut loaded.map, from, &path);
                 diags.push(d);
@@ -178,7 +192,7 @@ pub fn load_paths(paths: &[PathBuf], opts: &Options, diags: &mut Diagnostics) ->
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         for item in &file.items {
             if let Item::Include(w) = item {
-                queue.push((dir.join(&w.text), Some(w.span)));
+                queue.push((dir.join(&w.text), Some(w.span), true));
             }
         }
         loaded.files.push((id, file));

@@ -54,6 +54,8 @@ pub(crate) struct Lowerer<'a> {
     pub regex_count: usize,
     pub prefix_total: usize,
     pub list_cache: HashMap<std::path::PathBuf, FileId>,
+    /// Where list files may be read.
+    pub roots: &'a crate::files::Roots,
 }
 
 /// Lowers parsed files into the IR. Reports into `diags`; the result is only
@@ -62,6 +64,7 @@ pub fn lower(
     files: &[(FileId, ast::File)],
     map: &mut SourceMap,
     opts: &Options,
+    roots: &crate::files::Roots,
     diags: &mut Diagnostics,
 ) -> Lowered {
     let mut lw = Lowerer {
@@ -82,6 +85,7 @@ pub fn lower(
         regex_count: 0,
         prefix_total: 0,
         list_cache: HashMap::new(),
+        roots,
     };
     let mut rules: Vec<Decl<'_, ast::RuleDecl>> = Vec::new();
     let mut tests: Vec<Decl<'_, ast::TestDecl>> = Vec::new();

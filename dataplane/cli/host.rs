@@ -106,7 +106,10 @@ fn clock_name(c: ClockMode) -> &'static str {
 pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> {
     let all = host::status(&paths.paths(), iface)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        println!(
+            "{}",
+            crate::term::json(&serde_json::to_string_pretty(&all)?)
+        );
         return Ok(());
     }
     if all.is_empty() {
@@ -116,7 +119,7 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> 
         let a = &s.attached;
         println!(
             "{}: {} mode, {} clock, generation {}{}, artifact {}, applied at {} (unix)",
-            a.iface,
+            crate::term::text(&a.iface),
             if a.mode == Mode::Skb { "skb" } else { "native" },
             clock_name(a.clock),
             a.generation,
@@ -142,7 +145,9 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> 
         for c in s.counters.iter().filter(|c| c.packets > 0) {
             println!(
                 "  {:>12} packets {:>14} bytes  {}",
-                c.packets, c.bytes, c.rule
+                c.packets,
+                c.bytes,
+                crate::term::text(&c.rule)
             );
         }
     }
@@ -175,6 +180,7 @@ pub fn log(iface: &str, seconds: Option<f64>, paths: &HostPaths) -> Result<()> {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
+            let line = crate::term::text(line);
             let _ = writeln!(out, "{now:.3} {iface} gen-{generation} {line}");
             let _ = out.flush();
         },

@@ -5,8 +5,11 @@ use rctl_dataplane::dryrun::{Counts, Report};
 use rctl_dataplane::topk::Hitter;
 use std::fmt::Write as _;
 
+/// HTML-escaped, with controls and bidi overrides shown as `\u{…}` escapes
+/// (a bidi override in a User-Agent would reorder the page's text).
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    rctl_compiler::diag::escape(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

@@ -3,8 +3,11 @@
 mod dryrun;
 mod eval;
 mod explain;
+mod format;
 mod host;
 mod html;
+mod output;
+mod term;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -12,7 +15,7 @@ use rctl_compiler::diag::{Diagnostics, Severity};
 use rctl_compiler::source::SourceMap;
 use rctl_compiler::{artifact, Compilation, Options};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,6 +40,11 @@ struct Limits {
     /// Most prefixes allowed across all ipblocks, after merging.
     #[arg(long, default_value_t = 4_000_000)]
     max_prefixes: usize,
+    /// Also let `include` and `file` read below DIR (repeatable). Without
+    /// it they read only below the ruleset's root: the directory named, or
+    /// the directory of the file named.
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
 }
 
 impl Limits {
@@ -45,6 +53,7 @@ impl Limits {
             max_depth: self.max_depth,
             max_rules: self.max_rules,
             max_prefixes: self.max_prefixes,
+            allow_paths: self.allow_paths.clone(),
             ..Options::default()
         }
     }
@@ -74,7 +83,8 @@ enum Command {
         /// .rctl files, or directories of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
-        /// Where to write the artifact (written atomically).
+        /// Where to write the artifact (written atomically; a new path or a
+        /// regular file, not one of the sources).
         #[arg(short, long)]
         output: PathBuf,
         /// Treat warnings as errors.
@@ -94,6 +104,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Decide one request and print a trace: predicates, rules, verdict.
     Eval {
@@ -131,6 +143,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Replay captured traffic through the rules and report what each rule
     /// would do, to whom.
@@ -145,7 +159,8 @@ enum Command {
         /// decisions change, for how many requests, and for whom.
         #[arg(long)]
         against: Option<PathBuf>,
-        /// Also write a self-contained HTML report here.
+        /// Also write a self-contained HTML report here (a new path or a
+        /// regular file, not one of the inputs).
         #[arg(long)]
         report: Option<PathBuf>,
         /// Evaluate this site's rules.
@@ -154,6 +169,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Run the ruleset's `test` blocks through the engine.
     Test {
@@ -163,6 +180,8 @@ enum Command {
         /// Run only tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Format rule files canonically.
     Fmt {
@@ -172,6 +191,8 @@ enum Command {
         /// Do not write; exit 1 if any file is not formatted.
         #[arg(long)]
         check: bool,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Enforce a compiled ruleset's packet plane on an interface (XDP),
     /// atomically replacing what runs there, and install the artifact.
@@ -236,6 +257,8 @@ enum Command {
         /// .rctl files, or directories of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: Limits,
     },
 }
 
@@ -275,7 +298,7 @@ fn main() -> ExitCode {
             {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("rctl: error: {e:#}");
+            eprintln!("rctl: error: {}", term::text(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -303,12 +326,25 @@ fn compile(paths: &[PathBuf], opts: &Options) -> Compilation {
     rctl_compiler::compile_paths(paths, opts)
 }
 
+/// Writes a command's output to stdout, escaped for a terminal.
+fn print(out: &str, format: Format) -> Result<()> {
+    let out = match format {
+        Format::Text => term::text(out),
+        Format::Json => term::json(out),
+    };
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(())
+}
+
 /// Merged (IPv4, IPv6) prefix counts per ipblock.
 type IpblockSizes = Vec<(String, usize, usize)>;
 
+/// A ruleset, its ipblock sizes and the files it was read from.
+type LoadedRuleset = (rctl_compiler::ir::Ruleset, IpblockSizes, Vec<PathBuf>);
+
 /// A ruleset from one artifact or from sources (reporting diagnostics);
 /// `None` if the sources have errors.
-fn load_ruleset(paths: &[PathBuf]) -> Result<Option<(rctl_compiler::ir::Ruleset, IpblockSizes)>> {
+fn load_ruleset(paths: &[PathBuf], opts: &Options) -> Result<Option<LoadedRuleset>> {
     if is_artifact(paths) {
         let bytes = std::fs::read(&paths[0])?;
         let rs = artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
@@ -318,27 +354,33 @@ fn load_ruleset(paths: &[PathBuf]) -> Result<Option<(rctl_compiler::ir::Ruleset,
             .filter(|s| s.name != "inline")
             .map(|s| (s.name.clone(), s.prefixes.v4.len(), s.prefixes.v6.len()))
             .collect();
-        return Ok(Some((rs, sizes)));
+        return Ok(Some((rs, sizes, paths.to_vec())));
     }
-    let c = compile(paths, &Options::default());
+    let c = compile(paths, opts);
     if report(&c.sources, &c.diagnostics, false) {
         return Ok(None);
     }
     let Some(rs) = c.ruleset else {
         bail!("no ruleset produced")
     };
-    Ok(Some((rs, c.ipblock_sizes)))
+    Ok(Some((rs, c.ipblock_sizes, source_paths(&c.sources))))
 }
 
+/// The paths of every file a compilation read.
+fn source_paths(map: &SourceMap) -> Vec<PathBuf> {
+    map.files().iter().map(|f| f.path.clone()).collect()
+}
+
+/// Whether `paths` is one compiled artifact (a regular file that starts
+/// with the artifact's magic number).
 fn is_artifact(paths: &[PathBuf]) -> bool {
-    paths.len() == 1
-        && paths[0].is_file()
-        && std::fs::read(&paths[0]).is_ok_and(|b| b.starts_with(&artifact::MAGIC))
-}
-
-/// Writes a file atomically: a temporary file in the same directory, then a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    Ok(rctl_dataplane::xdp::host::write_atomic(path, bytes)?)
+    use std::io::Read as _;
+    let [path] = paths else { return false };
+    let mut magic = [0u8; artifact::MAGIC.len()];
+    path.is_file()
+        && std::fs::File::open(path).is_ok_and(|f| {
+            f.take(magic.len() as u64).read_exact(&mut magic).is_ok() && magic == artifact::MAGIC
+        })
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -384,7 +426,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("no ruleset produced")
             };
             let bytes = artifact::encode(&rs);
-            write_atomic(&output, &bytes)?;
+            output::write(&output, &bytes, &source_paths(&c.sources))?;
             let hash = artifact::content_hash(&bytes)
                 .map(|h| artifact::hex(&h))
                 .unwrap_or_default();
@@ -408,8 +450,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             site,
             count,
             format,
+            limits,
         } => {
-            let Some((rs, _)) = load_ruleset(&paths)? else {
+            let Some((rs, _, _)) = load_ruleset(&paths, &limits.options())? else {
                 return Ok(ExitCode::from(1));
             };
             let args = eval::EvalArgs {
@@ -425,7 +468,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 json: format == Format::Json,
             };
             let out = eval::run(rs, &args)?;
-            std::io::stdout().lock().write_all(out.as_bytes())?;
+            print(&out, format)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::DryRun {
@@ -435,48 +478,62 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report,
             site,
             format,
+            limits,
         } => {
-            let Some((rs, _)) = load_ruleset(&paths)? else {
+            let opts = limits.options();
+            let Some((rs, _, mut inputs)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
             };
             let files = dryrun::inputs(&pcap)?;
             let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
             if let Some(old) = against {
-                let Some((old, _)) = load_ruleset(&[old])? else {
+                let Some((old, _, old_inputs)) = load_ruleset(&[old], &opts)? else {
                     return Ok(ExitCode::from(1));
                 };
+                inputs.extend(old_inputs);
                 run.against(old, site)?;
+            }
+            inputs.extend(files.iter().cloned());
+            // Refused before the replay, which can take long, and again
+            // when written.
+            if let Some(p) = &report {
+                output::check_target(p, &inputs)?;
             }
             let complete = dryrun::replay_all(&mut run, &files);
             let html_path = report;
             let report = run.finish();
             if let Some(p) = html_path {
-                write_atomic(&p, html::render(&report).as_bytes())?;
+                output::write(&p, html::render(&report).as_bytes(), &inputs)?;
             }
             let out = match format {
                 Format::Text => dryrun::text(&report),
                 Format::Json => serde_json::to_string_pretty(&report)? + "\n",
             };
-            std::io::stdout().lock().write_all(out.as_bytes())?;
+            print(&out, format)?;
             Ok(fail(!complete))
         }
         Command::Explain {
             paths,
             site,
             format,
+            limits,
         } => {
-            let Some((rs, sizes)) = load_ruleset(&paths)? else {
+            let Some((rs, sizes, _)) = load_ruleset(&paths, &limits.options())? else {
                 return Ok(ExitCode::from(1));
             };
             let out = match format {
                 Format::Text => explain::text(&rs, &sizes, site.as_deref()),
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
             };
-            std::io::stdout().lock().write_all(out.as_bytes())?;
+            print(&out, format)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Test { paths, filter } => {
-            let c = compile(&paths, &Options::default());
+        Command::Test {
+            paths,
+            filter,
+            limits,
+        } => {
+            let c = compile(&paths, &limits.options());
             if report(&c.sources, &c.diagnostics, false) {
                 return Ok(ExitCode::from(1));
             }
@@ -498,20 +555,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .unwrap_or_default();
                 if r.passed() {
                     passed += 1;
-                    writeln!(out, "ok   {} ({} sent)", r.name, r.sent)?;
+                    writeln!(out, "ok   {} ({} sent)", term::text(&r.name), r.sent)?;
                 } else {
                     failed += 1;
-                    writeln!(out, "FAIL {} ({loc})", r.name)?;
+                    let (name, loc) = (term::text(&r.name), term::text(&loc));
+                    writeln!(out, "FAIL {name} ({loc})")?;
                     for (i, msg) in &r.failures {
                         let line = t.expects[*i].span.line;
-                        writeln!(out, "     line {line}: {msg}")?;
+                        writeln!(out, "     line {line}: {}", term::text(msg))?;
                     }
                 }
             }
             writeln!(out, "test result: {passed} passed, {failed} failed")?;
             Ok(fail(failed > 0))
         }
-        Command::Fmt { paths, check } => fmt(&paths, check),
+        Command::Fmt {
+            paths,
+            check,
+            limits,
+        } => format::run(&paths, check, &limits.options()),
         Command::Apply {
             artifact,
             iface,
@@ -561,8 +623,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host::detach(&iface, &host)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Debug { stage, paths } => {
-            let c = compile(&paths, &Options::default());
+        Command::Debug {
+            stage,
+            paths,
+            limits,
+        } => {
+            let c = compile(&paths, &limits.options());
             let mut out = std::io::stdout().lock();
             match stage {
                 Stage::Ast => {
@@ -572,7 +638,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             .get(*id)
                             .map(|s| s.path.display().to_string())
                             .unwrap_or_default();
-                        writeln!(out, "// {name}\n{:#?}", f.items)?;
+                        let text = format!("// {name}\n{:#?}", f.items);
+                        writeln!(out, "{}", term::text(&text))?;
                     }
                 }
                 Stage::Ir | Stage::Plan => {
@@ -592,67 +659,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             .map(|(r, p)| serde_json::json!({"rule": r.name, "plan": p}))
                             .collect::<Vec<_>>())
                     };
-                    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+                    writeln!(out, "{}", term::json(&serde_json::to_string_pretty(&v)?))?;
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn fmt(paths: &[PathBuf], check: bool) -> Result<ExitCode> {
-    let mut files = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            collect(p, &mut files)?;
-        } else {
-            files.push(p.clone());
-        }
-    }
-    let mut unformatted = 0;
-    let mut broken = false;
-    for path in files {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let mut map = SourceMap::new();
-        let id = map.add(path.clone(), text.clone());
-        let Some(src) = map.get(id) else { continue };
-        let mut diags = Diagnostics::default();
-        let file = rctl_compiler::parse::parse_file(src, id, &Default::default(), &mut diags);
-        if diags.has_errors() {
-            report(&map, &diags, false);
-            broken = true;
-            continue;
-        }
-        let formatted = rctl_compiler::fmt::format_file(&file, src);
-        if formatted != text {
-            unformatted += 1;
-            if check {
-                println!("{} is not formatted", path.display());
-            } else {
-                write_atomic(&path, formatted.as_bytes())?;
-                println!("formatted {}", path.display());
-            }
-        }
-    }
-    Ok(if broken || (check && unformatted > 0) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, out)?;
-        } else if p.extension().is_some_and(|e| e == "rctl") {
-            out.push(p);
-        }
-    }
-    Ok(())
 }

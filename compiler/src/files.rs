@@ -1,0 +1,400 @@
+//! Reading files safely: where a ruleset may read ([`Roots`]), what it may
+//! read (regular files, within a size limit) and how directories are walked.
+//!
+//! The compiler runs as root on edge hosts, so a rule file must not be able
+//! to make it read `/etc/shadow` (and echo it in diagnostics), block on a
+//! FIFO, or read `/dev/zero` until memory runs out.
+
+use crate::diag::{code, Diagnostic};
+use crate::load::LoadError;
+use std::collections::HashSet;
+use std::fs::{File, Metadata};
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+/// The directories a ruleset may read below, canonical (symlinks resolved).
+///
+/// They are the directories named on the command line, the directory of
+/// each file named there, and every extra root given explicitly
+/// ([`crate::Options::allow_paths`], `rctl --allow-path`). `include` and
+/// `file` paths, and every file a directory walk finds, must resolve (after
+/// symlinks) below one of them.
+#[derive(Debug, Clone, Default)]
+pub struct Roots {
+    dirs: Vec<PathBuf>,
+}
+
+impl Roots {
+    /// The roots of a ruleset read from `inputs` (files and directories as
+    /// given on the command line), plus the explicitly allowed `extra`
+    /// paths. An input that cannot be resolved adds nothing (reading it
+    /// reports the error); an extra path that cannot be resolved is an error.
+    pub fn new(inputs: &[PathBuf], extra: &[PathBuf]) -> (Roots, Vec<Diagnostic>) {
+        let mut roots = Roots::default();
+        let mut errors = Vec::new();
+        for p in inputs {
+            let dir = if p.is_dir() {
+                p.as_path()
+            } else {
+                p.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+            };
+            if let Ok(c) = std::fs::canonicalize(dir) {
+                roots.push(c);
+            }
+        }
+        for p in extra {
+            match std::fs::canonicalize(p) {
+                Ok(c) => roots.push(c),
+                Err(e) => errors.push(
+                    Diagnostic::error(
+                        code::IO,
+                        format!("cannot use the allowed path `{}`: {e}", p.display()),
+                    )
+                    .hint("`--allow-path` takes an existing directory (or file)"),
+                ),
+            }
+        }
+        (roots, errors)
+    }
+
+    fn push(&mut self, dir: PathBuf) {
+        if !self.dirs.contains(&dir) {
+            self.dirs.push(dir);
+        }
+    }
+
+    /// Whether a canonical path is one of the roots or below one.
+    pub fn contains(&self, canonical: &Path) -> bool {
+        self.dirs.iter().any(|d| canonical.starts_with(d))
+    }
+
+    /// The roots, for messages.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Resolves `path` (symlinks included) and checks that it is below a
+    /// root; returns the canonical path.
+    pub fn resolve(&self, path: &Path) -> Result<PathBuf, LoadError> {
+        let canonical = std::fs::canonicalize(path).map_err(LoadError::Io)?;
+        if self.contains(&canonical) {
+            Ok(canonical)
+        } else {
+            Err(self.outside(canonical))
+        }
+    }
+
+    /// The canonical path of a file to read: below a root if `confined`
+    /// (a file found by a walk, or named by `include` or `file`), else as
+    /// given (a file named on the command line), resolved where it exists.
+    pub fn locate(&self, path: &Path, confined: bool) -> Result<PathBuf, LoadError> {
+        if confined {
+            self.resolve(path)
+        } else {
+            Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+        }
+    }
+
+    /// Reads a file as [`read_source`] does: if `confined`, only below a
+    /// root and through no symlink that leads out; else as given.
+    pub fn read(&self, path: &Path, confined: bool, max_bytes: usize) -> Result<String, LoadError> {
+        if confined {
+            read_source(&self.resolve(path)?, Some(self), max_bytes)
+        } else {
+            read_source(path, None, max_bytes)
+        }
+    }
+
+    fn outside(&self, resolved: PathBuf) -> LoadError {
+        LoadError::Outside {
+            resolved,
+            roots: self.list(),
+        }
+    }
+
+    /// The roots as a quoted, comma-separated list.
+    fn list(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| format!("`{}`", d.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What kind of file this is, for "not a regular file" messages: "a FIFO",
+/// "a character device", "a directory", ...
+pub fn kind(meta: &Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn regular(meta: &Metadata) -> Result<(), LoadError> {
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(LoadError::NotRegular(kind(meta)))
+    }
+}
+
+/// Opens a regular file for reading, and nothing else: the type is checked
+/// before opening (a device is never opened) and again on the opened file
+/// (what was checked is what is read). `O_NONBLOCK` keeps a FIFO swapped in
+/// between the two from blocking the open.
+///
+/// With `roots`, `path` must be canonical and below a root, the last
+/// component must not be a symlink (`O_NOFOLLOW`), and the opened file's
+/// own path (`/proc/self/fd`) must be below a root too, so that a directory
+/// swapped for a symlink after [`Roots::resolve`] cannot lead outside.
+pub fn open_regular(path: &Path, roots: Option<&Roots>) -> Result<File, LoadError> {
+    regular(&std::fs::metadata(path).map_err(LoadError::Io)?)?;
+    let mut flags = libc::O_NONBLOCK;
+    if roots.is_some() {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(LoadError::Io)?;
+    regular(&file.metadata().map_err(LoadError::Io)?)?;
+    if let Some(roots) = roots {
+        use std::os::fd::AsRawFd as _;
+        // Where /proc is not mounted, the check before opening stands.
+        if let Ok(real) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            if !roots.contains(&real) {
+                return Err(roots.outside(real));
+            }
+        }
+    }
+    Ok(file)
+}
+
+/// Reads at most `max_bytes` of an opened file as UTF-8 text. The limit
+/// holds while reading (at most `max_bytes + 1` bytes are read), whatever
+/// the metadata says: `/proc` files report a size of 0.
+pub fn read_text(file: File, max_bytes: usize) -> Result<String, LoadError> {
+    let limit = max_bytes as u64;
+    let hint = file.metadata().map_or(0, |m| m.len()).min(limit) as usize;
+    let mut bytes = Vec::with_capacity(hint);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(LoadError::Io)?;
+    if bytes.len() > max_bytes {
+        return Err(LoadError::TooLarge(limit));
+    }
+    String::from_utf8(bytes).map_err(|e| LoadError::NotUtf8 {
+        valid_up_to: e.utf8_error().valid_up_to(),
+        bytes: e.into_bytes(),
+    })
+}
+
+/// Reads one regular file as UTF-8 text, within a size limit (see
+/// [`open_regular`] for `roots`).
+pub fn read_source(
+    path: &Path,
+    roots: Option<&Roots>,
+    max_bytes: usize,
+) -> Result<String, LoadError> {
+    read_text(open_regular(path, roots)?, max_bytes)
+}
+
+/// A directory walk's result: the files found, and what went wrong.
+#[derive(Debug, Default)]
+pub struct Walk {
+    /// Every `.rctl` file found, in walk order (sorted by path, depth first).
+    pub files: Vec<PathBuf>,
+    /// Errors: links that lead outside the roots, unreadable entries, too
+    /// deep a tree.
+    pub errors: Vec<Diagnostic>,
+}
+
+/// Every `.rctl` file under `dir`, recursively, sorted by path; hidden
+/// entries are skipped.
+///
+/// The walk follows a symlink only to a directory or file below one of the
+/// `roots` (a link that leads elsewhere is an error naming it), enters each
+/// directory once (by device and inode, so symlink loops end), and goes at
+/// most `max_depth` directories deep.
+pub fn rctl_files(dir: &Path, roots: &Roots, max_depth: usize) -> Walk {
+    let mut w = Walker {
+        roots,
+        max_depth,
+        visited: HashSet::new(),
+        out: Walk::default(),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) => {
+            w.visited.insert((m.dev(), m.ino()));
+            w.dir(dir, 0);
+        }
+        Err(e) => w.io(dir, &e),
+    }
+    w.out
+}
+
+struct Walker<'a> {
+    roots: &'a Roots,
+    max_depth: usize,
+    visited: HashSet<(u64, u64)>,
+    out: Walk,
+}
+
+fn is_rctl(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "rctl")
+}
+
+impl Walker<'_> {
+    fn io(&mut self, p: &Path, e: &std::io::Error) {
+        self.out.errors.push(Diagnostic::error(
+            code::IO,
+            format!("cannot read `{}`: {e}", p.display()),
+        ));
+    }
+
+    fn dir(&mut self, dir: &Path, depth: usize) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) => return self.io(dir, &e),
+        };
+        let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        entries.sort();
+        for p in entries {
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+            {
+                continue;
+            }
+            let Some(meta) = self.follow(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if !self.visited.insert((meta.dev(), meta.ino())) {
+                    continue; // a loop, or a second way into one directory
+                }
+                if depth + 1 > self.max_depth {
+                    self.out.errors.push(
+                        Diagnostic::error(
+                            code::LIMIT,
+                            format!(
+                                "`{}` is nested more than {} directories deep",
+                                p.display(),
+                                self.max_depth
+                            ),
+                        )
+                        .hint("name the deeper directory on the command line"),
+                    );
+                    continue;
+                }
+                self.dir(&p, depth + 1);
+            } else if is_rctl(&p) {
+                self.out.files.push(p);
+            }
+        }
+    }
+
+    /// The metadata of an entry, following a symlink only where it stays
+    /// below a root; `None` for entries to skip.
+    fn follow(&mut self, p: &Path) -> Option<Metadata> {
+        let meta = match std::fs::symlink_metadata(p) {
+            Ok(m) => m,
+            Err(e) => {
+                self.io(p, &e);
+                return None;
+            }
+        };
+        if !meta.file_type().is_symlink() {
+            return Some(meta);
+        }
+        let target = match std::fs::canonicalize(p) {
+            Ok(t) => t,
+            Err(e) => {
+                // A dangling or self-referencing link: an error only where
+                // it claims to be a rule file.
+                if is_rctl(p) {
+                    self.io(p, &e);
+                }
+                return None;
+            }
+        };
+        let meta = match std::fs::metadata(&target) {
+            Ok(m) => m,
+            Err(e) => {
+                self.io(p, &e);
+                return None;
+            }
+        };
+        if !meta.is_dir() && !is_rctl(p) {
+            return None;
+        }
+        if !self.roots.contains(&target) {
+            let d = crate::load::outside_diagnostic(p, &target, &self.roots.list());
+            self.out.errors.push(d);
+            return None;
+        }
+        Some(meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/proc` files report a size of 0 whatever they hold: only a limit
+    /// enforced while reading catches them.
+    #[test]
+    fn size_limit_holds_while_reading() {
+        let status = Path::new("/proc/self/status");
+        let all = read_source(status, None, 1 << 20).unwrap();
+        assert!(all.len() > 100, "{all}");
+        assert_eq!(std::fs::metadata(status).unwrap().len(), 0);
+        assert!(matches!(
+            read_source(status, None, 100),
+            Err(LoadError::TooLarge(100))
+        ));
+    }
+
+    #[test]
+    fn devices_and_directories_are_not_opened() {
+        for (p, want) in [
+            ("/dev/zero", "a character device"),
+            ("/dev/urandom", "a character device"),
+            ("/", "a directory"),
+        ] {
+            match read_source(Path::new(p), None, 1 << 20) {
+                Err(LoadError::NotRegular(k)) => assert_eq!(k, want, "{p}"),
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn roots_contain_by_component() {
+        let (r, e) = Roots::new(&[PathBuf::from("/tmp")], &[]);
+        assert!(e.is_empty());
+        let tmp = std::fs::canonicalize("/tmp").unwrap();
+        assert!(r.contains(&tmp.join("x/y")));
+        assert!(!r.contains(Path::new("/tmpx/y")));
+        assert!(!r.contains(Path::new("/etc/passwd")));
+    }
+}
