@@ -13,6 +13,7 @@ mod diagnostics;
 mod dryrun;
 mod format;
 mod generated;
+mod host_state;
 mod hostile;
 mod language;
 mod netns;

@@ -270,12 +270,14 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            {
+            // A closed pipe (`rctl status | head -1`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("rctl: error: {e:#}");
+            let _ = writeln!(std::io::stderr().lock(), "rctl: error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -336,6 +338,13 @@ fn is_artifact(paths: &[PathBuf]) -> bool {
         && std::fs::read(&paths[0]).is_ok_and(|b| b.starts_with(&artifact::MAGIC))
 }
 
+/// Warns when `--site` names a site no rule names.
+fn warn_site(rs: &rctl_compiler::ir::Ruleset, site: Option<&str>) {
+    if let Some(w) = rctl_dataplane::xdp::host::site_warning(rs, site) {
+        host::warn(&w);
+    }
+}
+
 /// Writes a file atomically: a temporary file in the same directory, then a rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(rctl_dataplane::xdp::host::write_atomic(path, bytes)?)
@@ -359,7 +368,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let failed = report(&c.sources, &c.diagnostics, deny_warnings);
             if let (false, Some(rs)) = (failed, &c.ruleset) {
                 let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr().lock(),
                     "ok: {} files, {} rules, {} predicates, {} prefixes, {} tests",
                     c.files.len(),
                     rs.rules.len(),
@@ -388,7 +398,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let hash = artifact::content_hash(&bytes)
                 .map(|h| artifact::hex(&h))
                 .unwrap_or_default();
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr().lock(),
                 "wrote {} ({} bytes, {} rules, content sha256 {hash})",
                 output.display(),
                 bytes.len(),
@@ -412,6 +423,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, _)) = load_ruleset(&paths)? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let args = eval::EvalArgs {
                 method,
                 url,
@@ -439,6 +451,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, _)) = load_ruleset(&paths)? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let files = dryrun::inputs(&pcap)?;
             let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
             if let Some(old) = against {
@@ -468,6 +481,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, sizes)) = load_ruleset(&paths)? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let out = match format {
                 Format::Text => explain::text(&rs, &sizes, site.as_deref()),
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
@@ -538,17 +552,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 site.as_deref(),
                 object,
                 &host,
-            )?;
-            Ok(ExitCode::SUCCESS)
+            )
         }
         Command::Status {
             iface,
             format,
             host,
-        } => {
-            host::status(iface.as_deref(), format == Format::Json, &host)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => host::status(iface.as_deref(), format == Format::Json, &host),
         Command::Log {
             iface,
             seconds,
@@ -627,11 +637,13 @@ fn fmt(paths: &[PathBuf], check: bool) -> Result<ExitCode> {
         let formatted = rctl_compiler::fmt::format_file(&file, src);
         if formatted != text {
             unformatted += 1;
+            // A closed stdout stops neither the check nor the formatting.
+            let mut out = std::io::stdout().lock();
             if check {
-                println!("{} is not formatted", path.display());
+                let _ = writeln!(out, "{} is not formatted", path.display());
             } else {
                 write_atomic(&path, formatted.as_bytes())?;
-                println!("formatted {}", path.display());
+                let _ = writeln!(out, "formatted {}", path.display());
             }
         }
     }

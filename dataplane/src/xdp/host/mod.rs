@@ -1,63 +1,107 @@
-//! Putting the packet plane on an interface: `rctl apply`, `status` and
-//! `detach`.
+//! Putting the packet plane on an interface: `rctl apply`, `status`,
+//! `log` and `detach`, and the state they keep, which must neither lie
+//! nor be open to tampering: the unattended agents run `apply` on it.
 //!
-//! Layout (the defaults; every root can be moved, for tests):
-//! - `/sys/fs/bpf/rctl/IF/link`: the pinned XDP link, which keeps the
-//!   program attached after rctl exits;
-//! - `/sys/fs/bpf/rctl/IF/gen-N/`: generation N's program and maps;
-//! - `/run/rctl/IF.json`: what is attached (generation, mode, artifact
-//!   hash, rule names), written by write-then-rename;
-//! - `/var/lib/rctl/active.rctlc`: the applied artifact, for user-space
-//!   consumers, written by write-then-rename.
+//! # Layout
 //!
-//! An apply loads a complete new generation (program and filled maps)
-//! beside the running one, then swaps the link to it with one
-//! `BPF_LINK_UPDATE`. Every packet is judged by one generation or the
-//! other, never a mix; if anything fails before the swap, the running
-//! generation is untouched and the new one is removed.
+//! Every root can be moved ([`Paths`]); with the defaults, for an
+//! interface `IF`:
+//!
+//! | path | what |
+//! |---|---|
+//! | `/sys/fs/bpf/rctl/IF/link` | the pinned XDP link: while it is pinned, the program stays attached after rctl exits |
+//! | `/sys/fs/bpf/rctl/IF/gen-N/` | generation N: its program (`prog`) and the maps `status` reads and the next apply carries over (counters, buckets, config, terms, clock) |
+//! | `/run/rctl/IF.lock` | the interface's lock |
+//! | `/run/rctl/IF.json` | what is attached ([`Attached`]) |
+//! | `/run/rctl/IF.json.gen-N` | generation N's metadata, staged before the switch |
+//! | `/var/lib/rctl/IF/active.rctlc` | the artifact in force on IF, for user-space consumers |
+//! | `/var/lib/rctl/IF/gen-N.rctlc` | generation N's artifact, staged before the switch |
+//!
+//! # Permissions
+//!
+//! Directories are created 0700 and files 0600, set explicitly whatever
+//! the umask (the kernel makes pins 0600 less the umask). rctl refuses to
+//! work in a state directory (the run and state directories, `rctl/` in
+//! the bpffs and the interface's folders) that is not owned by the user
+//! running it, or that its group or others may write to, or under a
+//! directory someone else could replace (writable by others without the
+//! sticky bit, or owned by neither root nor that user); the error says
+//! which `chmod` or `chown` fixes it. Anyone who could write there could
+//! unpin the link (switching enforcement off) or plant what rctl trusts.
+//! Files are written to a temporary file with an unpredictable name
+//! (`O_CREAT | O_EXCL | O_NOFOLLOW`), synced, renamed over the target,
+//! and the directory synced: a planted symbolic link is never followed.
+//! Interface names are checked ([`IfName`]) before they become paths.
+//!
+//! # One writer per interface
+//!
+//! `apply` and `detach` hold an exclusive `flock` on `IF.lock` for their
+//! whole run; `status` holds it shared while it reads, so it sees the
+//! state between two writers, never in the middle of one. Two applies on
+//! one interface take turns: the second starts from what the first left.
+//!
+//! # Crash consistency
+//!
+//! The truth is what the kernel runs: the pinned link, the program it
+//! points to (its id, matched against the `prog` pinned in each
+//! `gen-N`), and the interface it is attached to (from the link's fdinfo;
+//! 0 once the interface is deleted). The JSON only describes it, and is
+//! checked against it. An apply runs these steps, each a point it can be
+//! killed at (`RCTL_FAULT`, below):
+//!
+//! 1. `apply-locked`: lock taken. Nothing changed.
+//! 2. `apply-pinning`: `gen-N/` created; 3. `apply-pinned`: the new
+//!    generation's program and maps pinned, buckets and counters carried
+//!    from the live one; 4. `apply-staged`: `gen-N.rctlc` and
+//!    `IF.json.gen-N` written. A crash in 2–4 leaves a generation no link
+//!    points to: `status` reports it as left over, and the next apply or
+//!    detach removes it. (A first attach creates its link between 3 and
+//!    4, unpinned: the kernel detaches it when the process dies.)
+//! 5. **The commit point**: `BPF_LINK_UPDATE` of the pinned link to the
+//!    new program (or, on a first attach, pinning the new link): from
+//!    here the new generation is live. `apply-switched`.
+//! 6. `apply-installed`: `gen-N.rctlc` renamed over `active.rctlc`;
+//!    7. `apply-recorded`: `IF.json.gen-N` renamed over `IF.json`;
+//!    8. `apply-retired`: the other generations and staged files removed.
+//!    A crash in 5–8 leaves the new generation live and described by its
+//!    staged files: `status` reads them (the link says which generation is
+//!    live), and the next apply carries from it and finishes the renames.
+//!
+//! A detach unpins the link (`detach-unlinked`: enforcement is off), then
+//! removes the generations (`detach-unpinned`), then the metadata, the
+//! artifacts and the lock; a crash leaves state without a link, which
+//! `status` reports as not enforcing and the next detach removes.
+//!
+//! Metadata that cannot be read, does not parse, or does not match what
+//! is pinned (another generation, a malformed hash, limiters that are not
+//! rules, another term count or artifact) is rebuilt from the pinned
+//! generation: the artifact staged for it or installed, checked against
+//! the program's pinned terms, with a warning; the next apply writes it
+//! afresh. If the interface was deleted (and perhaps recreated), the link
+//! is detached: `status` says so, and the next apply attaches afresh and
+//! carries the buckets.
+//!
+//! `RCTL_FAULT=STEP` makes the process `kill -9` itself at that step. It
+//! is for tests only: never set it in production.
 
-use super::{err, ClockMode, Tables, XdpError, XdpProgram};
-use aya::maps::{Array, Map, MapData, PerCpuArray};
-use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::xdp::XdpLink;
-use aya::programs::{Xdp, XdpMode};
-use rctl_common::{maps, Bucket, Counters, BUCKET_ENTRIES, MAX_BUCKETS, WAYS};
+mod apply;
+mod files;
+mod observe;
+mod paths;
+mod status;
+mod sys;
+
+pub use apply::apply;
+pub use files::write_atomic;
+pub use observe::{LinkState, MetaSource};
+pub use paths::{IfName, Paths, IFNAME_MAX};
+pub use status::{detach, follow_events, status, RuleCounters, Status};
+pub(crate) use sys::describe;
+
+use super::{err, ClockMode, XdpError};
+use rctl_compiler::ir::Ruleset;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Where rctl keeps its state.
-#[derive(Debug, Clone)]
-pub struct Paths {
-    /// The bpffs mount (default `/sys/fs/bpf`).
-    pub bpffs: PathBuf,
-    /// Runtime metadata (default `/run/rctl`).
-    pub run: PathBuf,
-    /// The installed artifact's directory (default `/var/lib/rctl`).
-    pub state: PathBuf,
-}
-
-impl Default for Paths {
-    fn default() -> Self {
-        Paths {
-            bpffs: "/sys/fs/bpf".into(),
-            run: "/run/rctl".into(),
-            state: "/var/lib/rctl".into(),
-        }
-    }
-}
-
-impl Paths {
-    fn iface_pins(&self, iface: &str) -> PathBuf {
-        self.bpffs.join("rctl").join(iface)
-    }
-    fn meta(&self, iface: &str) -> PathBuf {
-        self.run.join(format!("{iface}.json"))
-    }
-    /// Where the applied artifact is installed.
-    pub fn artifact(&self) -> PathBuf {
-        self.state.join("active.rctlc")
-    }
-}
 
 /// How to attach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,20 +116,23 @@ pub enum Mode {
 }
 
 /// What is attached to an interface (the metadata file).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attached {
     /// Interface name.
     pub iface: String,
-    /// The mode in force: `native` or `skb`.
-    pub mode: Mode,
+    /// The mode in force, `native` or `skb`; `null` when not known
+    /// (metadata rebuilt from the pins, which do not record it).
+    #[serde(default)]
+    pub mode: Option<Mode>,
     /// The clock the rate limits read.
     #[serde(default)]
     pub clock: ClockMode,
-    /// Generation number, counting applies since the first attach.
+    /// Generation number (the `gen-N` it is pinned as).
     pub generation: u64,
     /// The artifact's content SHA-256 (hex), as `rctl compile` prints it.
     pub artifact_sha256: String,
     /// Site selected, if any.
+    #[serde(default)]
     pub site: Option<String>,
     /// Rule names, by rule index (the counters' order).
     pub rules: Vec<String>,
@@ -99,6 +146,9 @@ pub struct Attached {
     pub limiters: Vec<String>,
     /// When it was applied, seconds since the epoch.
     pub applied_unix: u64,
+    /// The interface's index when it was attached.
+    #[serde(default)]
+    pub ifindex: u32,
 }
 
 /// The outcome of an apply.
@@ -106,33 +156,60 @@ pub struct Attached {
 pub struct Applied {
     /// What is now attached.
     pub attached: Attached,
-    /// Things the operator should know (a mode fallback).
+    /// Things the operator should know (a mode fallback, metadata rebuilt,
+    /// state not carried, a site no rule names).
     pub warnings: Vec<String>,
-    /// Whether a running generation was replaced (rather than a first
-    /// attach).
+    /// Whether the program running on the interface was replaced (rather
+    /// than attached afresh).
     pub replaced: bool,
     /// Rate-limit buckets carried over from the replaced generation.
     pub carried: usize,
+    /// Where the artifact is installed.
+    pub artifact: PathBuf,
+    /// Steps after the switch that failed: the new generation is live,
+    /// but these did not happen (the next apply or detach finishes them).
+    pub incomplete: Vec<String>,
+}
+
+fn capabilities() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+fn has(caps: u64, bit: u32) -> bool {
+    caps & (1u64 << bit) != 0
 }
 
 /// Checks the process may load and attach XDP programs, from the
 /// effective capability set.
 pub fn check_privileges() -> Result<(), XdpError> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |bit: u32| caps & (1u64 << bit) != 0;
-    const NET_ADMIN: u32 = 12;
-    const SYS_ADMIN: u32 = 21;
-    const BPF: u32 = 39;
-    if !has(NET_ADMIN) || !(has(BPF) || has(SYS_ADMIN)) {
+    let caps = capabilities();
+    if !has(caps, CAP_NET_ADMIN) || !(has(caps, CAP_BPF) || has(caps, CAP_SYS_ADMIN)) {
         return Err(err(
             "loading and attaching XDP programs needs root, or CAP_BPF and CAP_NET_ADMIN \
              (run with sudo, or grant them: setcap cap_bpf,cap_net_admin+ep $(command -v rctl))",
         ));
+    }
+    Ok(())
+}
+
+/// Checks the process may read rctl's pinned programs and maps (for
+/// `verb`): root, or CAP_BPF.
+pub fn check_read_privileges(verb: &str) -> Result<(), XdpError> {
+    let caps = capabilities();
+    if !(has(caps, CAP_BPF) || has(caps, CAP_SYS_ADMIN)) {
+        return Err(err(format!(
+            "`rctl {verb}` reads the pinned XDP program and its maps, which needs root, or \
+             CAP_BPF (run it with sudo)"
+        )));
     }
     Ok(())
 }
@@ -159,18 +236,61 @@ pub fn check_bpffs(dir: &Path) -> Result<(), XdpError> {
     Ok(())
 }
 
-/// The interface's index, or a clear error.
+/// The index of the interface `name` now, if it exists (in this network
+/// namespace).
+fn ifindex(name: &IfName) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// The interface's index, or a clear error (an invalid name included).
 pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
-    let bad = iface.is_empty() || iface.contains('/') || iface == "." || iface == "..";
-    let idx = (!bad)
-        .then(|| std::fs::read_to_string(format!("/sys/class/net/{iface}/ifindex")).ok())
-        .flatten()
-        .and_then(|s| s.trim().parse().ok());
-    idx.ok_or_else(|| {
+    let name = IfName::new(iface)?;
+    ifindex(&name).ok_or_else(|| {
         err(format!(
-            "no interface `{iface}` in this network namespace (see `ip link`)"
+            "no interface `{name}` in this network namespace (see `ip link`)"
         ))
     })
+}
+
+/// A warning when `site` is given but no rule of `rs` names it: then only
+/// the rules without `sites` apply, which is rarely what was meant (a
+/// misspelt `--site eqaid` enforced nothing site-specific).
+pub fn site_warning(rs: &Ruleset, site: Option<&str>) -> Option<String> {
+    let site = site?;
+    let mut named: Vec<&str> = rs
+        .rules
+        .iter()
+        .flat_map(|r| r.sites.iter().map(String::as_str))
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    if named.contains(&site) {
+        return None;
+    }
+    Some(if named.is_empty() {
+        format!("--site {site:?}: no rule names a site, so every rule applies as without --site")
+    } else {
+        format!(
+            "--site {site:?}: no rule names this site (the rules name {}), so only the rules \
+             without `sites` apply; check the spelling",
+            named.join(", ")
+        )
+    })
+}
+
+/// Test-only fault injection: when `RCTL_FAULT` is `step`, the process
+/// kills itself with SIGKILL there, as a crash or `kill -9` would. See
+/// the module docs for the steps; never set it in production.
+pub(crate) fn fault(step: &str) {
+    if std::env::var_os("RCTL_FAULT").is_some_and(|v| v == step) {
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        std::process::abort();
+    }
 }
 
 /// From /proc/timer_list (readable by root): CLOCK_MONOTONIC in ns (`now
@@ -210,500 +330,4 @@ fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// Writes `bytes` to `path` by writing a temporary file beside it and
-/// renaming it over: readers see the old file or the new, never a part.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| err(format!("creating {}: {e}", dir.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("rctl"),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write as _;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(format!("writing {}: {e}", path.display()))
-    })
-}
-
-/// What is attached to `iface`, if rctl attached anything.
-pub fn attached(paths: &Paths, iface: &str) -> Result<Option<Attached>, XdpError> {
-    let p = paths.meta(iface);
-    match std::fs::read(&p) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| err(format!("{}: {e}", p.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(err(format!("{}: {e}", p.display()))),
-    }
-}
-
-fn remove_generation(dir: &Path) {
-    // Unpinning drops the pins' references; the kernel frees the objects
-    // once nothing (no link, no process) holds them.
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
-}
-
-/// The maps a generation pins for `status`.
-const PINNED_MAPS: [&str; 3] = [maps::COUNTERS, maps::BUCKETS, maps::CONFIG];
-
-/// Applies `artifact` (the bytes of a `.rctlc`) to `iface`; `object` is
-/// the compiled XDP program.
-pub fn apply(
-    artifact: &[u8],
-    object: &[u8],
-    iface: &str,
-    mode: Mode,
-    clock: ClockMode,
-    site: Option<&str>,
-    paths: &Paths,
-) -> Result<Applied, XdpError> {
-    let rs = rctl_compiler::artifact::decode(artifact).map_err(|e| err(e.to_string()))?;
-    check_privileges()?;
-    check_bpffs(&paths.bpffs)?;
-    check_iface(iface)?;
-    let old = attached(paths, iface)?;
-    let link_pin = paths.iface_pins(iface).join("link");
-    let old = old.filter(|_| link_pin.exists());
-    if let (Some(o), Mode::Native | Mode::Skb) = (&old, mode) {
-        if o.mode != mode {
-            return Err(err(format!(
-                "{iface} runs rctl in {} mode; an apply cannot change the mode in place \
-                 (run `rctl detach --iface {iface}` first)",
-                serde_json::to_string(&o.mode)
-                    .unwrap_or_default()
-                    .trim_matches('"')
-            )));
-        }
-    }
-    let tables = Tables::new(&rs, site)?;
-    let mut program = XdpProgram::load(object, &tables, rs.rules.len(), false)?;
-    program.set_clock_mode(clock)?;
-    let generation = old.as_ref().map_or(1, |o| o.generation + 1);
-    let gen_dir = paths.iface_pins(iface).join(format!("gen-{generation}"));
-    // A half-made generation from an earlier failed apply is stale.
-    remove_generation(&gen_dir);
-    std::fs::create_dir_all(&gen_dir)
-        .map_err(|e| err(format!("creating {}: {e}", gen_dir.display())))?;
-    let limiters: Vec<String> = tables
-        .limiter_rules
-        .iter()
-        .map(|&r| rs.rules[r].name.clone())
-        .collect();
-    let mut carried = 0;
-    let staged = (|| -> Result<(Mode, Vec<String>), XdpError> {
-        let mut warnings = Vec::new();
-        if let Some(o) = &old {
-            let dir = paths
-                .iface_pins(iface)
-                .join(format!("gen-{}", o.generation));
-            match carry_buckets(&dir, &o.limiters, &limiters, &mut program) {
-                Ok(n) => carried = n,
-                Err(e) => warnings.push(format!(
-                    "rate-limit state not carried over (limits start afresh): {e}"
-                )),
-            }
-            let rules: Vec<String> = rs.rules.iter().map(|r| r.name.clone()).collect();
-            if let Err(e) = carry_counters(&dir, &o.rules, &rules, &mut program) {
-                warnings.push(format!(
-                    "counters not carried over (they restart at 0): {e}"
-                ));
-            }
-        }
-        program.pin(&gen_dir, &PINNED_MAPS)?;
-        let prog = program.xdp_mut()?;
-        let used = match &old {
-            Some(o) => {
-                let pinned = PinnedLink::from_pin(&link_pin)
-                    .map_err(|e| err(format!("opening {}: {e}", link_pin.display())))?;
-                let link = XdpLink::try_from(FdLink::from(pinned))
-                    .map_err(|e| err(format!("{}: not an XDP link: {e}", link_pin.display())))?;
-                let id = prog
-                    .attach_to_link(link)
-                    .map_err(|e| err(format!("replacing the program on {iface}: {e}")))?;
-                // Closing our descriptor leaves the pinned link in place.
-                drop(prog.take_link(id));
-                o.mode
-            }
-            None => {
-                let (id, used) = attach_new(prog, iface, mode, &mut warnings)?;
-                let link = prog.take_link(id).map_err(|e| err(e.to_string()))?;
-                let fd = FdLink::try_from(link).map_err(|e| {
-                    err(format!(
-                        "the kernel attached {iface} without a BPF link ({e}); rctl needs \
-                         BPF links (Linux 5.9 or later) to keep the program attached"
-                    ))
-                })?;
-                fd.pin(&link_pin)
-                    .map_err(|e| err(format!("pinning {}: {e}", link_pin.display())))?;
-                used
-            }
-        };
-        Ok((used, warnings))
-    })();
-    let (used, warnings) = match staged {
-        Ok(v) => v,
-        Err(e) => {
-            remove_generation(&gen_dir);
-            return Err(e);
-        }
-    };
-    // The new generation is live: retire the old one's pins.
-    if let Some(o) = &old {
-        remove_generation(
-            &paths
-                .iface_pins(iface)
-                .join(format!("gen-{}", o.generation)),
-        );
-    }
-    let attached = Attached {
-        iface: iface.to_string(),
-        mode: used,
-        clock,
-        generation,
-        // The hash `rctl compile` prints.
-        artifact_sha256: rctl_compiler::artifact::hex(
-            &rctl_compiler::artifact::content_hash(artifact)
-                .unwrap_or_else(|| rctl_compiler::artifact::sha256(artifact)),
-        ),
-        site: site.map(str::to_string),
-        rules: rs.rules.iter().map(|r| r.name.clone()).collect(),
-        prefixes: (tables.v4.len(), tables.v6.len()),
-        terms: tables.terms.len(),
-        limiters,
-        applied_unix: now_unix(),
-    };
-    let meta = serde_json::to_vec_pretty(&attached).map_err(|e| err(e.to_string()))?;
-    write_atomic(&paths.meta(iface), &meta)?;
-    write_atomic(&paths.artifact(), artifact)?;
-    Ok(Applied {
-        attached,
-        warnings,
-        replaced: old.is_some(),
-        carried,
-    })
-}
-
-/// Copies the buckets of the generation pinned in `old_dir` into
-/// `program`'s table, for the limiters of rules present in both (by
-/// name), rehashed with the new seed; banned and busiest first, so that
-/// if a set overflows what is dropped is what matters least. Returns how
-/// many were carried.
-fn carry_buckets(
-    old_dir: &Path,
-    old: &[String],
-    new: &[String],
-    program: &mut XdpProgram,
-) -> Result<usize, XdpError> {
-    let to: Vec<Option<u32>> = old
-        .iter()
-        .map(|name| new.iter().position(|n| n == name).map(|i| i as u32))
-        .collect();
-    if to.iter().all(Option::is_none) {
-        return Ok(0);
-    }
-    let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&old_dir.join(maps::BUCKETS))?))
-        .map_err(|e| err(e.to_string()))?;
-    let mut live: Vec<(u32, Bucket)> = (0..BUCKET_ENTRIES)
-        .filter_map(|i| buckets.get(&i, 0).ok().map(|b| (i, b)))
-        .filter(|(_, b)| b.tat != 0 || b.banned_until != 0)
-        .collect();
-    live.sort_by_key(|(_, b)| std::cmp::Reverse((b.banned_until, b.tat)));
-    let seed = program.seed();
-    let mut ways: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-    let mut out = Vec::new();
-    for (i, mut b) in live {
-        if i >= MAX_BUCKETS {
-            // A limiter's overflow bucket.
-            if let Some(Some(l)) = to.get((i - MAX_BUCKETS) as usize) {
-                out.push((MAX_BUCKETS + l, b));
-            }
-            continue;
-        }
-        let Some(Some(l)) = to.get(b.limiter as usize) else {
-            continue;
-        };
-        let set = rctl_common::bucket_set(seed, *l, b.family, b.addr_hi, b.addr_lo);
-        let w = ways.entry(set).or_insert(0);
-        if *w < WAYS {
-            b.limiter = *l;
-            out.push((set * WAYS + *w, b));
-            *w += 1;
-        }
-    }
-    program.write_buckets(&out)?;
-    Ok(out.len())
-}
-
-/// Copies the per-rule, per-CPU counters of the generation pinned in
-/// `old_dir` to the rules of the same name in `program`, so that `status`
-/// counts since the first apply. (Packets the old generation counts
-/// between this copy and the switch are not carried.)
-fn carry_counters(
-    old_dir: &Path,
-    old: &[String],
-    new: &[String],
-    program: &mut XdpProgram,
-) -> Result<(), XdpError> {
-    let counters = PerCpuArray::<_, Counters>::try_from(Map::PerCpuArray(open_map(
-        &old_dir.join(maps::COUNTERS),
-    )?))
-    .map_err(|e| err(e.to_string()))?;
-    let mut out = Vec::new();
-    for (i, name) in old.iter().enumerate() {
-        let Some(j) = new.iter().position(|n| n == name) else {
-            continue;
-        };
-        let v = counters
-            .get(&(i as u32), 0)
-            .map_err(|e| err(format!("reading counters: {e}")))?;
-        if v.iter().any(|c| c.packets != 0) {
-            out.push((j as u32, v.iter().copied().collect::<Vec<Counters>>()));
-        }
-    }
-    program.write_counters(out)
-}
-
-fn attach_new(
-    prog: &mut Xdp,
-    iface: &str,
-    mode: Mode,
-    warnings: &mut Vec<String>,
-) -> Result<(aya::programs::xdp::XdpLinkId, Mode), XdpError> {
-    let skb = |prog: &mut Xdp| {
-        prog.attach(iface, XdpMode::Skb)
-            .map(|id| (id, Mode::Skb))
-            .map_err(|e| err(format!("{iface}: skb-mode attach failed: {e}")))
-    };
-    if mode == Mode::Skb {
-        return skb(prog);
-    }
-    match prog.attach(iface, XdpMode::Driver) {
-        Ok(id) => Ok((id, Mode::Native)),
-        Err(e) if mode == Mode::Native => Err(err(format!(
-            "{iface}: native XDP attach failed ({e}); the driver may not support XDP \
-             (use --mode skb, or the default --mode auto to fall back)"
-        ))),
-        Err(e) => {
-            warnings.push(format!(
-                "{iface}: native XDP attach failed ({e}); running in skb (generic) mode, \
-                 which is slower"
-            ));
-            skb(prog)
-        }
-    }
-}
-
-/// Collects aya-log records as lines.
-struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl log::Log for Lines {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(record.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
-
-/// Follows the events (sources entering a ban) of the program rctl runs
-/// on `iface`, across applies, calling `emit(generation, line)` for each,
-/// until `stop()` returns true. Events are produced whether or not anyone
-/// follows them; unread ones are dropped when the ring buffer is full.
-pub fn follow_events(
-    paths: &Paths,
-    iface: &str,
-    mut emit: impl FnMut(u64, &str),
-    stop: impl Fn() -> bool,
-) -> Result<(), XdpError> {
-    let mut current: Option<(u64, aya_log::EbpfLogger<Lines>)> = None;
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    while !stop() {
-        let Some(a) = attached(paths, iface)? else {
-            return Err(err(format!("rctl has nothing attached to {iface}")));
-        };
-        if current.as_ref().map(|c| c.0) != Some(a.generation) {
-            let prog = paths
-                .iface_pins(iface)
-                .join(format!("gen-{}", a.generation))
-                .join("prog");
-            let id = aya::programs::ProgramInfo::from_pin(&prog)
-                .map_err(|e| err(format!("opening {}: {e}", prog.display())))?
-                .id();
-            let logger = aya_log::EbpfLogger::init_from_id_with_logger(id, Lines(lines.clone()))
-                .map_err(|e| err(format!("reading the events of program {id}: {e}")))?;
-            current = Some((a.generation, logger));
-        }
-        if let Some((generation, logger)) = current.as_mut() {
-            logger.flush();
-            let drained: Vec<String> = lines
-                .lock()
-                .map(|mut v| std::mem::take(&mut *v))
-                .unwrap_or_default();
-            for l in drained {
-                emit(*generation, &l);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    Ok(())
-}
-
-/// One rule's counters, summed over CPUs.
-#[derive(Debug, Clone, Serialize)]
-pub struct RuleCounters {
-    /// Rule name.
-    pub rule: String,
-    /// Packets it decided in the program.
-    pub packets: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// What `rctl status` shows for one interface.
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    /// The metadata of the attached generation.
-    pub attached: Attached,
-    /// Whether the pinned link is present (the program is attached).
-    pub link_pinned: bool,
-    /// Counters per rule (rules that decided no packet included).
-    pub counters: Vec<RuleCounters>,
-    /// Occupied rate-limit buckets.
-    pub buckets_used: usize,
-    /// Of those, live ones (banned, or ahead of the clock, read from
-    /// /proc/timer_list).
-    pub buckets_live: usize,
-    /// Of those, banned sources.
-    pub buckets_banned: usize,
-    /// The bucket table's capacity.
-    pub buckets_capacity: u32,
-    /// The installed artifact's path.
-    pub artifact: PathBuf,
-}
-
-fn open_map(path: &Path) -> Result<MapData, XdpError> {
-    MapData::from_pin(path).map_err(|e| err(format!("opening {}: {e}", path.display())))
-}
-
-/// The status of every interface rctl has attached to (or of `iface`).
-pub fn status(paths: &Paths, iface: Option<&str>) -> Result<Vec<Status>, XdpError> {
-    let names: Vec<String> = match iface {
-        Some(i) => vec![i.to_string()],
-        None => {
-            let mut v: Vec<String> = std::fs::read_dir(&paths.run)
-                .map(|d| {
-                    d.flatten()
-                        .filter_map(|e| {
-                            let n = e.file_name().into_string().ok()?;
-                            n.strip_suffix(".json").map(str::to_string)
-                        })
-                        .filter(|n| !n.starts_with('.'))
-                        .collect()
-                })
-                .unwrap_or_default();
-            v.sort();
-            v
-        }
-    };
-    let mut out = Vec::new();
-    for name in names {
-        let Some(a) = attached(paths, &name)? else {
-            return Err(err(format!("rctl has nothing attached to {name}")));
-        };
-        let dir = paths.iface_pins(&name);
-        let gen = dir.join(format!("gen-{}", a.generation));
-        let counters = PerCpuArray::<_, Counters>::try_from(Map::PerCpuArray(open_map(
-            &gen.join(maps::COUNTERS),
-        )?))
-        .map_err(|e| err(e.to_string()))?;
-        let mut per_rule = Vec::new();
-        for (i, rule) in a.rules.iter().enumerate() {
-            let v = counters
-                .get(&(i as u32), 0)
-                .map_err(|e| err(format!("reading counters: {e}")))?;
-            per_rule.push(RuleCounters {
-                rule: rule.clone(),
-                packets: v.iter().map(|c| c.packets).sum(),
-                bytes: v.iter().map(|c| c.bytes).sum(),
-            });
-        }
-        // Live buckets: banned, or running ahead of the clock (a bucket
-        // that has fully recovered is as good as none).
-        let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&gen.join(maps::BUCKETS))?))
-            .map_err(|e| err(e.to_string()))?;
-        let now = monotonic_ns();
-        let (mut used, mut live, mut banned) = (0, 0, 0);
-        for b in (0..MAX_BUCKETS).filter_map(|i| buckets.get(&i, 0).ok()) {
-            if b.family == 0 {
-                continue;
-            }
-            used += 1;
-            live += usize::from(b.tat > now || b.banned_until > now);
-            banned += usize::from(b.banned_until > now);
-        }
-        out.push(Status {
-            link_pinned: dir.join("link").exists(),
-            attached: a,
-            counters: per_rule,
-            buckets_used: used,
-            buckets_live: live,
-            buckets_banned: banned,
-            buckets_capacity: MAX_BUCKETS,
-            artifact: paths.artifact(),
-        });
-    }
-    Ok(out)
-}
-
-/// Detaches rctl from `iface` and removes its pins and metadata; returns
-/// what was attached (`None` if only a pinned link was left). The
-/// installed artifact stays (other interfaces may use it).
-pub fn detach(iface: &str, paths: &Paths) -> Result<Option<Attached>, XdpError> {
-    check_privileges()?;
-    check_bpffs(&paths.bpffs)?;
-    let a = attached(paths, iface)?;
-    let dir = paths.iface_pins(iface);
-    let link = dir.join("link");
-    if a.is_none() && !link.exists() {
-        return Err(err(format!("rctl has nothing attached to {iface}")));
-    }
-    if link.exists() {
-        let pinned = PinnedLink::from_pin(&link)
-            .map_err(|e| err(format!("opening {}: {e}", link.display())))?;
-        // Unpinning drops the last reference: the kernel detaches the
-        // program when our descriptor closes.
-        let fd = pinned
-            .unpin()
-            .map_err(|e| err(format!("unpinning {}: {e}", link.display())))?;
-        drop(fd);
-    }
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            remove_generation(&e.path());
-        }
-    }
-    let _ = std::fs::remove_dir(&dir);
-    let _ = std::fs::remove_file(paths.meta(iface));
-    Ok(a)
 }
