@@ -273,6 +273,29 @@ fn tampered_metadata_is_rebuilt_from_the_pins() {
         assert_eq!(st["buckets_banned"], 1, "{what}: the ban carries: {st}");
         running = next;
     }
+    // The live generation's pins removed: the kernel still runs it, status
+    // says so (and that it cannot read it), and an apply replaces it.
+    let g = lab.enforcing(&i)["attached"]["generation"]
+        .as_u64()
+        .unwrap();
+    let live = lab.pins(&i).join(format!("gen-{g}"));
+    for e in std::fs::read_dir(&live).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    std::fs::remove_dir(&live).unwrap();
+    let st = lab.enforcing(&i);
+    assert!(
+        st["problems"]
+            .to_string()
+            .contains("none of the pinned generations"),
+        "{st}"
+    );
+    assert_eq!(st["link"]["prog_id"].as_u64(), lab.kernel_prog(&i));
+    let o = lab.apply_on(&v1, &i);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("replaced on"));
+    let st = lab.enforcing(&i);
+    assert_eq!(st["problems"], serde_json::json!([]), "{st}");
     // detach works on tampered metadata too, and leaves nothing.
     std::fs::write(&meta, "{").unwrap();
     let o = lab.rctl(&["detach", "--iface", &i]);
@@ -301,13 +324,17 @@ fn a_recreated_interface_is_reported_and_attached_afresh() {
     let why = v["problems"].to_string();
     assert!(why.contains("deleted") && why.contains("rctl apply"), "{v}");
     assert!(text(&lab.rctl(&["status", "--iface", &i]).stdout).contains("NOT ENFORCING"));
-    // apply attaches afresh, and the ban carries.
+    // An apply killed once it has unpinned the dead link: still not
+    // enforcing, and the next apply attaches afresh, carrying the ban.
+    killed_at(&lab, &lab.apply_args(&v1, &i), "apply-unlinked");
+    truthful(&lab, &i, None);
     let out = lab.apply_ok(&v1);
     assert!(out.contains("attached to"), "{out}");
     let st = lab.enforcing(&i);
     assert_eq!(st["link"]["prog_id"].as_u64(), lab.kernel_prog(&i));
     assert_eq!(st["buckets_banned"], 1, "{st}");
-    assert_eq!(st["attached"]["generation"], 2);
+    assert_eq!(st["problems"], serde_json::json!([]), "{st}");
+    assert_eq!(lab.gens(&i).len(), 1);
 }
 
 #[test]

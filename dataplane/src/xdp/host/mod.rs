@@ -67,6 +67,10 @@
 //!    staged files: `status` reads them (the link says which generation is
 //!    live), and the next apply carries from it and finishes the renames.
 //!
+//! On an interface that was deleted (and perhaps recreated) the pinned
+//! link is dead: the apply unpins it just before it attaches afresh
+//! (`apply-unlinked`: no link, and as before nothing enforced).
+//!
 //! A detach unpins the link (`detach-unlinked`: enforcement is off), then
 //! removes the generations (`detach-unpinned`), then the metadata, the
 //! artifacts and the lock; a crash leaves state without a link, which

@@ -109,9 +109,22 @@ impl Observed {
         }
     }
 
-    /// Whether the kernel runs one of rctl's generations on the interface.
+    /// Whether the kernel runs rctl's program on the interface: its pinned
+    /// link is attached to the interface of that name.
     pub(crate) fn enforcing(&self) -> bool {
-        self.link_attached() && self.live.is_some()
+        self.link_attached()
+    }
+
+    /// What is wrong with an enforcing link: a program none of the pinned
+    /// generations holds.
+    pub(crate) fn unknown_program(&self) -> Option<String> {
+        match (&self.link, self.live) {
+            (Some((_, l)), None) if self.enforcing() => Some(format!(
+                "the link runs program {}, which none of the pinned generations holds (their                  pins were removed): its counters and buckets cannot be read, and the next                  apply replaces it without carrying them",
+                l.prog_id
+            )),
+            _ => None,
+        }
     }
 
     /// Why rctl is not enforcing on `name`, if it is not.
@@ -132,7 +145,7 @@ impl Observed {
                 l.link_id,
                 l.ifindex.unwrap_or(0)
             ),
-            (Some((_, l)), Some(now)) if !self.link_attached() => format!(
+            (Some((_, l)), Some(now)) => format!(
                 "the link (id {}) is no longer attached to {name} (index {now}): {}; {again}",
                 l.link_id,
                 match l.ifindex {
@@ -141,17 +154,16 @@ impl Observed {
                     None => "unknown".to_string(),
                 }
             ),
-            (Some((_, l)), Some(_)) => format!(
-                "the link runs program {} which is none of the pinned generations \
-                 (its pins were removed); the next apply replaces it",
-                l.prog_id
-            ),
         })
     }
 
-    /// The generation to carry state from and describe: the live one, else
-    /// the one the recorded metadata names, else the newest pinned.
+    /// The generation to carry state from and describe: the live one; when
+    /// no link runs, the one the recorded metadata names, else the newest
+    /// pinned; none when the link runs a program no generation holds.
     pub(crate) fn source(&self, paths: &Paths, name: &IfName) -> Option<u64> {
+        if self.unknown_program().is_some() {
+            return None;
+        }
         self.live.or_else(|| {
             let recorded = read_private(&paths.meta(name))
                 .ok()

@@ -146,7 +146,11 @@ pub fn status(paths: &Paths, iface: Option<&str>) -> Result<Vec<Status>, XdpErro
 
 fn one(paths: &Paths, name: &IfName) -> Status {
     let obs = Observed::read(paths, name);
-    let mut problems: Vec<String> = obs.not_enforcing(name).into_iter().collect();
+    let mut problems: Vec<String> = obs
+        .not_enforcing(name)
+        .into_iter()
+        .chain(obs.unknown_program())
+        .collect();
     let link = obs.link.as_ref().map(|(_, l)| l.clone());
     let source = obs.source(paths, name);
     let resolved = source.map(|g| resolve(paths, name, g, link.as_ref()));
