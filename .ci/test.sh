@@ -21,8 +21,8 @@ command -v python3 >/dev/null || missing="$missing python3"
 command -v setpriv >/dev/null || missing="$missing util-linux"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq $missing >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >/dev/null
 fi
 rustup component add rustfmt clippy >/dev/null
 if ! rustup toolchain list | grep -q '^nightly'; then
@@ -39,8 +39,8 @@ rustup component add rust-src --toolchain nightly >/dev/null
 if ! command -v bpf-linker >/dev/null; then
   if ! dpkg -s llvm-22-dev >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq llvm-22-dev >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq llvm-22-dev >/dev/null
   fi
   LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker@0.13.0 --locked --no-default-features --features llvm-22
 fi

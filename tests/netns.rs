@@ -61,20 +61,48 @@ rule ping_flood {{
     )
 }
 
-fn sh(cmd: &str, args: &[&str]) -> Output {
+pub(crate) fn sh(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
 }
 
-fn must(cmd: &str, args: &[&str]) {
+pub(crate) fn must(cmd: &str, args: &[&str]) {
     let o = sh(cmd, args);
     assert!(
         o.status.success(),
         "{cmd} {args:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// Writes `src` to `DIR/NAME.rctl` and compiles it to `DIR/NAME.rctlc`.
+pub(crate) fn compile_in(dir: &Path, name: &str, src: &str) -> PathBuf {
+    let rules = dir.join(format!("{name}.rctl"));
+    std::fs::write(&rules, src).unwrap();
+    let out = dir.join(format!("{name}.rctlc"));
+    let o = rctl(&[
+        "compile",
+        rules.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// `bin` run as nobody, with no capabilities.
+pub(crate) fn as_nobody(bin: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(bin);
+    c
 }
 
 /// The namespace, the veth pair, a private bpffs and state directories;
@@ -162,17 +190,7 @@ impl Lab {
     }
 
     fn compile(&self, name: &str, src: &str) -> PathBuf {
-        let rules = self.dir.join(format!("{name}.rctl"));
-        std::fs::write(&rules, src).unwrap();
-        let out = self.dir.join(format!("{name}.rctlc"));
-        let o = rctl(&[
-            "compile",
-            rules.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        out
+        compile_in(&self.dir, name, src)
     }
 
     fn apply(&self, artifact: &Path) -> String {
@@ -361,7 +379,7 @@ fn apply_status_detach_on_a_veth_pair() {
     );
     // The artifact was installed where consumers look for it.
     assert_eq!(
-        std::fs::read(lab.dir.join("state/active.rctlc")).unwrap(),
+        std::fs::read(lab.dir.join("state").join(&lab.near).join("active.rctlc")).unwrap(),
         std::fs::read(&v1).unwrap()
     );
 
@@ -610,14 +628,7 @@ fn apply_explains_what_is_missing() {
     // copied where nobody may run it).
     let bin = dir.join("rctl");
     std::fs::copy(env!("CARGO_BIN_EXE_rctl"), &bin).unwrap();
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(&bin)
+    let o = as_nobody(&bin)
         .args(["apply", artifact.to_str().unwrap(), "--iface", "lo"])
         .args(["--object", object.to_str().unwrap()])
         .args(["--bpffs", bpffs.to_str().unwrap()])

@@ -14,6 +14,7 @@ mod dryrun;
 mod files;
 mod format;
 mod generated;
+mod host_state;
 mod hostile;
 mod language;
 mod netns;

@@ -42,21 +42,30 @@ pub fn replay_all(run: &mut DryRun, files: &[PathBuf]) -> bool {
                     std::io::BufReader::with_capacity(1 << 20, file),
                 ),
                 Err(e) => {
-                    eprintln!("rctl: error: cannot open {}: {e}", f.display());
+                    stderr(format_args!(
+                        "rctl: error: cannot open {}: {e}",
+                        f.display()
+                    ));
                     ok = false;
                     continue;
                 }
             }
         };
         if let Err(e) = result {
-            eprintln!(
+            stderr(format_args!(
                 "rctl: error: {}: {e}; the report covers everything before it",
                 f.display()
-            );
+            ));
             ok = false;
         }
     }
     ok
+}
+
+/// A line on stderr; a closed stderr is ignored.
+fn stderr(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn counts(c: &Counts) -> String {

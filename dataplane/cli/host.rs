@@ -1,24 +1,30 @@
-//! `rctl apply`, `rctl status` and `rctl detach`.
+//! `rctl apply`, `rctl status`, `rctl log` and `rctl detach`.
+//!
+//! Output errors (a closed pipe) never panic, and never turn a change that
+//! was made into a failure: apply and detach ignore them once the state
+//! has changed.
 
 use anyhow::{bail, Context, Result};
-use rctl_dataplane::xdp::host::{self, Mode, Paths};
+use rctl_dataplane::xdp::host::{self, Mode, Paths, Status};
 use rctl_dataplane::xdp::ClockMode;
+use std::io::Write as _;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/xdp_object.rs"));
 }
 
-/// Where rctl keeps its pins, metadata and installed artifact.
+/// Where rctl keeps its pins, metadata and installed artifacts.
 #[derive(clap::Args, Clone)]
 pub struct HostPaths {
     /// The bpffs mount to pin under.
     #[arg(long, default_value = "/sys/fs/bpf")]
     bpffs: PathBuf,
-    /// Directory of the per-interface metadata.
+    /// Directory of the per-interface metadata and locks.
     #[arg(long, default_value = "/run/rctl")]
     run_dir: PathBuf,
-    /// Directory the applied artifact is installed in (as active.rctlc).
+    /// Directory the applied artifacts are installed in (as IFACE/active.rctlc).
     #[arg(long, default_value = "/var/lib/rctl")]
     state_dir: PathBuf,
 }
@@ -49,50 +55,26 @@ fn object(flag: Option<PathBuf>) -> Result<Vec<u8>> {
     }
 }
 
-/// `rctl apply`.
-pub fn apply(
-    artifact: PathBuf,
-    iface: &str,
-    mode: Mode,
-    clock: ClockMode,
-    site: Option<&str>,
-    obj: Option<PathBuf>,
-    paths: &HostPaths,
-) -> Result<()> {
-    let bytes =
-        std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
-    let object = object(obj)?;
-    let t = std::time::Instant::now();
-    let a = host::apply(&bytes, &object, iface, mode, clock, site, &paths.paths())
-        .with_context(|| format!("{}: not applied", artifact.display()))?;
-    for w in &a.warnings {
-        eprintln!("rctl: warning: {w}");
-    }
-    let at = &a.attached;
-    println!(
-        "{} {iface} ({} mode, {} clock): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
-         {} rate-limit buckets carried over, artifact {} installed at {} in {:.2?}",
-        if a.replaced {
-            "replaced on"
-        } else {
-            "attached to"
-        },
-        if at.mode == Mode::Skb {
-            "skb"
-        } else {
-            "native"
-        },
-        clock_name(at.clock),
-        at.generation,
-        at.terms,
-        at.prefixes.0,
-        at.prefixes.1,
-        a.carried,
-        &at.artifact_sha256[..16],
-        paths.paths().artifact().display(),
-        t.elapsed()
+/// A warning on stderr; a closed stderr is ignored.
+pub fn warn(msg: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "rctl: warning: {}",
+        crate::term::text(msg)
     );
-    Ok(())
+}
+
+/// The first 16 hex digits of a hash (all of it if shorter).
+fn short(hash: &str) -> &str {
+    hash.get(..16).unwrap_or(hash)
+}
+
+fn mode_name(m: Option<Mode>) -> &'static str {
+    match m {
+        Some(Mode::Skb) => "skb",
+        Some(Mode::Native) => "native",
+        Some(Mode::Auto) | None => "unknown",
+    }
 }
 
 fn clock_name(c: ClockMode) -> &'static str {
@@ -102,87 +84,199 @@ fn clock_name(c: ClockMode) -> &'static str {
     }
 }
 
-/// `rctl status`.
-pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<()> {
+/// `rctl apply`: exit 0 when applied, 1 when the new generation is live
+/// but a step after the switch failed (the message says which).
+pub fn apply(
+    artifact: PathBuf,
+    iface: &str,
+    mode: Mode,
+    clock: ClockMode,
+    site: Option<&str>,
+    obj: Option<PathBuf>,
+    paths: &HostPaths,
+) -> Result<ExitCode> {
+    let bytes =
+        std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
+    let object = object(obj)?;
+    let t = std::time::Instant::now();
+    let a = host::apply(&bytes, &object, iface, mode, clock, site, &paths.paths())
+        .with_context(|| format!("{}: not applied", artifact.display()))?;
+    // The change is made: what follows only reports it.
+    for w in &a.warnings {
+        warn(w);
+    }
+    let at = &a.attached;
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "{} {iface} ({} mode, {} clock): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
+         {} rate-limit buckets carried over, artifact {} installed at {} in {:.2?}",
+        if a.replaced {
+            "replaced on"
+        } else {
+            "attached to"
+        },
+        mode_name(at.mode),
+        clock_name(at.clock),
+        at.generation,
+        at.terms,
+        at.prefixes.0,
+        at.prefixes.1,
+        a.carried,
+        short(&at.artifact_sha256),
+        a.artifact.display(),
+        t.elapsed()
+    );
+    if a.incomplete.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "rctl: error: generation {} is live on {iface} (artifact {}), but {}; the next apply \
+         or detach finishes this",
+        at.generation,
+        short(&at.artifact_sha256),
+        a.incomplete.join("; ")
+    );
+    Ok(ExitCode::from(1))
+}
+
+/// `rctl status`: exit 0 when rctl enforces on every interface shown, 1
+/// when it does not on some (the output says why).
+pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<ExitCode> {
     let all = host::status(&paths.paths(), iface)?;
+    for s in &all {
+        for p in &s.problems {
+            warn(&format!("{}: {p}", s.iface));
+        }
+    }
+    let mut out = std::io::stdout().lock();
     if json {
-        println!(
+        writeln!(
+            out,
             "{}",
             crate::term::json(&serde_json::to_string_pretty(&all)?)
-        );
-        return Ok(());
-    }
-    if all.is_empty() {
-        println!("rctl is not attached to any interface");
-    }
-    for s in &all {
-        let a = &s.attached;
-        println!(
-            "{}: {} mode, {} clock, generation {}{}, artifact {}, applied at {} (unix)",
-            crate::term::text(&a.iface),
-            if a.mode == Mode::Skb { "skb" } else { "native" },
-            clock_name(a.clock),
-            a.generation,
-            if s.link_pinned {
-                ""
-            } else {
-                " (LINK MISSING: not enforcing)"
-            },
-            a.artifact_sha256,
-            a.applied_unix
-        );
-        println!(
-            "  {} terms; {} IPv4 and {} IPv6 prefixes; rate-limit buckets: {} of {} occupied, \
-             {} live, {} banned",
-            a.terms,
-            a.prefixes.0,
-            a.prefixes.1,
-            s.buckets_used,
-            s.buckets_capacity,
-            s.buckets_live,
-            s.buckets_banned
-        );
-        for c in s.counters.iter().filter(|c| c.packets > 0) {
-            println!(
-                "  {:>12} packets {:>14} bytes  {}",
-                c.packets,
-                c.bytes,
-                crate::term::text(&c.rule)
-            );
+        )?;
+    } else {
+        if all.is_empty() {
+            writeln!(out, "rctl is not attached to any interface")?;
         }
+        for s in &all {
+            text(&mut out, s)?;
+        }
+    }
+    Ok(if all.iter().all(|s| s.enforcing) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn text(out: &mut impl std::io::Write, s: &Status) -> std::io::Result<()> {
+    let indent = if s.enforcing {
+        write!(out, "{}: enforcing: ", s.iface)?;
+        ""
+    } else {
+        let why = s
+            .problems
+            .first()
+            .map_or("see the warnings", String::as_str);
+        writeln!(out, "{}: NOT ENFORCING: {why}", s.iface)?;
+        write!(out, "  what is pinned: ")?;
+        "  "
+    };
+    let Some(a) = &s.attached else {
+        return writeln!(out, "not known (no metadata or artifact matches it)");
+    };
+    writeln!(
+        out,
+        "{} mode, {} clock, generation {}, artifact {}, applied at {} (unix)",
+        mode_name(a.mode),
+        clock_name(a.clock),
+        a.generation,
+        a.artifact_sha256,
+        a.applied_unix
+    )?;
+    writeln!(
+        out,
+        "{indent}  {} terms; {} IPv4 and {} IPv6 prefixes; rate-limit buckets: {} of {} \
+         occupied, {} live, {} banned",
+        a.terms,
+        a.prefixes.0,
+        a.prefixes.1,
+        s.buckets_used,
+        s.buckets_capacity,
+        s.buckets_live,
+        s.buckets_banned
+    )?;
+    for c in &s.counters {
+        if let (Some(p), Some(b)) = (c.packets, c.bytes) {
+            if p > 0 {
+                writeln!(
+                    out,
+                    "{indent}  {p:>12} packets {b:>14} bytes  {}",
+                    crate::term::text(&c.rule)
+                )?;
+            }
+        }
+    }
+    let uncounted = s.counters.iter().filter(|c| c.packets.is_none()).count();
+    if uncounted > 0 {
+        writeln!(
+            out,
+            "{indent}  {uncounted} rules have no counter (the program counts the first {}; \
+             the rest are HTTP rules)",
+            s.counters.len() - uncounted
+        )?;
     }
     Ok(())
 }
 
 /// `rctl detach`.
 pub fn detach(iface: &str, paths: &HostPaths) -> Result<()> {
-    match host::detach(iface, &paths.paths())? {
-        Some(a) => println!(
+    let detached = host::detach(iface, &paths.paths())?;
+    // Detached: a closed stdout does not make that a failure.
+    let mut out = std::io::stdout().lock();
+    let _ = match detached {
+        Some(a) => writeln!(
+            out,
             "detached from {iface} (generation {}, artifact {})",
             a.generation,
-            &a.artifact_sha256[..16]
+            short(&a.artifact_sha256)
         ),
-        None => println!("detached a leftover link from {iface}"),
-    }
+        None => writeln!(
+            out,
+            "removed what an interrupted apply or detach left for {iface}"
+        ),
+    };
     Ok(())
 }
 
-/// `rctl log`.
+/// `rctl log`: runs until `seconds` pass, or its output is closed.
 pub fn log(iface: &str, seconds: Option<f64>, paths: &HostPaths) -> Result<()> {
-    let until = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs_f64(s));
+    let until = match seconds {
+        Some(s) => Some(
+            std::time::Instant::now()
+                + std::time::Duration::try_from_secs_f64(s)
+                    .with_context(|| format!("--seconds {s}: not a number of seconds"))?,
+        ),
+        None => None,
+    };
     let stop = || until.is_some_and(|u| std::time::Instant::now() >= u);
     let mut out = std::io::stdout().lock();
     host::follow_events(
         &paths.paths(),
         iface,
         |generation, line| {
-            use std::io::Write as _;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
-            let line = crate::term::text(line);
-            let _ = writeln!(out, "{now:.3} {iface} gen-{generation} {line}");
-            let _ = out.flush();
+            writeln!(
+                out,
+                "{now:.3} {iface} gen-{generation} {}",
+                crate::term::text(line)
+            )
+            .and_then(|()| out.flush())
+            .is_ok()
         },
         stop,
     )?;

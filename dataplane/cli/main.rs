@@ -293,12 +293,18 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            {
+            // A closed pipe (`rctl status | head -1`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("rctl: error: {}", term::text(&format!("{e:#}")));
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "rctl: error: {}",
+                term::text(&format!("{e:#}"))
+            );
             ExitCode::from(2)
         }
     }
@@ -383,6 +389,13 @@ fn is_artifact(paths: &[PathBuf]) -> bool {
         })
 }
 
+/// Warns when `--site` names a site no rule names.
+fn warn_site(rs: &rctl_compiler::ir::Ruleset, site: Option<&str>) {
+    if let Some(w) = rctl_dataplane::xdp::host::site_warning(rs, site) {
+        host::warn(&w);
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     let fail = |b: bool| {
         if b {
@@ -401,7 +414,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let failed = report(&c.sources, &c.diagnostics, deny_warnings);
             if let (false, Some(rs)) = (failed, &c.ruleset) {
                 let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr().lock(),
                     "ok: {} files, {} rules, {} predicates, {} prefixes, {} tests",
                     c.files.len(),
                     rs.rules.len(),
@@ -430,7 +444,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let hash = artifact::content_hash(&bytes)
                 .map(|h| artifact::hex(&h))
                 .unwrap_or_default();
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr().lock(),
                 "wrote {} ({} bytes, {} rules, content sha256 {hash})",
                 output.display(),
                 bytes.len(),
@@ -455,6 +470,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, _, _)) = load_ruleset(&paths, &limits.options())? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let args = eval::EvalArgs {
                 method,
                 url,
@@ -484,6 +500,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, _, mut inputs)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let files = dryrun::inputs(&pcap)?;
             let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
             if let Some(old) = against {
@@ -521,6 +538,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((rs, sizes, _)) = load_ruleset(&paths, &limits.options())? else {
                 return Ok(ExitCode::from(1));
             };
+            warn_site(&rs, site.as_deref());
             let out = match format {
                 Format::Text => explain::text(&rs, &sizes, site.as_deref()),
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
@@ -600,17 +618,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 site.as_deref(),
                 object,
                 &host,
-            )?;
-            Ok(ExitCode::SUCCESS)
+            )
         }
         Command::Status {
             iface,
             format,
             host,
-        } => {
-            host::status(iface.as_deref(), format == Format::Json, &host)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => host::status(iface.as_deref(), format == Format::Json, &host),
         Command::Log {
             iface,
             seconds,

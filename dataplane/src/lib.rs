@@ -2,7 +2,8 @@
 //! rulesets, the reference evaluator it is checked against, keyed rate
 //! limiters, and the runner for `test` blocks.
 
-// One exception, `xdp::kernel_tick` (a clock_getres call).
+// Two exceptions: `xdp::kernel_tick` (a clock_getres call) and the flock
+// call of `xdp::host`'s lock.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

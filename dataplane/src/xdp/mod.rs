@@ -376,8 +376,12 @@ fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
 fn loaded<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
     let prog = xdp(ebpf, name)?;
     if prog.fd().is_err() {
-        prog.load()
-            .map_err(|e| err(format!("the kernel refused `{name}`: {e}")))?;
+        prog.load().map_err(|e| {
+            err(format!(
+                "the kernel refused `{name}`: {}",
+                host::describe(&e)
+            ))
+        })?;
     }
     Ok(prog)
 }
@@ -516,12 +520,22 @@ impl XdpProgram {
                 .map(name)
                 .ok_or_else(|| err(format!("no map {name}")))?
                 .pin(&path)
-                .map_err(|e| err(format!("pinning {}: {e}", path.display())))?;
+                .map_err(|e| {
+                    err(format!(
+                        "pinning {}: {}",
+                        path.display(),
+                        host::describe(&e)
+                    ))
+                })?;
         }
         let path = dir.join("prog");
-        self.xdp_mut()?
-            .pin(&path)
-            .map_err(|e| err(format!("pinning {}: {e}", path.display())))
+        self.xdp_mut()?.pin(&path).map_err(|e| {
+            err(format!(
+                "pinning {}: {}",
+                path.display(),
+                host::describe(&e)
+            ))
+        })
     }
 
     /// The loaded `rctl` program.
