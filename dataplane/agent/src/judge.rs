@@ -1,0 +1,303 @@
+//! Deciding live requests: the generation in force and its engine.
+//!
+//! A [`Judge`] holds the ruleset generation in force behind an atomic
+//! pointer. Each request takes one snapshot ([`Judge::current`]) and is
+//! decided by it alone, so a swap ([`Judge::install`]) never makes a
+//! request see a mix of rulesets: requests already in flight finish on
+//! the old generation, later ones start on the new.
+
+use arc_swap::ArcSwap;
+use rctl_dataplane::{Decision, Engine, Request, Verdict};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One loaded ruleset: the engine and what identifies it.
+pub struct Generation {
+    /// The compiled engine (its limiters hold the live buckets).
+    pub engine: Engine,
+    /// The artifact's content SHA-256 (hex), as `rctl compile` prints it.
+    pub sha256: String,
+    /// Counts loads since the agent started, from 1.
+    pub number: u64,
+    /// When it was installed, seconds since the epoch.
+    pub installed_unix: u64,
+}
+
+/// What a proxy should do with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// No rule decided: serve it.
+    Pass,
+    /// An exemption decided: serve it.
+    Allow,
+    /// Answer with `status` and `reason`.
+    Deny,
+    /// Answer with `status`, `reason` and `Retry-After`.
+    Throttle,
+    /// Close the connection without an answer.
+    Drop,
+}
+
+impl Action {
+    /// `pass`, `allow`, `deny`, `throttle` or `drop`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Pass => "pass",
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+            Action::Throttle => "throttle",
+            Action::Drop => "drop",
+        }
+    }
+
+    /// Whether the proxy must not serve the request.
+    pub fn blocks(self) -> bool {
+        matches!(self, Action::Deny | Action::Throttle | Action::Drop)
+    }
+}
+
+/// The answer for one request, as the proxies are told it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// What to do (always [`Action::Pass`] or [`Action::Allow`] in
+    /// whole-ruleset shadow mode).
+    pub action: Action,
+    /// HTTP status for deny and throttle (0 otherwise).
+    pub status: u16,
+    /// Reason phrase for deny and throttle ("" otherwise).
+    pub reason: String,
+    /// Seconds for `Retry-After` (throttle only; 0 otherwise).
+    pub retry_after_s: u64,
+    /// The deciding rule, if any.
+    pub rule: Option<String>,
+    /// In whole-ruleset shadow mode, what would have been enforced.
+    pub shadowed: Option<Action>,
+    /// Names of the `log` and `shadow` rules that matched (requestctl's
+    /// `X-Requestctl` tag), in evaluation order.
+    pub tags: Vec<String>,
+    /// The generation that decided.
+    pub generation: u64,
+}
+
+/// The request fields a proxy sends. Every field is bytes, as received.
+#[derive(Debug, Clone)]
+pub struct Fields<'a> {
+    /// Method.
+    pub method: &'a [u8],
+    /// Host header or authority.
+    pub host: &'a [u8],
+    /// Path with its `?query`, as sent.
+    pub target: &'a [u8],
+    /// The headers the ruleset reads (others may be present).
+    pub headers: &'a [(&'a [u8], &'a [u8])],
+    /// Client address.
+    pub ip: IpAddr,
+    /// The address the client reached, if the proxy sends it.
+    pub dst: Option<IpAddr>,
+    /// Destination port.
+    pub port: u16,
+}
+
+/// The generation in force and how to judge with it.
+pub struct Judge {
+    current: ArcSwap<Generation>,
+    /// Whole-ruleset shadow mode: decide, tag and count, never enforce.
+    shadow: bool,
+    /// The origin of the limiters' clock (monotonic, shared by every
+    /// generation, so that carried buckets keep their meaning).
+    epoch: Instant,
+}
+
+impl Judge {
+    /// A judge starting with `first`.
+    pub fn new(first: Generation, shadow: bool) -> Judge {
+        Judge {
+            current: ArcSwap::from_pointee(first),
+            shadow,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The generation in force now. Decide a request with one snapshot.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Makes `next` the generation in force; returns the one it replaced.
+    pub fn install(&self, next: Generation) -> Arc<Generation> {
+        self.current.swap(Arc::new(next))
+    }
+
+    /// Whether the whole ruleset runs in shadow mode.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// Nanoseconds on the limiters' clock.
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Decides one request with the generation in force.
+    pub fn decide(&self, f: &Fields<'_>) -> (Outcome, Decision) {
+        let generation = self.current();
+        self.decide_with(&generation, f)
+    }
+
+    /// Decides one request with `generation` (a snapshot from
+    /// [`Judge::current`]).
+    pub fn decide_with(&self, generation: &Generation, f: &Fields<'_>) -> (Outcome, Decision) {
+        let req = Request {
+            method: f.method,
+            host: f.host,
+            target: f.target,
+            headers: f.headers,
+            ip: f.ip,
+            dst: f.dst,
+            port: f.port,
+            time_ns: self.now_ns(),
+        };
+        let engine = &generation.engine;
+        let decision = engine.decide_request(&req);
+        let name = |i: usize| engine.rule(i).name.clone();
+        let tags = decision.logged.iter().map(|(i, _)| name(*i)).collect();
+        let mut out = outcome(&decision.verdict, name);
+        out.tags = tags;
+        out.generation = generation.number;
+        if self.shadow && out.action.blocks() {
+            let would = out.action;
+            out = Outcome {
+                action: Action::Pass,
+                status: 0,
+                reason: String::new(),
+                retry_after_s: 0,
+                shadowed: Some(would),
+                ..out
+            };
+        }
+        (out, decision)
+    }
+}
+
+/// The proxy-facing form of a verdict.
+fn outcome(v: &Verdict, name: impl Fn(usize) -> String) -> Outcome {
+    let base = Outcome {
+        action: Action::Pass,
+        status: 0,
+        reason: String::new(),
+        retry_after_s: 0,
+        rule: v.rule().map(&name),
+        shadowed: None,
+        tags: Vec::new(),
+        generation: 0,
+    };
+    match v {
+        Verdict::Pass => base,
+        Verdict::Allow { .. } => Outcome {
+            action: Action::Allow,
+            ..base
+        },
+        Verdict::Deny { status, reason, .. } => Outcome {
+            action: Action::Deny,
+            status: *status,
+            reason: reason.clone(),
+            ..base
+        },
+        Verdict::Throttle {
+            status,
+            reason,
+            retry_after_s,
+            ..
+        } => Outcome {
+            action: Action::Throttle,
+            status: *status,
+            reason: reason.clone(),
+            retry_after_s: *retry_after_s,
+            ..base
+        },
+        Verdict::Drop { .. } => Outcome {
+            action: Action::Drop,
+            ..base
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rctl_dataplane::EngineConfig;
+
+    fn judge(src: &str, shadow: bool) -> Judge {
+        let c = rctl_compiler::compile_str("t.rctl", src, &Default::default());
+        let rs = c.ruleset.expect("compiles");
+        let engine = Engine::new(rs, &EngineConfig::default()).unwrap();
+        Judge::new(
+            Generation {
+                engine,
+                sha256: String::new(),
+                number: 1,
+                installed_unix: 0,
+            },
+            shadow,
+        )
+    }
+
+    fn get<'a>(
+        target: &'a str,
+        ua: &'a str,
+        hdrs: &'a mut Vec<(&'a [u8], &'a [u8])>,
+    ) -> Fields<'a> {
+        hdrs.push((b"User-Agent", ua.as_bytes()));
+        Fields {
+            method: b"GET",
+            host: b"query.example.org",
+            target: target.as_bytes(),
+            headers: hdrs,
+            ip: "192.0.2.7".parse().unwrap(),
+            dst: None,
+            port: 443,
+        }
+    }
+
+    const RULES: &str = r#"
+rule bots { when header("user-agent") starts_with "bot/" deny 403 "no bots" }
+rule watch { when path == "/w" log }
+rule slow { when path == "/s" throttle 1 requests per 1m burst 1 by ip }
+"#;
+
+    #[test]
+    fn verdicts_become_actions_with_status_reason_and_tags() {
+        let j = judge(RULES, false);
+        let mut h = Vec::new();
+        let (o, _) = j.decide(&get("/w", "bot/1", &mut h));
+        assert_eq!(o.action, Action::Deny);
+        assert_eq!((o.status, o.reason.as_str()), (403, "no bots"));
+        assert_eq!(o.rule.as_deref(), Some("bots"));
+        let mut h = Vec::new();
+        let (o, _) = j.decide(&get("/w", "curl/8", &mut h));
+        assert_eq!(
+            (o.action, o.tags.clone()),
+            (Action::Pass, vec!["watch".to_string()])
+        );
+        let mut h = Vec::new();
+        assert_eq!(
+            j.decide(&get("/s", "curl/8", &mut h)).0.action,
+            Action::Pass
+        );
+        let mut h = Vec::new();
+        let (o, _) = j.decide(&get("/s", "curl/8", &mut h));
+        assert_eq!((o.action, o.status), (Action::Throttle, 429));
+        assert!(o.retry_after_s >= 1);
+    }
+
+    #[test]
+    fn whole_ruleset_shadow_never_blocks_but_says_what_it_would_do() {
+        let j = judge(RULES, true);
+        let mut h = Vec::new();
+        let (o, _) = j.decide(&get("/", "bot/1", &mut h));
+        assert_eq!(o.action, Action::Pass);
+        assert_eq!(o.shadowed, Some(Action::Deny));
+        assert_eq!(o.rule.as_deref(), Some("bots"));
+    }
+}
