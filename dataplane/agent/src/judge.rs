@@ -99,6 +99,40 @@ pub struct Fields<'a> {
     pub port: u16,
 }
 
+/// Sees every decision and every failure of the listeners: metrics and
+/// the matched-request log implement it. Called on the request path, so
+/// implementations must be cheap and must not block.
+pub trait Observer: Send + Sync {
+    /// A request was decided by `generation` in `elapsed`.
+    fn decided(
+        &self,
+        generation: &Generation,
+        fields: &Fields<'_>,
+        outcome: &Outcome,
+        decision: &Decision,
+        elapsed: std::time::Duration,
+    );
+    /// A listener refused or lost a peer (`kind`: a short stable label
+    /// such as `spop-frame` or `http-request`; `detail` for logs).
+    fn failed(&self, kind: &'static str, detail: &str);
+}
+
+/// An observer that records nothing.
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn decided(
+        &self,
+        _: &Generation,
+        _: &Fields<'_>,
+        _: &Outcome,
+        _: &Decision,
+        _: std::time::Duration,
+    ) {
+    }
+    fn failed(&self, _: &'static str, _: &str) {}
+}
+
 /// The generation in force and how to judge with it.
 pub struct Judge {
     current: ArcSwap<Generation>,
