@@ -14,6 +14,7 @@ mod dryrun;
 mod format;
 mod generated;
 mod hostile;
+mod invariants;
 mod language;
 mod netns;
 mod xdp;
