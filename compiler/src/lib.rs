@@ -162,7 +162,7 @@ fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compi
             };
             // What the artifact decoder would refuse is refused here, so
             // that every compiled ruleset can be stored and read back.
-            match validate::check(&rs, opts) {
+            match validate::check_compiled(&rs, opts) {
                 Ok(()) => {
                     ruleset = Some(rs);
                     tests = lowered.tests;

@@ -93,8 +93,6 @@ pub enum Invalid {
     HeaderName(String),
     /// A `host` value with upper case, or a case-sensitive `host` regex.
     HostCase,
-    /// A `path` value that path normalisation would change.
-    PathNotNormal,
     /// An `in { … }` string set not sorted and deduplicated.
     StrSetOrder,
     /// `present` on a field other than `header(…)` or `query(…)`.
@@ -202,7 +200,6 @@ impl fmt::Display for Invalid {
             PrefixesNotMerged => write!(f, "prefixes are out of order, overlapping or not merged"),
             HeaderName(n) => write!(f, "{n:?} is not a lower-case header name"),
             HostCase => write!(f, "a host test is case-sensitive"),
-            PathNotNormal => write!(f, "a path value is not normalised"),
             StrSetOrder => write!(f, "string set is not sorted and deduplicated"),
             PresentField => write!(f, "present/absent on a field that is always there"),
             MissingIpSet(i) => write!(f, "ip set {i} does not exist"),
