@@ -268,11 +268,18 @@ impl fmt::Display for ArtifactError {
             ),
             ArtifactErrorKind::Truncated => write!(f, "artifact is truncated at byte {}", self.offset),
             ArtifactErrorKind::ChecksumMismatch => write!(f, "artifact content hash does not match; the file is corrupt"),
-            ArtifactErrorKind::Invalid(m) => write!(
-                f,
-                "invalid artifact at byte {}: {m}; recompile the rules with this rctl",
-                self.offset
-            ),
+            ArtifactErrorKind::Invalid(m) => {
+                let what_to_do = match m {
+                    Invalid::TooManyRules(_)
+                    | Invalid::TooManyRegexes(_)
+                    | Invalid::TooManyPrefixes(_)
+                    | Invalid::PlanTerms(_) => {
+                        "an artifact compiled with raised limits is read only with the same limits"
+                    }
+                    _ => "it was not written by rctl's compiler, or was altered since; recompile the rules with this rctl",
+                };
+                write!(f, "invalid artifact at byte {}: {m}; {what_to_do}", self.offset)
+            }
         }
     }
 }
