@@ -8,7 +8,12 @@
 //!
 //! Limits are those of an [`Options`]; the artifact does not record the
 //! options it was compiled with, so [`crate::artifact::decode`] uses the
-//! defaults and [`crate::artifact::decode_with`] takes others.
+//! defaults and [`crate::artifact::decode_with`] takes others. Of the
+//! options, `max_depth` bounds parentheses in a source (a condition's tree
+//! is bounded by [`MAX_COND_DEPTH`] instead), `max_cond_nodes` bounds each
+//! inlined pattern rather than a rule's whole condition, and
+//! `max_file_bytes` and `max_test_samples` bound sources and tests, which
+//! the artifact does not hold; the rest are checked.
 //!
 //! **Ip sets**
 //! - Named `inline` (a literal set) or `scope/name` (an ipblock); ipblock
