@@ -608,6 +608,21 @@ fn the_engine_refuses_a_missing_ip_set_when_loading() {
     );
 }
 
+/// The matcher alone (it is public) checks what it looks up: before, it
+/// skipped the predicate, which then never held.
+#[test]
+fn the_matcher_refuses_a_missing_ip_set() {
+    let e = rctl_dataplane::matcher::Matcher::new(&missing_ip_set()).err();
+    assert!(
+        matches!(
+            e,
+            Some(EngineError::Index(IndexError::IpSet { set: 7, .. }))
+        ),
+        "{:?}",
+        e.map(|e| e.to_string())
+    );
+}
+
 #[test]
 fn the_reference_refuses_a_missing_ip_set_when_loading() {
     let e = NaiveEngine::new(missing_ip_set(), &EngineConfig::default()).err();
