@@ -67,7 +67,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 (
   cd compiler
   cargo +nightly fuzz build --sanitizer none
-  for target in compile artifact; do
+  for target in compile; do
     mkdir -p "fuzz/corpus/$target"
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
@@ -82,6 +82,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   cargo +nightly fuzz run --sanitizer none request fuzz/corpus/request fuzz/seeds/request -- -runs=0
   cargo +nightly fuzz run --sanitizer none request fuzz/corpus/request fuzz/seeds/request -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+  mkdir -p fuzz/corpus/artifact
+  cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- -runs=0
+  cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
   mkdir -p fuzz/corpus/capture
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- \

@@ -16,6 +16,7 @@ mod format;
 mod generated;
 mod host_state;
 mod hostile;
+mod invariants;
 mod language;
 mod netns;
 mod xdp;

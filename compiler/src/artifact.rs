@@ -1,7 +1,9 @@
 //! The compiled artifact (`.rctlc`): a self-describing, versioned,
 //! checksummed encoding of a [`Ruleset`]. Encoding is deterministic: the
-//! same ruleset always gives the same bytes. Decoding validates every field
-//! and never panics.
+//! same ruleset always gives the same bytes. Decoding never panics; it
+//! rejects what does not encode a ruleset with the byte offset of the
+//! problem, and a ruleset that breaks any invariant the compiler
+//! guarantees (listed in [`crate::validate`]) with the offset of the item.
 //!
 //! Layout (little-endian):
 //!
@@ -17,7 +19,9 @@
 
 use crate::cidr::PrefixSet;
 use crate::ir::*;
-use crate::wire::{ArtifactError, ArtifactErrorKind, Reader, Writer};
+use crate::validate::{self, Item};
+use crate::wire::{ArtifactError, ArtifactErrorKind, Invalid, Reader, TagOf, Writer};
+use crate::Options;
 use sha2::{Digest, Sha256};
 
 /// The magic number.
@@ -248,8 +252,15 @@ pub fn content_hash(bytes: &[u8]) -> Option<[u8; 32]> {
     bytes.get(24..56).and_then(|h| h.try_into().ok())
 }
 
-/// Decodes and validates an artifact.
+/// Decodes an artifact and checks every invariant of [`crate::validate`]
+/// with the default limits.
 pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
+    decode_with(bytes, &Options::default())
+}
+
+/// Decodes an artifact and checks every invariant of [`crate::validate`]
+/// with the limits of `opts` (those it was compiled with, if raised).
+pub fn decode_with(bytes: &[u8], opts: &Options) -> Result<Ruleset, ArtifactError> {
     let mut h = Reader::new(bytes, 0);
     let magic = h.take(8).map_err(|_| ArtifactError {
         kind: ArtifactErrorKind::BadMagic,
@@ -269,10 +280,10 @@ pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
         });
     }
     if h.u16()? != 0 {
-        return h.err("reserved header field is not zero");
+        return h.err(Invalid::ReservedHeader);
     }
     if h.u32()? != ENDIAN {
-        return h.err("endianness marker mismatch");
+        return h.err(Invalid::Endianness);
     }
     let len = h.u64()?;
     let hash = h.sha()?;
@@ -284,10 +295,7 @@ pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
             });
         }
         return Err(ArtifactError {
-            kind: ArtifactErrorKind::Invalid(format!(
-                "{} trailing bytes",
-                h.remaining() as u64 - len
-            )),
+            kind: ArtifactErrorKind::Invalid(Invalid::TrailingBytes(h.remaining() as u64 - len)),
             offset: HEADER + len as usize,
         });
     }
@@ -298,10 +306,38 @@ pub fn decode(bytes: &[u8]) -> Result<Ruleset, ArtifactError> {
             offset: 24,
         });
     }
-    decode_payload(Reader::new(payload, HEADER))
+    let (rs, at) = decode_payload(Reader::new(payload, HEADER))?;
+    validate::check(&rs, opts).map_err(|(item, what)| ArtifactError {
+        kind: ArtifactErrorKind::Invalid(what),
+        offset: at.of(item),
+    })?;
+    Ok(rs)
 }
 
-fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
+/// Where each item starts, for the offsets of validation errors.
+#[derive(Default)]
+struct Offsets {
+    ipsets: Vec<usize>,
+    atoms: Vec<usize>,
+    rules: Vec<usize>,
+    plans: Vec<usize>,
+    end: usize,
+}
+
+impl Offsets {
+    fn of(&self, item: Item) -> usize {
+        let (list, i) = match item {
+            Item::IpSet(i) => (&self.ipsets, i),
+            Item::Atom(i) => (&self.atoms, i),
+            Item::Rule(i) => (&self.rules, i),
+            Item::Plan(i) => (&self.plans, i),
+        };
+        list.get(i).copied().unwrap_or(self.end)
+    }
+}
+
+fn decode_payload(mut r: Reader<'_>) -> Result<(Ruleset, Offsets), ArtifactError> {
+    let mut at = Offsets::default();
     let mut sources = Vec::new();
     for _ in 0..r.count(36)? {
         let path = r.str()?;
@@ -312,44 +348,30 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
     }
     let mut ipsets = Vec::new();
     for _ in 0..r.count(12)? {
+        at.ipsets.push(r.offset());
         let name = r.str()?;
         let mut p = PrefixSet::default();
         for _ in 0..r.count(5)? {
-            let (n, l) = (r.u32()?, r.u8()?);
-            if l > 32
-                || (l < 32 && n & (u32::MAX >> l) != 0)
-                || p.v4.last().is_some_and(|&(m, _)| m >= n)
-            {
-                return r.err("IPv4 prefix has host bits, a bad length, or is out of order");
-            }
-            p.v4.push((n, l));
+            p.v4.push((r.u32()?, r.u8()?));
         }
         for _ in 0..r.count(17)? {
-            let (n, l) = (r.u128()?, r.u8()?);
-            if l > 128
-                || (l < 128 && n & (u128::MAX >> l) != 0)
-                || p.v6.last().is_some_and(|&(m, _)| m >= n)
-            {
-                return r.err("IPv6 prefix has host bits, a bad length, or is out of order");
-            }
-            p.v6.push((n, l));
+            p.v6.push((r.u128()?, r.u8()?));
         }
         ipsets.push(IpSet { name, prefixes: p });
     }
     let mut atoms = Vec::new();
     for _ in 0..r.count(2)? {
-        atoms.push(decode_atom(&mut r, ipsets.len())?);
+        at.atoms.push(r.offset());
+        atoms.push(decode_atom(&mut r)?);
     }
     let mut rules = Vec::new();
     for _ in 0..r.count(32)? {
-        rules.push(decode_rule(&mut r, atoms.len())?);
-    }
-    let n = r.count(5)?;
-    if n != rules.len() {
-        return r.err(format!("{n} plans for {} rules", rules.len()));
+        at.rules.push(r.offset());
+        rules.push(decode_rule(&mut r)?);
     }
     let mut plan = Vec::new();
-    for _ in 0..n {
+    for _ in 0..r.count(5)? {
+        at.plans.push(r.offset());
         let note = r.str()?;
         let tag = r.u8()?;
         let xdp = match tag {
@@ -365,30 +387,28 @@ fn decode_payload(mut r: Reader<'_>) -> Result<Ruleset, ArtifactError> {
                 for _ in 0..r.count(4)? {
                     let mut t = Vec::new();
                     for _ in 0..r.count(5)? {
-                        let a = r.u32()?;
-                        if a as usize >= atoms.len() || !atoms[a as usize].is_l4() {
-                            return r.err("XDP term names a missing or non-L3/L4 predicate");
-                        }
-                        t.push((a, r.bool()?));
+                        t.push((r.u32()?, r.bool()?));
                     }
                     dnf.push(t);
                 }
                 Some(XdpRule { kind, dnf })
             }
-            t => return r.err(format!("unknown plan tag {t}")),
+            t => return r.err(Invalid::Tag(TagOf::Plan, t)),
         };
         plan.push(RulePlan { xdp, note });
     }
     if r.remaining() != 0 {
-        return r.err("trailing bytes after the plan");
+        return r.err(Invalid::TrailingBytes(r.remaining() as u64));
     }
-    Ok(Ruleset {
+    at.end = r.offset();
+    let rs = Ruleset {
         sources,
         ipsets,
         atoms,
         rules,
         plan,
-    })
+    };
+    Ok((rs, at))
 }
 
 fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
@@ -399,11 +419,11 @@ fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
         3 => StrField::Query,
         4 => StrField::QueryParam(r.str()?),
         5 => StrField::Header(r.str()?),
-        t => return r.err(format!("unknown field tag {t}")),
+        t => return r.err(Invalid::Tag(TagOf::Field, t)),
     })
 }
 
-fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> {
+fn decode_atom(r: &mut Reader<'_>) -> Result<Atom, ArtifactError> {
     Ok(match r.u8()? {
         0 => {
             let field = decode_field(r)?;
@@ -417,43 +437,23 @@ fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> 
                     ci: r.bool()?,
                 },
                 5 => {
-                    let mut v: Vec<String> = Vec::new();
+                    let mut v = Vec::new();
                     for _ in 0..r.count(4)? {
-                        let s = r.str()?;
-                        if v.last().is_some_and(|l| *l >= s) {
-                            return r.err("string set is not sorted");
-                        }
-                        v.push(s);
+                        v.push(r.str()?);
                     }
                     StrOp::In(v)
                 }
-                t => return r.err(format!("unknown operator tag {t}")),
+                t => return r.err(Invalid::Tag(TagOf::Operator, t)),
             };
             Atom::Str { field, op }
         }
         1 => Atom::Present(decode_field(r)?),
-        2 => {
-            let i = r.u32()?;
-            if i as usize >= nsets {
-                return r.err(format!("ip set {i} does not exist"));
-            }
-            Atom::Ip(i)
-        }
-        5 => {
-            let i = r.u32()?;
-            if i as usize >= nsets {
-                return r.err(format!("ip set {i} does not exist"));
-            }
-            Atom::DstIp(i)
-        }
+        2 => Atom::Ip(r.u32()?),
+        5 => Atom::DstIp(r.u32()?),
         3 => {
             let mut v = Vec::new();
             for _ in 0..r.count(4)? {
-                let (a, b) = (r.u16()?, r.u16()?);
-                if a > b {
-                    return r.err("port range is reversed");
-                }
-                v.push((a, b));
+                v.push((r.u16()?, r.u16()?));
             }
             Atom::Port(v)
         }
@@ -464,117 +464,92 @@ fn decode_atom(r: &mut Reader<'_>, nsets: usize) -> Result<Atom, ArtifactError> 
                     6 => Proto::Tcp,
                     17 => Proto::Udp,
                     1 => Proto::Icmp,
-                    p => return r.err(format!("unknown protocol {p}")),
+                    p => return r.err(Invalid::Tag(TagOf::Protocol, p)),
                 });
             }
             Atom::Proto(v)
         }
-        t => return r.err(format!("unknown atom tag {t}")),
+        t => return r.err(Invalid::Tag(TagOf::Atom, t)),
     })
 }
 
-fn decode_cond(r: &mut Reader<'_>, natoms: usize) -> Result<Cond, ArtifactError> {
+/// Reads a condition in postfix order. The depth is bounded while reading,
+/// so that no later recursion over the tree (or its drop) can overflow the
+/// stack.
+fn decode_cond(r: &mut Reader<'_>) -> Result<Cond, ArtifactError> {
     let nodes = r.count(1)?;
     let mut stack: Vec<(Cond, usize)> = Vec::new();
     for _ in 0..nodes {
         let item = match r.u8()? {
             0 => (Cond::True, 1),
             1 => (Cond::False, 1),
-            2 => {
-                let a = r.u32()?;
-                if a as usize >= natoms {
-                    return r.err(format!("predicate {a} does not exist"));
-                }
-                (Cond::Atom(a), 1)
-            }
+            2 => (Cond::Atom(r.u32()?), 1),
             3 => match stack.pop() {
                 Some((c, d)) => (Cond::Not(Box::new(c)), d + 1),
-                None => return r.err("`not` without an operand"),
+                None => return r.err(Invalid::CondShape),
             },
             t @ (4 | 5) => {
                 let n = r.u32()? as usize;
                 if n > stack.len() {
-                    return r.err("and/or with missing operands");
+                    return r.err(Invalid::CondShape);
                 }
                 let parts = stack.split_off(stack.len() - n);
                 let d = parts.iter().map(|p| p.1).max().unwrap_or(0) + 1;
                 let v = parts.into_iter().map(|p| p.0).collect();
                 (if t == 4 { Cond::And(v) } else { Cond::Or(v) }, d)
             }
-            t => return r.err(format!("unknown condition tag {t}")),
+            t => return r.err(Invalid::Tag(TagOf::Condition, t)),
         };
         if item.1 > MAX_COND_DEPTH {
-            return r.err("condition nests too deep");
+            return r.err(Invalid::CondDepth);
         }
         stack.push(item);
     }
     match (stack.pop(), stack.is_empty()) {
         (Some((c, _)), true) => Ok(c),
-        _ => r.err("condition does not form one tree"),
+        _ => r.err(Invalid::CondShape),
     }
 }
 
-fn decode_rule(r: &mut Reader<'_>, natoms: usize) -> Result<Rule, ArtifactError> {
-    let name = r.str()?;
-    let priority = r.i32()?;
-    let seq = r.u32()?;
-    let mut sites = Vec::new();
-    for _ in 0..r.count(4)? {
-        sites.push(r.str()?);
-    }
-    let enabled = r.bool()?;
-    let shadow = r.bool()?;
-    let comment = r.str()?;
-    let cond = decode_cond(r, natoms)?;
-    let action = match r.u8()? {
+fn decode_key(r: &mut Reader<'_>) -> Result<Key, ArtifactError> {
+    Ok(match r.u8()? {
+        0 => Key::Global,
+        1 => Key::Ip,
+        2 => Key::Prefix {
+            v4: r.u8()?,
+            v6: r.u8()?,
+        },
+        3 => Key::Host,
+        4 => Key::Path,
+        5 => Key::Method,
+        6 => Key::Header(r.str()?),
+        7 => Key::Query(r.str()?),
+        k => return r.err(Invalid::Tag(TagOf::Key, k)),
+    })
+}
+
+fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
+    Ok(match r.u8()? {
         0 => Action::Allow,
         1 => Action::Log,
         2 => Action::Drop,
-        3 => {
-            let status = r.u16()?;
-            if !(400..=599).contains(&status) {
-                return r.err(format!("deny status {status}"));
-            }
-            Action::Deny {
-                status,
-                reason: r.str()?,
-            }
-        }
+        3 => Action::Deny {
+            status: r.u16()?,
+            reason: r.str()?,
+        },
         4 => {
             let limit = r.u32()?;
             let unit = match r.u8()? {
                 0 => Unit::Requests,
                 1 => Unit::Packets,
                 2 => Unit::Connections,
-                u => return r.err(format!("unknown unit {u}")),
+                u => return r.err(Invalid::Tag(TagOf::Unit, u)),
             };
-            let period_ms = r.u64()?;
-            let burst = r.u32()?;
-            let ban_ms = r.u64()?;
-            let status = r.u16()?;
-            if limit == 0 || period_ms == 0 || burst == 0 || !(400..=599).contains(&status) {
-                return r.err("throttle limit, period, burst and status must be set");
-            }
-            let reason = r.str()?;
+            let (period_ms, burst, ban_ms) = (r.u64()?, r.u32()?, r.u64()?);
+            let (status, reason) = (r.u16()?, r.str()?);
             let mut keys = Vec::new();
             for _ in 0..r.count(1)? {
-                keys.push(match r.u8()? {
-                    0 => Key::Global,
-                    1 => Key::Ip,
-                    2 => {
-                        let (v4, v6) = (r.u8()?, r.u8()?);
-                        if v4 > 32 || v6 > 128 {
-                            return r.err("prefix key length out of range");
-                        }
-                        Key::Prefix { v4, v6 }
-                    }
-                    3 => Key::Host,
-                    4 => Key::Path,
-                    5 => Key::Method,
-                    6 => Key::Header(r.str()?),
-                    7 => Key::Query(r.str()?),
-                    k => return r.err(format!("unknown key tag {k}")),
-                });
+                keys.push(decode_key(r)?);
             }
             Action::Throttle(Throttle {
                 limit,
@@ -587,8 +562,23 @@ fn decode_rule(r: &mut Reader<'_>, natoms: usize) -> Result<Rule, ArtifactError>
                 reason,
             })
         }
-        t => return r.err(format!("unknown action tag {t}")),
-    };
+        t => return r.err(Invalid::Tag(TagOf::Action, t)),
+    })
+}
+
+fn decode_rule(r: &mut Reader<'_>) -> Result<Rule, ArtifactError> {
+    let name = r.str()?;
+    let priority = r.i32()?;
+    let seq = r.u32()?;
+    let mut sites = Vec::new();
+    for _ in 0..r.count(4)? {
+        sites.push(r.str()?);
+    }
+    let enabled = r.bool()?;
+    let shadow = r.bool()?;
+    let comment = r.str()?;
+    let cond = decode_cond(r)?;
+    let action = decode_action(r)?;
     let file = r.str()?;
     let (line, col) = (r.u32()?, r.u32()?);
     Ok(Rule {

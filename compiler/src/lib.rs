@@ -32,11 +32,12 @@ pub mod parse;
 pub mod plan;
 pub mod source;
 pub mod spec;
+pub mod validate;
 pub mod value;
 mod wire;
 
 pub use lower::reason_phrase;
-pub use wire::{ArtifactError, ArtifactErrorKind};
+pub use wire::{ArtifactError, ArtifactErrorKind, Invalid, TagOf};
 
 use diag::Diagnostics;
 use ir::{Ruleset, SourceHash};
@@ -161,6 +162,7 @@ fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compi
             &mut diags,
         );
         let spans: Vec<source::Span> = lowered.rules.iter().map(|r| r.1).collect();
+        let rule_spans: Vec<_> = lowered.rules.iter().map(|r| (r.1, r.2)).collect();
         let rules: Vec<ir::Rule> = lowered.rules.into_iter().map(|r| r.0).collect();
         let plan = plan::plan(&rules, &lowered.atoms, opts, &mut diags, &spans);
         let sources = map
@@ -172,14 +174,22 @@ fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compi
             })
             .collect();
         if !diags.has_errors() {
-            ruleset = Some(Ruleset {
+            let rs = Ruleset {
                 sources,
                 ipsets: lowered.ipsets,
                 atoms: lowered.atoms,
                 rules,
                 plan,
-            });
-            tests = lowered.tests;
+            };
+            // What the artifact decoder would refuse is refused here, so
+            // that every compiled ruleset can be stored and read back.
+            match validate::check_compiled(&rs, opts) {
+                Ok(()) => {
+                    ruleset = Some(rs);
+                    tests = lowered.tests;
+                }
+                Err(v) => diags.push(validate::diagnostic(&rs, &v, &rule_spans)),
+            }
         }
     }
     Compilation {

@@ -278,7 +278,6 @@ impl Lowerer<'_> {
     }
 
     fn check_regex(&mut self, pattern: &str, ci: bool, v: &Word) -> Option<()> {
-        use regex_automata::{meta, util::syntax};
         self.regex_count += 1;
         if self.regex_count == self.opts.max_regexes + 1 {
             self.diags.push(
@@ -291,16 +290,7 @@ impl Lowerer<'_> {
             );
             return None;
         }
-        let built = meta::Regex::builder()
-            .syntax(syntax::Config::new().case_insensitive(ci).nest_limit(64))
-            .configure(
-                meta::Config::new()
-                    .nfa_size_limit(Some(self.opts.max_regex_bytes))
-                    .onepass(false)
-                    .hybrid(false)
-                    .backtrack(false),
-            )
-            .build(pattern);
+        let built = crate::validate::build_regex(pattern, ci, self.opts.max_regex_bytes);
         let Err(err) = built else { return Some(()) };
         let (msg, offset) = match err.syntax_error() {
             Some(regex_syntax::Error::Parse(e)) => {

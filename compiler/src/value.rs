@@ -1,6 +1,9 @@
 //! Scalar values of the language: durations, counts, statuses, ports, and
 //! the path normalisation shared by the compiler and every data plane.
 
+/// The longest duration the language takes: 366 days, in milliseconds.
+pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
+
 /// Parses `500ms`, `30s`, `5m`, `1h`, `1d` into milliseconds.
 pub fn parse_duration(s: &str) -> Result<u64, &'static str> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -19,7 +22,7 @@ pub fn parse_duration(s: &str) -> Result<u64, &'static str> {
         _ => return Err("unknown unit: use ms, s, m, h or d"),
     };
     let ms = n.checked_mul(mult).ok_or("duration too long")?;
-    if ms > 366 * 86_400_000 {
+    if ms > MAX_DURATION_MS {
         return Err("duration longer than a year");
     }
     Ok(ms)

@@ -12,7 +12,8 @@
 
 use crate::limiter::{Limiter, Outcome};
 use crate::request::Fields;
-use rctl_compiler::ir::{Action, Key, Rule, Ruleset, StrField};
+use rctl_compiler::ir::{Action, Atom, Key, Rule, Ruleset, StrField};
+use std::fmt;
 use std::net::IpAddr;
 
 /// Engine settings.
@@ -114,6 +115,104 @@ pub struct Step {
     pub shadow: bool,
 }
 
+/// A ruleset that names a predicate, ip set or plan it does not hold.
+/// The artifact decoder rejects these (`rctl_compiler::validate`), but a
+/// ruleset built in memory can have them; loading one fails with this,
+/// rather than its tests silently never matching or a decision panicking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexError {
+    /// A rule's condition names a predicate that does not exist.
+    Atom {
+        /// Rule index.
+        rule: usize,
+        /// The missing predicate.
+        atom: u32,
+    },
+    /// An address predicate names an ip set that does not exist.
+    IpSet {
+        /// Predicate index.
+        atom: usize,
+        /// The missing set.
+        set: u32,
+    },
+    /// Plans and rules differ in number.
+    PlanCount {
+        /// Plans.
+        plans: usize,
+        /// Rules.
+        rules: usize,
+    },
+    /// A rule's XDP plan names a predicate that does not exist.
+    PlanAtom {
+        /// Rule index.
+        rule: usize,
+        /// The missing predicate.
+        atom: u32,
+    },
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::Atom { rule, atom } => {
+                write!(
+                    f,
+                    "rule {rule} names predicate {atom}, which does not exist"
+                )
+            }
+            IndexError::IpSet { atom, set } => {
+                write!(
+                    f,
+                    "predicate {atom} names ip set {set}, which does not exist"
+                )
+            }
+            IndexError::PlanCount { plans, rules } => write!(f, "{plans} plans for {rules} rules"),
+            IndexError::PlanAtom { rule, atom } => write!(
+                f,
+                "the XDP plan of rule {rule} names predicate {atom}, which does not exist"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IndexError {}
+
+impl IndexError {
+    /// Checks every predicate, ip set and plan index of `rs`.
+    pub fn check(rs: &Ruleset) -> Result<(), IndexError> {
+        let natoms = rs.atoms.len();
+        for (atom, a) in rs.atoms.iter().enumerate() {
+            if let Atom::Ip(set) | Atom::DstIp(set) = a {
+                if *set as usize >= rs.ipsets.len() {
+                    return Err(IndexError::IpSet { atom, set: *set });
+                }
+            }
+        }
+        if rs.plan.len() != rs.rules.len() {
+            return Err(IndexError::PlanCount {
+                plans: rs.plan.len(),
+                rules: rs.rules.len(),
+            });
+        }
+        for (rule, (r, p)) in rs.rules.iter().zip(&rs.plan).enumerate() {
+            let mut missing = None;
+            r.cond.visit_atoms(&mut |a| {
+                if a as usize >= natoms {
+                    missing.get_or_insert(a);
+                }
+            });
+            if let Some(atom) = missing {
+                return Err(IndexError::Atom { rule, atom });
+            }
+            let mut terms = p.xdp.iter().flat_map(|x| x.dnf.iter().flatten());
+            if let Some(&(atom, _)) = terms.find(|(a, _)| *a as usize >= natoms) {
+                return Err(IndexError::PlanAtom { rule, atom });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The ruleset, its site selection and its limiters.
 pub(crate) struct Core {
     pub ruleset: Ruleset,
@@ -122,7 +221,10 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Core {
+    /// Fails if the ruleset names anything it does not hold: after this,
+    /// every index in it can be used as it is.
+    pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Result<Core, IndexError> {
+        IndexError::check(&ruleset)?;
         let active = ruleset
             .rules
             .iter()
@@ -142,11 +244,11 @@ impl Core {
                 _ => None,
             })
             .collect();
-        Core {
+        Ok(Core {
             ruleset,
             active,
             limiters,
-        }
+        })
     }
 
     pub fn rule(&self, i: usize) -> &Rule {

@@ -3,27 +3,55 @@
 //! can match; only those are evaluated, in order. Cost follows the request,
 //! not the size of the ruleset.
 
-use crate::core::{Core, Decision, EngineConfig, Step};
+use crate::core::{Core, Decision, EngineConfig, IndexError, Step};
 use crate::matcher::{AtomSet, MatchScratch, Matcher};
 use crate::request::{Fields, Packet, Request};
 use rctl_compiler::analysis::dnf;
 use rctl_compiler::ir::{Cond, Rule, Ruleset};
 use std::fmt;
 
-/// Why a ruleset could not be loaded into the engine.
+/// Why a ruleset could not be loaded into the engine or the reference.
+/// Neither can happen to a ruleset the compiler produced or the artifact
+/// decoder accepted; both check what is checked here.
 #[derive(Debug)]
-pub struct EngineError {
-    /// What went wrong.
-    pub message: String,
+#[non_exhaustive]
+pub enum EngineError {
+    /// The ruleset names a predicate, ip set or plan it does not hold.
+    Index(IndexError),
+    /// A field's prefix, suffix, substring and regex tests do not compile
+    /// into one automaton.
+    Scan {
+        /// The field, as written in the language.
+        field: String,
+        /// The regex engine's reason.
+        message: String,
+    },
+    /// A regex predicate does not compile.
+    Regex {
+        /// The pattern.
+        pattern: String,
+        /// The regex engine's reason.
+        message: String,
+    },
 }
 
 impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        match self {
+            EngineError::Index(e) => write!(f, "{e}"),
+            EngineError::Scan { field, message } => write!(f, "{field}: {message}"),
+            EngineError::Regex { pattern, message } => write!(f, "regex {pattern:?}: {message}"),
+        }
     }
 }
 
 impl std::error::Error for EngineError {}
+
+impl From<IndexError> for EngineError {
+    fn from(e: IndexError) -> Self {
+        EngineError::Index(e)
+    }
+}
 
 /// Per-thread working memory for decisions; reuse one per thread.
 pub struct Scratch {
@@ -84,8 +112,8 @@ fn eval(c: &Cond, set: &AtomSet) -> bool {
 impl Engine {
     /// Compiles a ruleset for deciding.
     pub fn new(ruleset: Ruleset, config: &EngineConfig) -> Result<Engine, EngineError> {
-        let matcher = Matcher::new(&ruleset).map_err(|e| EngineError { message: e.0 })?;
-        let core = Core::new(ruleset, config);
+        let core = Core::new(ruleset, config)?;
+        let matcher = Matcher::new(&core.ruleset)?;
         // Each DNF term of each rule needs all its positive atoms. Terms
         // are filed under one anchor, their least shared positive atom; the
         // others are checked against the atom bitset before the rule

@@ -20,7 +20,7 @@ pub mod testing;
 pub mod topk;
 pub mod xdp;
 
-pub use crate::core::{Decision, EngineConfig, Step, Verdict};
+pub use crate::core::{Decision, EngineConfig, IndexError, Step, Verdict};
 pub use engine::{Engine, EngineError, Scratch, Trace};
 pub use naive::NaiveEngine;
 pub use request::{Packet, Request};

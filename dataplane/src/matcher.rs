@@ -7,9 +7,12 @@
 //! Addresses go through one [`PrefixTable`]. Ports and protocols are few
 //! and tested directly.
 
+use crate::core::IndexError;
+use crate::engine::EngineError;
 use crate::iptable::PrefixTable;
 use crate::request::{decode_component, Fields};
 use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};
+use rctl_compiler::validate::{build_scan, scan_pattern};
 use regex_automata::meta::Regex;
 use regex_automata::{hybrid, Input, MatchKind, PatternSet};
 use std::collections::HashMap;
@@ -217,10 +220,6 @@ impl FieldMatcher {
     }
 }
 
-/// Why a matcher could not be built.
-#[derive(Debug)]
-pub struct BuildError(pub String);
-
 /// The compiled matcher of one ruleset.
 pub struct Matcher {
     method: Option<FieldMatcher>,
@@ -245,13 +244,10 @@ pub struct Matcher {
     longest_header: usize,
 }
 
-fn escape(s: &str) -> String {
-    regex_syntax::escape(s)
-}
-
 impl Matcher {
-    /// Compiles the ruleset's atoms.
-    pub fn new(rs: &Ruleset) -> Result<Matcher, BuildError> {
+    /// Compiles the ruleset's atoms. An address predicate naming a missing
+    /// ip set is an error here, not a test that never holds.
+    pub fn new(rs: &Ruleset) -> Result<Matcher, EngineError> {
         type Parts = (FastMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
         let mut by_field: HashMap<StrField, Parts> = HashMap::new();
         let mut ip_atoms = vec![None; rs.ipsets.len()];
@@ -269,27 +265,30 @@ impl Matcher {
                         StrOp::In(vs) => vs
                             .iter()
                             .for_each(|v| parts.0.entry(v.as_bytes().into()).or_default().push(i)),
-                        StrOp::Prefix(v) => parts.1.push((format!(r"\A(?:{})", escape(v)), i)),
-                        StrOp::Suffix(v) => parts.1.push((format!(r"(?:{})\z", escape(v)), i)),
-                        StrOp::Contains(v) => parts.1.push((escape(v), i)),
-                        StrOp::Regex { pattern, ci } => parts
-                            .1
-                            .push((format!("(?{}:{pattern})", if *ci { "i" } else { "" }), i)),
+                        StrOp::Prefix(_)
+                        | StrOp::Suffix(_)
+                        | StrOp::Contains(_)
+                        | StrOp::Regex { .. } => parts.1.extend(scan_pattern(op).map(|p| (p, i))),
                     }
                 }
                 Atom::Present(field) => by_field.entry(field.clone()).or_default().2.push(i),
-                Atom::Ip(s) => {
-                    if let Some(slot) = ip_atoms.get_mut(*s as usize) {
-                        *slot = Some(i);
-                    }
-                }
-                Atom::DstIp(s) => {
-                    if let Some(slot) = dst_atoms.get_mut(*s as usize) {
-                        *slot = Some(i);
-                    }
+                Atom::Ip(s) | Atom::DstIp(s) => {
+                    let slots = if matches!(a, Atom::Ip(_)) {
+                        &mut ip_atoms
+                    } else {
+                        &mut dst_atoms
+                    };
+                    let missing = IndexError::IpSet {
+                        atom: i as usize,
+                        set: *s,
+                    };
+                    *slots.get_mut(*s as usize).ok_or(missing)? = Some(i);
                 }
                 Atom::Port(r)
-                    if r.iter().map(|&(a, b)| u32::from(b - a) + 1).sum::<u32>() <= 64 =>
+                    if r.iter()
+                        .map(|&(a, b)| u64::from(b.saturating_sub(a)) + 1)
+                        .sum::<u64>()
+                        <= 64 =>
                 {
                     for &(lo, hi) in r {
                         for p in lo..=hi {
@@ -325,14 +324,10 @@ impl Matcher {
                 None
             } else {
                 let pats: Vec<&str> = scans.iter().map(|(p, _)| p.as_str()).collect();
-                let re = Regex::builder()
-                    .configure(
-                        Regex::config()
-                            .match_kind(MatchKind::All)
-                            .hybrid_cache_capacity(8 << 20),
-                    )
-                    .build_many(&pats)
-                    .map_err(|e| BuildError(format!("{}: {e}", field.display())))?;
+                let re = build_scan(&pats).map_err(|e| EngineError::Scan {
+                    field: field.display(),
+                    message: e.to_string(),
+                })?;
                 m.max_patterns = m.max_patterns.max(re.pattern_len());
                 let dfa = hybrid::dfa::DFA::builder()
                     .configure(

@@ -30,15 +30,16 @@ impl NaiveEngine {
                     Regex::builder()
                         .syntax(regex_automata::util::syntax::Config::new().case_insensitive(*ci))
                         .build(pattern)
-                        .map_err(|e| EngineError {
-                            message: format!("regex {pattern:?}: {e}"),
+                        .map_err(|e| EngineError::Regex {
+                            pattern: pattern.clone(),
+                            message: e.to_string(),
                         })?,
                 ),
                 _ => None,
             });
         }
         Ok(NaiveEngine {
-            core: Core::new(ruleset, config),
+            core: Core::new(ruleset, config)?,
             regexes,
         })
     }

@@ -1,5 +1,6 @@
 //! Parse and check arbitrary input: never panic, never hang; whatever
-//! compiles must survive an artifact round trip and fmt must be idempotent.
+//! compiles must survive an artifact round trip (so the compiler never breaks
+//! an invariant the decoder checks) and fmt must be idempotent.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,6 +11,9 @@ fuzz_target!(|data: &[u8]| {
     let c = compile_str("fuzz.rctl", text, &Options::default());
     for d in c.diagnostics.iter() {
         let _ = d.render(&c.sources);
+        // The compiler's final check of what it produced (validate.rs)
+        // must never find one of its own invariants broken.
+        assert!(!d.hint.as_deref().is_some_and(|h| h.contains("bug in rctl")), "{}", d.render(&c.sources));
     }
     if let Some(rs) = &c.ruleset {
         let bytes = artifact::encode(rs);

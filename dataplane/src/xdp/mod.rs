@@ -16,6 +16,7 @@
 
 pub mod host;
 
+use crate::core::IndexError;
 use crate::iptable::PrefixTable;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, PerCpuArray};
@@ -90,6 +91,54 @@ fn err(m: impl Into<String>) -> XdpError {
     XdpError(m.into())
 }
 
+/// Why a ruleset's packet plane could not be lowered into the program's
+/// tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TablesError {
+    /// The ruleset names a predicate, ip set or plan it does not hold.
+    Index(IndexError),
+    /// A rule's XDP plan reads an HTTP field, which the program cannot see.
+    HttpAtom {
+        /// Rule index.
+        rule: usize,
+        /// The predicate.
+        atom: u32,
+    },
+    /// A rule has a throttle plan but no throttle.
+    NotAThrottle {
+        /// Rule index.
+        rule: usize,
+    },
+    /// A valid ruleset whose packet plane is larger than the program holds
+    /// (rules, terms, predicate bits or IPv6 intervals).
+    Capacity(String),
+}
+
+impl fmt::Display for TablesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TablesError::Index(e) => write!(f, "{e}"),
+            TablesError::HttpAtom { rule, atom } => write!(
+                f,
+                "the XDP plan of rule {rule} reads predicate {atom}, an HTTP field"
+            ),
+            TablesError::NotAThrottle { rule } => {
+                write!(f, "rule {rule}: a throttle plan without a throttle")
+            }
+            TablesError::Capacity(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for TablesError {}
+
+impl From<TablesError> for XdpError {
+    fn from(e: TablesError) -> Self {
+        XdpError(e.to_string())
+    }
+}
+
 /// The program's map contents for one ruleset and site.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Tables {
@@ -126,8 +175,12 @@ pub struct Tables {
 }
 
 impl Tables {
-    /// Lowers the packet plane of `rs` for `site`.
-    pub fn new(rs: &Ruleset, site: Option<&str>) -> Result<Tables, XdpError> {
+    /// Lowers the packet plane of `rs` for `site`. Every index is checked
+    /// first: a ruleset that names what it does not hold is an error here,
+    /// never a term that silently cannot match.
+    pub fn new(rs: &Ruleset, site: Option<&str>) -> Result<Tables, TablesError> {
+        IndexError::check(rs).map_err(TablesError::Index)?;
+        let capacity = |m: String| TablesError::Capacity(m);
         let mut t = Tables::default();
         let mut set_bit: HashMap<u32, u32> = HashMap::new();
         let mut port_bit: HashMap<u32, u32> = HashMap::new();
@@ -146,10 +199,7 @@ impl Tables {
             let mut limiter = 0;
             if k == kind::THROTTLE {
                 let Action::Throttle(th) = &rule.action else {
-                    return Err(err(format!(
-                        "rule `{}`: a throttle plan without a throttle",
-                        rule.name
-                    )));
+                    return Err(TablesError::NotAThrottle { rule: i });
                 };
                 let (v4_len, v6_len) = match th.keys.first() {
                     Some(RateKey::Prefix { v4, v6 }) => (u32::from(*v4), u32::from(*v6)),
@@ -169,7 +219,11 @@ impl Tables {
                 });
             }
             if i as u32 >= MAX_RULES {
-                return Err(err(format!("more than {MAX_RULES} rules")));
+                return Err(capacity(format!(
+                    "rule {i} (`{}`) is offloaded to XDP, which counts rules 0 to {}",
+                    rule.name,
+                    MAX_RULES - 1
+                )));
             }
             for term in &x.dnf {
                 let mut e = Term {
@@ -186,12 +240,12 @@ impl Tables {
                         Atom::DstIp(s) => (&mut set_bit, 3, 64, *s),
                         Atom::Port(_) => (&mut port_bit, 1, 64, a),
                         Atom::Proto(_) => (&mut proto_bit, 2, 32, a),
-                        _ => return Err(err("an XDP term reads an HTTP field")),
+                        _ => return Err(TablesError::HttpAtom { rule: i, atom: a }),
                     };
                     let n = map.len() as u32;
                     let bit = *map.entry(key).or_insert(n);
                     if bit >= limit {
-                        return Err(err(format!(
+                        return Err(capacity(format!(
                             "more than {limit} distinct {} predicates in XDP rules",
                             ["address", "port", "protocol", "address"][count]
                         )));
@@ -216,7 +270,7 @@ impl Tables {
                     }
                 }
                 if t.terms.len() as u32 >= MAX_TERMS {
-                    return Err(err(format!("more than {MAX_TERMS} XDP terms")));
+                    return Err(capacity(format!("more than {MAX_TERMS} XDP terms")));
                 }
                 t.terms.push(e);
             }
@@ -266,7 +320,7 @@ impl Tables {
         let (starts, index, bits) = interval_table(v6_ranges, 128);
         t.v6_index_bits = bits;
         if starts.len() > MAX_V6_RANGES as usize {
-            return Err(err(format!(
+            return Err(capacity(format!(
                 "{} IPv6 intervals: at most {MAX_V6_RANGES}",
                 starts.len()
             )));
@@ -280,19 +334,19 @@ impl Tables {
             })
             .collect();
         t.v6_index = index;
+        // One bit per port predicate, in a dense table: linear in the ports
+        // named, however wide the ranges (`port in { 0-65535 }` is 65,536).
+        let mut ports = vec![0u64; 1 << 16];
         for (&a, &bit) in &port_bit {
             if let Atom::Port(ranges) = &rs.atoms[a as usize] {
                 for &(lo, hi) in ranges {
                     for p in lo..=hi {
-                        match t.ports.iter_mut().find(|(q, _)| *q == p) {
-                            Some((_, m)) => *m |= 1 << bit,
-                            None => t.ports.push((p, 1 << bit)),
-                        }
+                        ports[usize::from(p)] |= 1 << bit;
                     }
                 }
             }
         }
-        t.ports.sort_unstable();
+        t.ports = (0..=u16::MAX).zip(ports).filter(|&(_, m)| m != 0).collect();
         for (&a, &bit) in &proto_bit {
             if let Atom::Proto(ps) = &rs.atoms[a as usize] {
                 for p in ps {
