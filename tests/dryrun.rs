@@ -27,13 +27,13 @@ fn rule_entry<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::
         .unwrap_or_else(|| panic!("no rule `{name}` in the report"))
 }
 
-/// (method, uri, host, user agent) of every request rctl parses, sorted.
-fn ours(file: &str) -> Vec<String> {
-    let (reqs, err) = requests_in(std::fs::File::open(fixture(file)).unwrap());
-    assert!(err.is_none(), "{file}: {err:?}");
+/// (method, uri, host, user agent) of every request rctl parses in a
+/// capture, in the order they completed.
+pub fn listed(pcap: &std::path::Path) -> Vec<String> {
+    let (reqs, err) = requests_in(std::fs::File::open(pcap).unwrap());
+    assert!(err.is_none(), "{}: {err:?}", pcap.display());
     let s = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or(b"")).into_owned();
-    let mut v: Vec<String> = reqs
-        .iter()
+    reqs.iter()
         .map(|r| {
             format!(
                 "{}|{}|{}|{}",
@@ -43,7 +43,12 @@ fn ours(file: &str) -> Vec<String> {
                 s(r.header("user-agent"))
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The same for a fixture, sorted.
+fn ours(file: &str) -> Vec<String> {
+    let mut v = listed(&fixture(file));
     v.sort();
     v
 }
@@ -397,4 +402,38 @@ fn dry_run_sees_the_destination_address() {
     assert!(requests > 0);
     assert_eq!(matches("to_nginx"), Some(requests));
     assert_eq!(matches("elsewhere"), Some(0));
+}
+
+/// A dry-run of `rules` over a capture written by `f`.
+fn dry_run_of(
+    rules: &str,
+    f: impl FnOnce(&mut crate::capgen::Pcap<Vec<u8>>) -> std::io::Result<()>,
+) -> rctl_dataplane::dryrun::Report {
+    let mut p = crate::capgen::Pcap::new(Vec::new()).unwrap();
+    f(&mut p).unwrap();
+    let pcap = p.finish().unwrap();
+    let rs = compile(rules).ruleset.expect("rules compile");
+    let mut run = rctl_dataplane::dryrun::DryRun::new(rs, None).unwrap();
+    run.replay("generated", &pcap[..]).unwrap();
+    run.finish()
+}
+
+const CLIENT: ([u8; 4], u16) = ([203, 0, 113, 9], 41000);
+const SERVER: ([u8; 4], u16) = ([198, 51, 100, 10], 80);
+
+/// A request's time is that of the packet that completed its head.
+#[test]
+fn a_request_is_timed_by_the_packet_that_completes_its_head() {
+    let s = 1_000_000u64; // µs
+    let report = dry_run_of("rule r { when true log }", |p| {
+        let head = b"GET /split HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (a, b) = head.split_at(12);
+        p.tcp(10 * s, CLIENT, SERVER, 0, 0x02, b"")?;
+        p.tcp(10 * s, CLIENT, SERVER, 1, 0x18, a)?;
+        p.tcp(20 * s, CLIENT, SERVER, 1 + a.len() as u32, 0x18, b)
+    });
+    let r = &report.rules[0];
+    assert_eq!(r.matches, 1);
+    assert_eq!(r.first_seen_ns, Some(20_000_000_000));
+    assert_eq!(r.last_seen_ns, Some(20_000_000_000));
 }

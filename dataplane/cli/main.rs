@@ -154,6 +154,11 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Most stream bytes held by all flows together (partial heads,
+        /// out-of-order data), like 256MiB or 1GiB; past it, the flows
+        /// holding the most are dropped first, and counted in the report.
+        #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = dryrun::parse_size)]
+        max_buffered: usize,
     },
     /// Run the ruleset's `test` blocks through the engine.
     Test {
@@ -435,12 +440,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report,
             site,
             format,
+            max_buffered,
         } => {
             let Some((rs, _)) = load_ruleset(&paths)? else {
                 return Ok(ExitCode::from(1));
             };
             let files = dryrun::inputs(&pcap)?;
             let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
+            run.set_max_buffered(max_buffered);
             if let Some(old) = against {
                 let Some((old, _)) = load_ruleset(&[old])? else {
                     return Ok(ExitCode::from(1));

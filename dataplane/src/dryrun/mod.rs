@@ -105,6 +105,12 @@ impl DryRun {
         })
     }
 
+    /// Bounds the stream bytes all flows hold together (default 256 MiB;
+    /// see [`crate::capture::stream`] for what is shed beyond it).
+    pub fn set_max_buffered(&mut self, bytes: usize) {
+        self.packets.streams.set_max_buffered(bytes);
+    }
+
     /// Also evaluates every packet and request with `old`, and reports
     /// where the decisions differ.
     pub fn against(&mut self, old: Ruleset, site: Option<String>) -> Result<(), EngineError> {
@@ -259,6 +265,10 @@ impl DryRun {
         t.resyncs = st.resyncs;
         t.retransmitted_bytes = st.retransmitted_bytes;
         t.evicted_flows = st.evicted_flows;
+        t.max_buffered_bytes = p.streams.limits().max_buffered as u64;
+        t.buffered_peak_bytes = st.buffered_peak;
+        t.shed_flows = st.shed_flows;
+        t.shed_bytes = st.shed_bytes;
         let r = self.requests.finish();
         t.requests = r.requests;
         let rules = r

@@ -78,6 +78,17 @@ pub struct Totals {
     pub retransmitted_bytes: u64,
     /// Flows evicted by the flow-table bound.
     pub evicted_flows: u64,
+    /// The bound on stream bytes held by all flows together (partial heads
+    /// and out-of-order segments, with their bookkeeping).
+    pub max_buffered_bytes: u64,
+    /// The most they held at once.
+    pub buffered_peak_bytes: u64,
+    /// Times a flow's held bytes were dropped to stay within the bound
+    /// (the flows holding the most first; the flow then resynchronises at
+    /// its next request line).
+    pub shed_flows: u64,
+    /// Stream bytes dropped that way (requests in them are not seen).
+    pub shed_bytes: u64,
     /// First and last capture time, ns.
     pub first_ns: Option<u64>,
     /// See `first_ns`.
