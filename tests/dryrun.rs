@@ -419,7 +419,41 @@ fn dry_run_of(
 }
 
 const CLIENT: ([u8; 4], u16) = ([203, 0, 113, 9], 41000);
+const OTHER: ([u8; 4], u16) = ([203, 0, 113, 10], 41001);
 const SERVER: ([u8; 4], u16) = ([198, 51, 100, 10], 80);
+
+/// `series` starts at the capture's first second (`totals.first_ns`), not
+/// at the first matched request: rules, and runs of other rulesets over
+/// the same capture, share one time axis.
+#[test]
+fn series_start_at_the_capture_start() {
+    let s = 1_000_000u64; // µs
+    let report = dry_run_of(
+        "rule everything { when true log }\nrule late { when path == \"/late\" deny }",
+        |p| {
+            // A connection at 100.3 s that sends no request, then requests
+            // at 103.8 s and 105.1 s.
+            p.tcp(100 * s + 300_000, OTHER, SERVER, 0, 0x02, b"")?;
+            p.tcp(103 * s + 800_000, CLIENT, SERVER, 0, 0x02, b"")?;
+            let a = b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
+            p.tcp(103 * s + 800_000, CLIENT, SERVER, 1, 0x18, a)?;
+            let b = b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n";
+            p.tcp(
+                105 * s + 100_000,
+                CLIENT,
+                SERVER,
+                1 + a.len() as u32,
+                0x18,
+                b,
+            )
+        },
+    );
+    assert_eq!(report.totals.first_ns, Some(100_300_000_000));
+    let z = (0, 0);
+    // Entry 0 is second 100: the requests fall in entries 3 and 5.
+    assert_eq!(report.series[0], [z, z, z, (1, 0), z, (1, 0)]);
+    assert_eq!(report.series[1], [z, z, z, z, z, (1, 1)]);
+}
 
 /// A request's time is that of the packet that completed its head.
 #[test]

@@ -10,6 +10,7 @@ use crate::capture::pcap::{CaptureError, CaptureReader, Frame, FrameRef};
 use crate::capture::stream::{Batch, HttpRequest, Limits, Segment, Streams};
 mod report;
 mod requests;
+mod series;
 
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
@@ -269,7 +270,7 @@ impl DryRun {
         t.buffered_peak_bytes = st.buffered_peak;
         t.shed_flows = st.shed_flows;
         t.shed_bytes = st.shed_bytes;
-        let r = self.requests.finish();
+        let r = self.requests.finish(t.first_ns);
         t.requests = r.requests;
         let rules = r
             .rules

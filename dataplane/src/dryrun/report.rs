@@ -155,7 +155,11 @@ pub struct Report {
     pub inputs: Vec<InputReport>,
     /// With `--against`: how decisions change, largest first.
     pub changes: Option<Vec<Change>>,
-    /// Requests per second matched (`.0`) and enforced (`.1`) per rule,
-    /// one entry per second of capture time from `totals.first_ns`.
+    /// Requests per second matched (`.0`) and enforced (`.1`) per rule
+    /// (enforced: decided by it, other than `allow`), one entry per whole
+    /// second of capture time (UTC), entry 0 being the second that holds
+    /// `totals.first_ns`, the capture's first packet; every rule's series
+    /// has the same length, at most 86,400 entries (a day); empty when no
+    /// rule matched a request.
     pub series: Vec<Vec<(u32, u32)>>,
 }
