@@ -238,15 +238,23 @@ impl Parser {
             return;
         }
         if self.buf.is_empty() {
-            // Parse in place; keep only an unfinished tail.
+            // Parse in place; keep only an unfinished tail, with room for
+            // what usually completes it.
             let used = self.parse(limits, stats, ctx, bytes, out);
-            self.buf.extend_from_slice(&bytes[used..]);
+            let tail = &bytes[used..];
+            if !tail.is_empty() {
+                self.buf.reserve(tail.len().max(512) * 2);
+                self.buf.extend_from_slice(tail);
+            }
             return;
         }
         let mut buf = std::mem::take(&mut self.buf);
         let from = self.scanned.saturating_sub(2);
+        // When the new bytes outnumber the held ones, parsing everything
+        // costs at most twice the new bytes: no need to look first.
+        let small = bytes.len() < buf.len();
         buf.extend_from_slice(bytes);
-        if !self.complete(limits, &buf, from) {
+        if small && !self.complete(limits, &buf, from) {
             self.scanned = buf.len();
             self.buf = buf;
             return;
