@@ -48,8 +48,18 @@ pub fn requests_in(input: impl Read) -> (Vec<HttpRequest>, Option<CaptureError>)
     (out.into_vec(), result.err())
 }
 
-/// Requests handed from the packet side to the request side at a time.
+/// Requests handed from the packet side to the request side at a time;
+/// a batch is handed over sooner when its heads reach [`BATCH_BYTES`].
 const BATCH: usize = 256;
+
+/// Bytes of request heads handed over at a time at most (plus one head):
+/// with at most [`IN_FLIGHT`] batches queued, one being filled and one
+/// being counted, the requests between the two sides take a few
+/// megabytes however large their heads.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// Batches queued between the two sides.
+const IN_FLIGHT: usize = 8;
 
 /// A replay in progress.
 ///
@@ -130,7 +140,7 @@ impl DryRun {
             inputs,
         } = self;
         let before = packets.totals.packets;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(8);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(IN_FLIGHT);
         let (back, recycled) = std::sync::mpsc::channel::<Batch>();
         let result = std::thread::scope(|scope| {
             scope.spawn(move || {
@@ -154,7 +164,7 @@ impl DryRun {
                 };
                 while let Some(f) = reader.next_frame_ref(&mut frame)? {
                     packets.frame(f, &mut batch);
-                    if batch.len() >= BATCH {
+                    if batch.len() >= BATCH || batch.bytes() >= BATCH_BYTES {
                         let next = recycled.try_recv().unwrap_or_default();
                         // The request side only stops when this side drops
                         // the sender, so the send cannot fail.

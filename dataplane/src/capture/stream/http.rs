@@ -16,8 +16,9 @@ pub struct HttpRequest {
     pub client: (IpAddr, u16),
     /// Server address and port.
     pub server: (IpAddr, u16),
-    /// Capture time of the packet that completed the head (see the
-    /// module's documentation).
+    /// Capture time of the packet that completed the head (as the
+    /// `capture::stream` module documents: with an out-of-order head, the
+    /// packet that filled the gap).
     pub time_ns: u64,
 }
 
@@ -50,11 +51,15 @@ impl HttpRequest {
 }
 
 /// Parsed requests. A batch keeps its requests' buffers when cleared, so
-/// that refilling it allocates nothing.
+/// that refilling it allocates nothing, except those over [`KEPT_HEAD`]
+/// bytes: what an idle batch keeps stays under 256 such buffers however
+/// large the heads it once held.
 #[derive(Debug, Default)]
 pub struct Batch {
     items: Vec<HttpRequest>,
     len: usize,
+    /// Bytes of the heads held.
+    bytes: usize,
 }
 
 impl Batch {
@@ -73,9 +78,31 @@ impl Batch {
         self.len == 0
     }
 
-    /// Forgets the requests, keeping their buffers.
+    /// Bytes of the requests' heads.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Bytes of memory the batch's buffers take (heads, and header
+    /// spans), held requests or not.
+    pub fn capacity_bytes(&self) -> usize {
+        let span = std::mem::size_of::<((u32, u32), (u32, u32))>();
+        self.items
+            .iter()
+            .map(|r| r.head.capacity() + r.headers.capacity() * span)
+            .sum()
+    }
+
+    /// Forgets the requests, keeping their buffers (but those over
+    /// [`KEPT_HEAD`]).
     pub fn clear(&mut self) {
+        for r in &mut self.items[..self.len] {
+            if r.head.capacity() > KEPT_HEAD {
+                r.head = Vec::new();
+            }
+        }
         self.len = 0;
+        self.bytes = 0;
     }
 
     /// The requests, in the order they completed.
@@ -89,8 +116,9 @@ impl Batch {
         self.items
     }
 
-    /// The next request to fill in, reused if one is spare.
-    fn slot(&mut self) -> &mut HttpRequest {
+    /// The next request to fill in with a head of `len` bytes, reused if
+    /// one is spare.
+    fn slot(&mut self, len: usize) -> &mut HttpRequest {
         if self.len == self.items.len() {
             let none = (IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
             self.items.push(HttpRequest {
@@ -104,9 +132,13 @@ impl Batch {
             });
         }
         self.len += 1;
+        self.bytes += len;
         &mut self.items[self.len - 1]
     }
 }
+
+/// Largest head buffer a batch keeps for reuse.
+pub const KEPT_HEAD: usize = 4 << 10;
 
 /// The (start, end) of `part` inside `whole`, which it borrows from.
 fn span_in(whole: &[u8], part: &[u8]) -> (u32, u32) {
@@ -414,7 +446,7 @@ impl Parser {
                     } else {
                         len.filter(|&l| l > 0).map_or(Body::None, Body::Length)
                     };
-                    let r = out.slot();
+                    let r = out.slot(head.len());
                     r.head.clear();
                     r.head.extend_from_slice(head);
                     r.headers.clear();

@@ -47,7 +47,7 @@ mod tests;
 
 use crate::matcher::{FastHash, FastMap};
 use http::Parser;
-pub use http::{Batch, HttpRequest};
+pub use http::{Batch, HttpRequest, KEPT_HEAD};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 

@@ -336,3 +336,38 @@ fn out_of_order_segments_are_charged_their_bookkeeping() {
     assert!(s.stats.gaps > 0);
     assert_eq!(s.buffered(), f.held());
 }
+
+#[test]
+fn a_batch_keeps_no_large_buffers_once_cleared() {
+    let head = format!(
+        "GET /big HTTP/1.1\r\nCookie: {}\r\n\r\n",
+        "c".repeat(60_000)
+    );
+    let small = b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut stream = Vec::new();
+    for _ in 0..20 {
+        stream.extend_from_slice(head.as_bytes());
+        stream.extend_from_slice(small);
+    }
+    let mut s = Streams::new(Limits::default());
+    let mut out = Batch::new();
+    for (seq, flags, p) in cut(&stream, 1460) {
+        let seg = Segment {
+            seq,
+            flags,
+            payload: p,
+            time_ns: 0,
+        };
+        s.segment(C, S, seg, &mut out);
+    }
+    assert_eq!(out.len(), 40);
+    assert_eq!(out.bytes(), 20 * (head.len() + small.len()));
+    assert!(out.capacity_bytes() >= out.bytes());
+    out.clear();
+    // 40 requests' buffers, none over 4 KiB, and their header spans.
+    assert!(
+        out.capacity_bytes() <= 40 * (KEPT_HEAD + 128 * 16),
+        "{} bytes kept",
+        out.capacity_bytes()
+    );
+}
