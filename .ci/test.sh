@@ -19,6 +19,8 @@ command -v ip >/dev/null || missing="$missing iproute2"
 command -v ping >/dev/null || missing="$missing iputils-ping"
 command -v python3 >/dev/null || missing="$missing python3"
 command -v setpriv >/dev/null || missing="$missing util-linux"
+# GNU time measures rctl's peak RSS in the dry-run memory test.
+[ -x /usr/bin/time ] || missing="$missing time"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq

@@ -27,13 +27,13 @@ fn rule_entry<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::
         .unwrap_or_else(|| panic!("no rule `{name}` in the report"))
 }
 
-/// (method, uri, host, user agent) of every request rctl parses, sorted.
-fn ours(file: &str) -> Vec<String> {
-    let (reqs, err) = requests_in(std::fs::File::open(fixture(file)).unwrap());
-    assert!(err.is_none(), "{file}: {err:?}");
+/// (method, uri, host, user agent) of every request rctl parses in a
+/// capture, in the order they completed.
+pub fn listed(pcap: &std::path::Path) -> Vec<String> {
+    let (reqs, err) = requests_in(std::fs::File::open(pcap).unwrap());
+    assert!(err.is_none(), "{}: {err:?}", pcap.display());
     let s = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or(b"")).into_owned();
-    let mut v: Vec<String> = reqs
-        .iter()
+    reqs.iter()
         .map(|r| {
             format!(
                 "{}|{}|{}|{}",
@@ -43,7 +43,12 @@ fn ours(file: &str) -> Vec<String> {
                 s(r.header("user-agent"))
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The same for a fixture, sorted.
+fn ours(file: &str) -> Vec<String> {
+    let mut v = listed(&fixture(file));
     v.sort();
     v
 }
@@ -397,4 +402,72 @@ fn dry_run_sees_the_destination_address() {
     assert!(requests > 0);
     assert_eq!(matches("to_nginx"), Some(requests));
     assert_eq!(matches("elsewhere"), Some(0));
+}
+
+/// A dry-run of `rules` over a capture written by `f`.
+fn dry_run_of(
+    rules: &str,
+    f: impl FnOnce(&mut crate::capgen::Pcap<Vec<u8>>) -> std::io::Result<()>,
+) -> rctl_dataplane::dryrun::Report {
+    let mut p = crate::capgen::Pcap::new(Vec::new()).unwrap();
+    f(&mut p).unwrap();
+    let pcap = p.finish().unwrap();
+    let rs = compile(rules).ruleset.expect("rules compile");
+    let mut run = rctl_dataplane::dryrun::DryRun::new(rs, None).unwrap();
+    run.replay("generated", &pcap[..]).unwrap();
+    run.finish()
+}
+
+const CLIENT: ([u8; 4], u16) = ([203, 0, 113, 9], 41000);
+const OTHER: ([u8; 4], u16) = ([203, 0, 113, 10], 41001);
+const SERVER: ([u8; 4], u16) = ([198, 51, 100, 10], 80);
+
+/// `series` starts at the capture's first second (`totals.first_ns`), not
+/// at the first matched request: rules, and runs of other rulesets over
+/// the same capture, share one time axis.
+#[test]
+fn series_start_at_the_capture_start() {
+    let s = 1_000_000u64; // µs
+    let report = dry_run_of(
+        "rule everything { when true log }\nrule late { when path == \"/late\" deny }",
+        |p| {
+            // A connection at 100.3 s that sends no request, then requests
+            // at 103.8 s and 105.1 s.
+            p.tcp(100 * s + 300_000, OTHER, SERVER, 0, 0x02, b"")?;
+            p.tcp(103 * s + 800_000, CLIENT, SERVER, 0, 0x02, b"")?;
+            let a = b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
+            p.tcp(103 * s + 800_000, CLIENT, SERVER, 1, 0x18, a)?;
+            let b = b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n";
+            p.tcp(
+                105 * s + 100_000,
+                CLIENT,
+                SERVER,
+                1 + a.len() as u32,
+                0x18,
+                b,
+            )
+        },
+    );
+    assert_eq!(report.totals.first_ns, Some(100_300_000_000));
+    let z = (0, 0);
+    // Entry 0 is second 100: the requests fall in entries 3 and 5.
+    assert_eq!(report.series[0], [z, z, z, (1, 0), z, (1, 0)]);
+    assert_eq!(report.series[1], [z, z, z, z, z, (1, 1)]);
+}
+
+/// A request's time is that of the packet that completed its head.
+#[test]
+fn a_request_is_timed_by_the_packet_that_completes_its_head() {
+    let s = 1_000_000u64; // µs
+    let report = dry_run_of("rule r { when true log }", |p| {
+        let head = b"GET /split HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (a, b) = head.split_at(12);
+        p.tcp(10 * s, CLIENT, SERVER, 0, 0x02, b"")?;
+        p.tcp(10 * s, CLIENT, SERVER, 1, 0x18, a)?;
+        p.tcp(20 * s, CLIENT, SERVER, 1 + a.len() as u32, 0x18, b)
+    });
+    let r = &report.rules[0];
+    assert_eq!(r.matches, 1);
+    assert_eq!(r.first_seen_ns, Some(20_000_000_000));
+    assert_eq!(r.last_seen_ns, Some(20_000_000_000));
 }

@@ -316,6 +316,38 @@ fn throttle_keys_retry_after_and_ban() {
     assert_eq!((retry_after_s, status), (10, 429));
 }
 
+/// Each part of a key has its length in front, so that no two different
+/// lists of parts make the same key: with the length after each part,
+/// `?a=x&b=%05%00%00%00y` and `?a=x%01%00%00%00&b=y` shared a bucket.
+#[test]
+fn key_parts_never_run_into_each_other() {
+    let e = engine(r#"rule t { when true throttle 1 requests per 1h by query("a"), query("b") }"#);
+    assert_eq!(Req::get("/?a=x&b=%05%00%00%00y").run(&e), "pass");
+    assert_eq!(Req::get("/?a=x%01%00%00%00&b=y").run(&e), "pass");
+    assert_eq!(Req::get("/?a=x&b=%05%00%00%00y").run(&e), "throttle:t");
+    // Parts that look like lengths, in every pairing: each pair is a
+    // bucket of its own.
+    let parts = [
+        "",
+        "x",
+        "y",
+        "%00",
+        "%01%00%00%00",
+        "x%01%00%00%00",
+        "%05%00%00%00y",
+        "%00%00%00%00%00%00%00%00",
+        "%01%00%00%00%00%00%00%00x",
+    ];
+    for a in parts {
+        for b in parts {
+            let r = Req::get(&format!("/?a={a}&b={b}"));
+            let v = r.run(&e);
+            let first = (a, b) != ("x", "%05%00%00%00y") && (a, b) != ("x%01%00%00%00", "y");
+            assert_eq!(v == "pass", first, "a={a} b={b}: {v}");
+        }
+    }
+}
+
 #[test]
 fn global_key_is_one_bucket_per_host() {
     let e = engine("rule g { when true throttle 1 requests per 1h }");

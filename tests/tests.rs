@@ -6,11 +6,15 @@ mod util;
 #[path = "../compiler/benches/support/gen.rs"]
 mod gen;
 
+#[path = "../dataplane/benches/support/capgen.rs"]
+mod capgen;
+
 mod artifact;
 mod cli;
 mod corpus;
 mod diagnostics;
 mod dryrun;
+mod dryrun_memory;
 mod files;
 mod format;
 mod generated;

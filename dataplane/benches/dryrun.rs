@@ -5,6 +5,11 @@
 //! directory, replays it through the shipped rules three times, and runs
 //! `tshark -Y http.request -T fields` on it once (skip with
 //! RCTL_BENCH_NO_TSHARK=1).
+//!
+//! Then the same traffic with every request cut into 1-byte segments (as a
+//! trickling or hostile client sends it), with ordinary heads and with
+//! 8 and 60 KiB heads, `RCTL_BENCH_TRICKLE_MB` megabytes each (default 10): the
+//! reassembler's cost per byte must not grow with the head's length.
 
 #[path = "support/capgen.rs"]
 mod capgen;
@@ -37,6 +42,51 @@ fn cpu_seconds() -> (f64, f64) {
     (at(14) + at(15), at(16) + at(17))
 }
 
+/// Replays `path` three times; the median wall time, requests, packets.
+fn replay3(rs: &rctl_compiler::ir::Ruleset, path: &std::path::Path) -> (f64, u64, u64) {
+    let mut times = Vec::new();
+    let mut requests = 0;
+    let mut packets = 0;
+    for _ in 0..3 {
+        let mut run = rctl_dataplane::dryrun::DryRun::new(rs.clone(), None).unwrap();
+        let t = Instant::now();
+        let file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path).unwrap());
+        run.replay("bench", file).unwrap();
+        let report = run.finish();
+        times.push(t.elapsed().as_secs_f64());
+        requests = report.totals.requests;
+        packets = report.totals.packets;
+    }
+    times.sort_by(f64::total_cmp);
+    (times[1], requests, packets)
+}
+
+/// Captures whose requests come in 1-byte segments: ordinary heads (about
+/// 450 bytes), 8 KiB and 60 KiB heads (the limit is 64 KiB).
+fn trickle(rs: &rctl_compiler::ir::Ruleset, dir: &std::path::Path) {
+    let mb: u64 = std::env::var("RCTL_BENCH_TRICKLE_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    for padding in [0, 8 << 10, 60 << 10] {
+        let path = dir.join(format!("trickle-{mb}mb-{padding}.pcap"));
+        let shape = capgen::Shape {
+            segment: Some(1),
+            padding,
+        };
+        let (_, generated) = capgen::write_shaped(&path, mb << 20, shape).unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let (median, requests, packets) = replay3(rs, &path);
+        assert_eq!(requests, generated, "every trickled request is parsed");
+        println!(
+            "1-byte segments, {} B padding in each head: {:.0} MB, {packets} packets, {requests} requests: median {median:.3} s of 3, {:.1} MB/s",
+            padding,
+            size as f64 / 1e6,
+            size as f64 / 1e6 / median
+        );
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
@@ -64,23 +114,9 @@ fn main() {
     let size = std::fs::metadata(&path).unwrap().len();
     let c = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
     let rs = c.ruleset.expect("rules compile");
-    let mut times = Vec::new();
-    let mut requests = 0;
-    let mut packets = 0;
     let cpu_before = cpu_seconds().0;
-    for _ in 0..3 {
-        let mut run = rctl_dataplane::dryrun::DryRun::new(rs.clone(), None).unwrap();
-        let t = Instant::now();
-        let file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path).unwrap());
-        run.replay("large", file).unwrap();
-        let report = run.finish();
-        times.push(t.elapsed().as_secs_f64());
-        requests = report.totals.requests;
-        packets = report.totals.packets;
-    }
+    let (median, requests, packets) = replay3(&rs, &path);
     let cpu = (cpu_seconds().0 - cpu_before) / 3.0;
-    times.sort_by(f64::total_cmp);
-    let median = times[1];
     println!(
         "capture: {:.0} MB, {packets} packets, {requests} requests",
         size as f64 / 1e6
@@ -90,6 +126,7 @@ fn main() {
         "rctl CPU time: {cpu:.2} s per run (both threads): {:.0} MB per CPU-second",
         size as f64 / 1e6 / cpu
     );
+    trickle(&rs, &dir);
     if std::env::var_os("RCTL_BENCH_NO_TSHARK").is_some() {
         return;
     }

@@ -29,6 +29,41 @@ pub fn inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Parses `--max-buffered`: bytes, or a number with KiB, MiB or GiB (also
+/// K, M, G, and the decimal kB, MB, GB); at least 1 MiB.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let unit_of = |u: &str| -> Option<u64> {
+        Some(match u.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            _ => return None,
+        })
+    };
+    let (Ok(n), Some(unit)) = (n.parse::<u64>(), unit_of(unit.trim())) else {
+        return Err(format!(
+            "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (like 256MiB)"
+        ));
+    };
+    let bytes = n
+        .checked_mul(unit)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 1 << 20 {
+        return Err(format!(
+            "`{s}` is too small: give at least 1MiB (one flow alone may hold a 64 KiB head or 256 KiB out of order)"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Replays every input; returns whether all were read to the end.
 pub fn replay_all(run: &mut DryRun, files: &[PathBuf]) -> bool {
     let mut ok = true;
@@ -112,6 +147,11 @@ fn clock(ns: Option<u64>) -> String {
     )
 }
 
+/// Bytes in MiB, with two decimals.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
 /// The report as text.
 pub fn text(r: &Report) -> String {
     let t = &r.totals;
@@ -130,6 +170,15 @@ pub fn text(r: &Report) -> String {
         o,
         "not decoded: {} fragments, {} truncated, {} not IP, {} unsupported link type, {} malformed; {} unparsable stream bytes, {} resyncs, {} retransmitted bytes",
         t.fragments, t.truncated, t.not_ip, t.unsupported_link, t.malformed, t.unparsable_bytes, t.resyncs, t.retransmitted_bytes
+    );
+    let _ = writeln!(
+        o,
+        "memory: at most {} of stream data held at once (bound {}); dropped {} times to stay within it ({} stream bytes, the flows holding the most first); {} idle flows evicted (flow-table bound)",
+        mib(t.buffered_peak_bytes),
+        mib(t.max_buffered_bytes),
+        t.shed_flows,
+        t.shed_bytes,
+        t.evicted_flows
     );
     for i in &r.inputs {
         if let Some(e) = &i.error {

@@ -97,7 +97,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}
         "<table id=totals><tr><th>inputs</th><td>{}</td></tr><tr><th>packets</th><td>{}</td></tr><tr><th>bytes</th><td>{}</td></tr>\
 <tr><th>TCP flows</th><td>{} ({} TLS, not inspected)</td></tr><tr><th>HTTP requests</th><td>{}</td></tr>\
 <tr><th>not decoded</th><td>{} fragments, {} truncated, {} not IP, {} unsupported link, {} malformed</td></tr>\
-<tr><th>unparsable stream bytes</th><td>{}</td></tr></table>",
+<tr><th>unparsable stream bytes</th><td>{}</td></tr>\
+<tr><th>stream data held</th><td>at most {} at once (bound {}); dropped {} times to stay within it ({} bytes); {} idle flows evicted</td></tr></table>",
         r.inputs.len(),
         t.packets,
         t.bytes,
@@ -109,7 +110,12 @@ td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}
         t.not_ip,
         t.unsupported_link,
         t.malformed,
-        t.unparsable_bytes
+        t.unparsable_bytes,
+        crate::dryrun::mib(t.buffered_peak_bytes),
+        crate::dryrun::mib(t.max_buffered_bytes),
+        t.shed_flows,
+        t.shed_bytes,
+        t.evicted_flows
     );
     for i in r.inputs.iter().filter(|i| i.error.is_some()) {
         let _ = write!(

@@ -169,6 +169,11 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Most stream bytes held by all flows together (partial heads,
+        /// out-of-order data), like 256MiB or 1GiB; past it, the flows
+        /// holding the most are dropped first, and counted in the report.
+        #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = dryrun::parse_size)]
+        max_buffered: usize,
         #[command(flatten)]
         limits: Limits,
     },
@@ -495,6 +500,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             site,
             format,
             limits,
+            max_buffered,
         } => {
             let opts = limits.options();
             let Some((rs, _, mut inputs)) = load_ruleset(&paths, &opts)? else {
@@ -503,6 +509,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             warn_site(&rs, site.as_deref());
             let files = dryrun::inputs(&pcap)?;
             let mut run = rctl_dataplane::dryrun::DryRun::new(rs, site.clone())?;
+            run.set_max_buffered(max_buffered);
             if let Some(old) = against {
                 let Some((old, _, old_inputs)) = load_ruleset(&[old], &opts)? else {
                     return Ok(ExitCode::from(1));

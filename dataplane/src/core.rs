@@ -264,9 +264,16 @@ impl Core {
         self.active[i] && !self.ruleset.rules[i].is_packet_limit()
     }
 
+    /// The limiter key of a request or packet: each part with its length
+    /// in front (8 bytes, little-endian), so that different parts can never
+    /// make the same key (`?a=x&b=%05%00%00%00y` and `?a=x%01%00%00%00&b=y`
+    /// do not share a bucket). An absent header or query parameter counts
+    /// as an empty one.
     fn key(keys: &[Key], f: Option<&Fields<'_>>, ip: IpAddr, out: &mut Vec<u8>) {
         out.clear();
         for k in keys {
+            let at = out.len();
+            out.extend_from_slice(&[0; 8]);
             match k {
                 Key::Ip => match ip {
                     IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
@@ -306,9 +313,8 @@ impl Core {
                     }
                 }
             }
-            // A separator that cannot be confused with the length of a
-            // value: the value's length, then a marker.
-            out.extend_from_slice(&(out.len() as u32).to_le_bytes());
+            let len = (out.len() - at - 8) as u64;
+            out[at..at + 8].copy_from_slice(&len.to_le_bytes());
         }
     }
 

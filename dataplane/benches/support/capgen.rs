@@ -1,7 +1,8 @@
-//! Writes a large synthetic capture: many keep-alive HTTP/1.1 flows, each
-//! a handshake, requests (some pipelined, some with bodies, some split
+//! Synthetic captures. [`write`] writes a large one: many keep-alive
+//! HTTP/1.1 flows, each a handshake, requests (some with bodies, some split
 //! across segments), responses and ACKs, interleaved across flows the way
-//! a busy edge interleaves them.
+//! a busy edge interleaves them. [`Shape`] varies it (every request cut
+//! into tiny segments, long heads), and [`Pcap`] writes any other shape.
 
 use std::io::Write;
 
@@ -18,45 +19,86 @@ impl Rng {
     }
 }
 
-/// An Ethernet/IPv4/TCP frame (checksums left zero: nothing here checks them).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the frame's fields, in wire order"
-)]
-fn checksum_free_packet(
-    out: &mut Vec<u8>,
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    flags: u8,
-    payload: &[u8],
-) {
-    out.clear();
-    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00]);
-    let total = (20 + 20 + payload.len()) as u16;
-    out.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0x40,
-        0,
-        64,
-        6,
-        0,
-        0,
-    ]);
-    out.extend_from_slice(&src);
-    out.extend_from_slice(&dst);
-    out.extend_from_slice(&sport.to_be_bytes());
-    out.extend_from_slice(&dport.to_be_bytes());
-    out.extend_from_slice(&seq.to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    out.extend_from_slice(payload);
+/// An IPv4 endpoint.
+pub type Endpoint = ([u8; 4], u16);
+
+/// A classic pcap file (µs timestamps, Ethernet) being written; IPv4/TCP
+/// frames with checksums left zero (nothing here checks them).
+pub struct Pcap<W: Write> {
+    out: W,
+    pkt: Vec<u8>,
+    /// Bytes written so far, the file header included.
+    pub written: u64,
+    /// Frames written so far.
+    pub packets: u64,
+}
+
+impl<W: Write> Pcap<W> {
+    /// Starts a capture: writes the file header.
+    pub fn new(mut out: W) -> std::io::Result<Self> {
+        out.write_all(&[
+            0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0,
+            0,
+        ])?;
+        Ok(Pcap {
+            out,
+            pkt: Vec::with_capacity(2048),
+            written: 24,
+            packets: 0,
+        })
+    }
+
+    /// Writes one TCP segment from `src` to `dst` at `t_us`.
+    pub fn tcp(
+        &mut self,
+        t_us: u64,
+        (src, sport): Endpoint,
+        (dst, dport): Endpoint,
+        seq: u32,
+        flags: u8,
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        let out = &mut self.pkt;
+        out.clear();
+        out.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00]);
+        let total = (20 + 20 + payload.len()) as u16;
+        out.extend_from_slice(&[
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            0,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+        ]);
+        out.extend_from_slice(&src);
+        out.extend_from_slice(&dst);
+        out.extend_from_slice(&sport.to_be_bytes());
+        out.extend_from_slice(&dport.to_be_bytes());
+        out.extend_from_slice(&seq.to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        out.extend_from_slice(payload);
+        let f = &mut self.out;
+        f.write_all(&((t_us / 1_000_000) as u32).to_le_bytes())?;
+        f.write_all(&((t_us % 1_000_000) as u32).to_le_bytes())?;
+        f.write_all(&(out.len() as u32).to_le_bytes())?;
+        f.write_all(&(out.len() as u32).to_le_bytes())?;
+        f.write_all(out)?;
+        self.written += 16 + out.len() as u64;
+        self.packets += 1;
+        Ok(())
+    }
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
 }
 
 const UAS: &[&str] = &[
@@ -68,32 +110,32 @@ const UAS: &[&str] = &[
     "Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)",
 ];
 
+/// How [`write_shaped`] varies the capture.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shape {
+    /// Cut every request into segments of at most this many bytes (as a
+    /// client trickling its request, or a hostile one, would).
+    pub segment: Option<usize>,
+    /// Bytes of extra `X-Padding` header in every request head.
+    pub padding: usize,
+}
+
 /// Writes about `bytes` of capture to `path`; returns (packets, requests).
 pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> {
-    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-    f.write_all(&[
-        0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0,
-    ])?;
+    write_shaped(path, bytes, Shape::default())
+}
+
+/// Like [`write`], in another [`Shape`].
+pub fn write_shaped(
+    path: &std::path::Path,
+    bytes: u64,
+    shape: Shape,
+) -> std::io::Result<(u64, u64)> {
+    let file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut f = Pcap::new(file)?;
     let mut rng = Rng(0x5eed_cafe);
-    let mut written = 24u64;
-    let (mut packets, mut requests) = (0u64, 0u64);
+    let mut requests = 0u64;
     let mut t_us: u64 = 1_760_000_000_000_000;
-    let mut pkt = Vec::with_capacity(2048);
-    let emit = |f: &mut std::io::BufWriter<std::fs::File>,
-                pkt: &[u8],
-                t_us: u64,
-                written: &mut u64,
-                packets: &mut u64|
-     -> std::io::Result<()> {
-        f.write_all(&((t_us / 1_000_000) as u32).to_le_bytes())?;
-        f.write_all(&((t_us % 1_000_000) as u32).to_le_bytes())?;
-        f.write_all(&(pkt.len() as u32).to_le_bytes())?;
-        f.write_all(&(pkt.len() as u32).to_le_bytes())?;
-        f.write_all(pkt)?;
-        *written += 16 + pkt.len() as u64;
-        *packets += 1;
-        Ok(())
-    };
     // 64 flows live at once, each doing 1 to 40 requests, interleaved.
     struct Flow {
         client: [u8; 4],
@@ -103,15 +145,20 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
         left: u32,
         ua: usize,
     }
-    let server = [198, 51, 100, 10];
+    let server = ([198, 51, 100, 10], 80);
     let mut flows: Vec<Flow> = Vec::new();
     let body = vec![b'x'; 300];
+    let padding = if shape.padding > 0 {
+        format!("X-Padding: {}\r\n", "p".repeat(shape.padding))
+    } else {
+        String::new()
+    };
     let response = {
         let mut r = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=UTF-8\r\nContent-Length: 1000\r\nCache-Control: private, s-maxage=0, max-age=0\r\n\r\n".to_vec();
         r.extend(std::iter::repeat_n(b'<', 1000));
         r
     };
-    while written < bytes {
+    while f.written < bytes {
         while flows.len() < 64 {
             let c = rng.next() as u32;
             // Public unicast sources (11.0.0.0 to 98.255.255.255), so that no
@@ -130,20 +177,16 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
                 left: 1 + rng.below(40) as u32,
                 ua: rng.below(UAS.len() as u64) as usize,
             };
-            checksum_free_packet(
-                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x02, b"",
-            );
-            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
-            checksum_free_packet(
-                &mut pkt, server, fl.client, 80, fl.sport, fl.sseq, 0x12, b"",
-            );
-            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+            let c = (fl.client, fl.sport);
+            f.tcp(t_us, c, server, fl.cseq, 0x02, b"")?;
+            f.tcp(t_us, server, c, fl.sseq, 0x12, b"")?;
             fl.cseq = fl.cseq.wrapping_add(1);
             fl.sseq = fl.sseq.wrapping_add(1);
             flows.push(fl);
         }
         let i = rng.below(flows.len() as u64) as usize;
         let fl = &mut flows[i];
+        let c = (fl.client, fl.sport);
         t_us += 1 + rng.below(20);
         let kind = rng.below(10);
         let path = match rng.below(4) {
@@ -159,55 +202,39 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
             _ => format!("/api/rest_v1/page/html/Title_{}", rng.below(100_000)),
         };
         let mut req = if kind == 0 {
-            format!("POST {path} HTTP/1.1\r\nHost: query.wikidata.org\r\nUser-Agent: {}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n", UAS[fl.ua], body.len()).into_bytes()
+            format!("POST {path} HTTP/1.1\r\nHost: query.wikidata.org\r\nUser-Agent: {}\r\n{padding}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n", UAS[fl.ua], body.len()).into_bytes()
         } else {
-            format!("GET {path} HTTP/1.1\r\nHost: en.wikipedia.org\r\nUser-Agent: {}\r\nAccept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCookie: WMF-Last-Access=30-Nov-2026; GeoIP=US:CA:San_Francisco\r\n\r\n", UAS[fl.ua]).into_bytes()
+            format!("GET {path} HTTP/1.1\r\nHost: en.wikipedia.org\r\nUser-Agent: {}\r\n{padding}Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\nCookie: WMF-Last-Access=30-Nov-2026; GeoIP=US:CA:San_Francisco\r\n\r\n", UAS[fl.ua]).into_bytes()
         };
         if kind == 0 {
             req.extend_from_slice(&body);
         }
         requests += 1;
-        if kind == 1 {
-            // Split across two segments.
-            let (a, b) = req.split_at(req.len() / 2);
-            checksum_free_packet(&mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, a);
-            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
-            checksum_free_packet(
-                &mut pkt,
-                fl.client,
-                server,
-                fl.sport,
-                80,
-                fl.cseq.wrapping_add(a.len() as u32),
-                0x18,
-                b,
-            );
-            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
-        } else {
-            checksum_free_packet(
-                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x18, &req,
-            );
-            emit(&mut f, &pkt, t_us, &mut written, &mut packets)?;
+        // Split in two (one request in ten), or in `shape.segment` bytes.
+        let parts: Vec<&[u8]> = match shape.segment {
+            Some(n) => req.chunks(n.max(1)).collect(),
+            None if kind == 1 => {
+                let (a, b) = req.split_at(req.len() / 2);
+                vec![a, b]
+            }
+            None => vec![&req],
+        };
+        let mut seq = fl.cseq;
+        for part in parts {
+            f.tcp(t_us, c, server, seq, 0x18, part)?;
+            seq = seq.wrapping_add(part.len() as u32);
         }
         fl.cseq = fl.cseq.wrapping_add(req.len() as u32);
-        checksum_free_packet(
-            &mut pkt, server, fl.client, 80, fl.sport, fl.sseq, 0x18, &response,
-        );
-        emit(&mut f, &pkt, t_us + 50, &mut written, &mut packets)?;
+        f.tcp(t_us + 50, server, c, fl.sseq, 0x18, &response)?;
         fl.sseq = fl.sseq.wrapping_add(response.len() as u32);
-        checksum_free_packet(
-            &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x10, b"",
-        );
-        emit(&mut f, &pkt, t_us + 60, &mut written, &mut packets)?;
+        f.tcp(t_us + 60, c, server, fl.cseq, 0x10, b"")?;
         fl.left -= 1;
         if fl.left == 0 {
-            checksum_free_packet(
-                &mut pkt, fl.client, server, fl.sport, 80, fl.cseq, 0x11, b"",
-            );
-            emit(&mut f, &pkt, t_us + 70, &mut written, &mut packets)?;
+            f.tcp(t_us + 70, c, server, fl.cseq, 0x11, b"")?;
             flows.swap_remove(i);
         }
     }
-    f.flush()?;
+    let packets = f.packets;
+    f.finish()?;
     Ok((packets, requests))
 }

@@ -10,6 +10,7 @@ use crate::capture::pcap::{CaptureError, CaptureReader, Frame, FrameRef};
 use crate::capture::stream::{Batch, HttpRequest, Limits, Segment, Streams};
 mod report;
 mod requests;
+mod series;
 
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
@@ -47,8 +48,18 @@ pub fn requests_in(input: impl Read) -> (Vec<HttpRequest>, Option<CaptureError>)
     (out.into_vec(), result.err())
 }
 
-/// Requests handed from the packet side to the request side at a time.
+/// Requests handed from the packet side to the request side at a time;
+/// a batch is handed over sooner when its heads reach [`BATCH_BYTES`].
 const BATCH: usize = 256;
+
+/// Bytes of request heads handed over at a time at most (plus one head):
+/// with at most [`IN_FLIGHT`] batches queued, one being filled and one
+/// being counted, the requests between the two sides take a few
+/// megabytes however large their heads.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// Batches queued between the two sides.
+const IN_FLIGHT: usize = 8;
 
 /// A replay in progress.
 ///
@@ -105,6 +116,12 @@ impl DryRun {
         })
     }
 
+    /// Bounds the stream bytes all flows hold together (default 256 MiB;
+    /// see [`crate::capture::stream`] for what is shed beyond it).
+    pub fn set_max_buffered(&mut self, bytes: usize) {
+        self.packets.streams.set_max_buffered(bytes);
+    }
+
     /// Also evaluates every packet and request with `old`, and reports
     /// where the decisions differ.
     pub fn against(&mut self, old: Ruleset, site: Option<String>) -> Result<(), EngineError> {
@@ -123,7 +140,7 @@ impl DryRun {
             inputs,
         } = self;
         let before = packets.totals.packets;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(8);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(IN_FLIGHT);
         let (back, recycled) = std::sync::mpsc::channel::<Batch>();
         let result = std::thread::scope(|scope| {
             scope.spawn(move || {
@@ -147,7 +164,7 @@ impl DryRun {
                 };
                 while let Some(f) = reader.next_frame_ref(&mut frame)? {
                     packets.frame(f, &mut batch);
-                    if batch.len() >= BATCH {
+                    if batch.len() >= BATCH || batch.bytes() >= BATCH_BYTES {
                         let next = recycled.try_recv().unwrap_or_default();
                         // The request side only stops when this side drops
                         // the sender, so the send cannot fail.
@@ -259,7 +276,11 @@ impl DryRun {
         t.resyncs = st.resyncs;
         t.retransmitted_bytes = st.retransmitted_bytes;
         t.evicted_flows = st.evicted_flows;
-        let r = self.requests.finish();
+        t.max_buffered_bytes = p.streams.limits().max_buffered as u64;
+        t.buffered_peak_bytes = st.buffered_peak;
+        t.shed_flows = st.shed_flows;
+        t.shed_bytes = st.shed_bytes;
+        let r = self.requests.finish(t.first_ns);
         t.requests = r.requests;
         let rules = r
             .rules

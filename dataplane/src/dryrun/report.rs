@@ -78,6 +78,17 @@ pub struct Totals {
     pub retransmitted_bytes: u64,
     /// Flows evicted by the flow-table bound.
     pub evicted_flows: u64,
+    /// The bound on stream bytes held by all flows together (partial heads
+    /// and out-of-order segments, with their bookkeeping).
+    pub max_buffered_bytes: u64,
+    /// The most they held at once.
+    pub buffered_peak_bytes: u64,
+    /// Times a flow's held bytes were dropped to stay within the bound
+    /// (the flows holding the most first; the flow then resynchronises at
+    /// its next request line).
+    pub shed_flows: u64,
+    /// Stream bytes dropped that way (requests in them are not seen).
+    pub shed_bytes: u64,
     /// First and last capture time, ns.
     pub first_ns: Option<u64>,
     /// See `first_ns`.
@@ -144,7 +155,11 @@ pub struct Report {
     pub inputs: Vec<InputReport>,
     /// With `--against`: how decisions change, largest first.
     pub changes: Option<Vec<Change>>,
-    /// Requests per second matched (`.0`) and enforced (`.1`) per rule,
-    /// one entry per second of capture time from `totals.first_ns`.
+    /// Requests per second matched (`.0`) and enforced (`.1`) per rule
+    /// (enforced: decided by it, other than `allow`), one entry per whole
+    /// second of capture time (UTC), entry 0 being the second that holds
+    /// `totals.first_ns`, the capture's first packet; every rule's series
+    /// has the same length, at most 86,400 entries (a day); empty when no
+    /// rule matched a request.
     pub series: Vec<Vec<(u32, u32)>>,
 }

@@ -3,6 +3,7 @@
 //! thread, fed in capture order by the packet side (see `super`).
 
 use super::report::{Change, Counts, RuleReport, Unmatched};
+use super::series::Series;
 use crate::capture::stream::HttpRequest;
 use crate::topk::TopK;
 use crate::{Engine, Request, Scratch, Trace, Verdict};
@@ -15,8 +16,6 @@ use std::sync::Arc;
 pub(super) const TOP: usize = 10;
 /// Candidates a top-key table keeps (Space-Saving counters).
 pub(super) const CANDIDATES: usize = 1_000;
-/// Per-second series are kept for at most this many seconds.
-const MAX_SERIES_SECONDS: usize = 86_400;
 
 /// Traffic whose decision changed one way (`--against`).
 #[derive(Default)]
@@ -166,8 +165,7 @@ pub(super) struct RequestSide {
     unmatched: (u64, TopK, TopK, TopK),
     trace: Trace,
     changes: Changes,
-    series: Vec<Vec<(u32, u32)>>,
-    series_start: Option<u64>,
+    series: Series,
     /// The header list's buffer, kept from one request to the next.
     headers: Vec<(&'static [u8], &'static [u8])>,
 }
@@ -228,8 +226,7 @@ impl RequestSide {
             ),
             trace: Trace::default(),
             changes: Changes::new(),
-            series: vec![Vec::new(); n],
-            series_start: None,
+            series: Series::new(n),
             headers: Vec::new(),
         }
     }
@@ -238,22 +235,6 @@ impl RequestSide {
     pub fn against(&mut self, old: Arc<Engine>) {
         let scratch = old.scratch();
         self.old = Some((old, scratch));
-    }
-
-    fn tick(&mut self, rule: usize, time_ns: u64, enforced: bool) {
-        let start = *self.series_start.get_or_insert(time_ns);
-        let sec = (time_ns.saturating_sub(start) / 1_000_000_000) as usize;
-        if sec >= MAX_SERIES_SECONDS {
-            return;
-        }
-        let series = &mut self.series[rule];
-        if series.len() <= sec {
-            series.resize(sec + 1, (0, 0));
-        }
-        series[sec].0 += 1;
-        if enforced {
-            series[sec].1 += 1;
-        }
     }
 
     /// Decides and counts one request.
@@ -303,7 +284,7 @@ impl RequestSide {
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
             let decided = d.verdict.rule() == Some(rule);
-            self.tick(
+            self.series.tick(
                 rule,
                 r.time_ns,
                 !shadow && decided && d.verdict.kind() != "allow",
@@ -325,8 +306,9 @@ impl RequestSide {
         }
     }
 
-    /// The statistics, with each table cut to its top entries.
-    pub fn finish(self) -> Finished {
+    /// The statistics, with each table cut to its top entries; the series
+    /// start at the second of `first_ns`, the capture's first packet.
+    pub fn finish(self, first_ns: Option<u64>) -> Finished {
         let rules = self
             .rules
             .into_iter()
@@ -338,10 +320,7 @@ impl RequestSide {
             })
             .collect();
         let (n, ips, uas, paths) = self.unmatched;
-        let mut series = self.series;
-        // One time axis for every rule.
-        let len = series.iter().map(Vec::len).max().unwrap_or(0);
-        series.iter_mut().for_each(|s| s.resize(len, (0, 0)));
+        let series = self.series.finish(first_ns);
         Finished {
             requests: self.requests,
             rules,
