@@ -13,11 +13,11 @@
 
 use crate::limiter::Limiter;
 use rctl_compiler::ir::{Action, Rule, Throttle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Why a throttle rule of the new ruleset starts with empty buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FreshReason {
     /// No throttle rule of that name in the old ruleset (a new or renamed
@@ -42,7 +42,7 @@ impl FreshReason {
 }
 
 /// A throttle rule whose state carried.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Carried {
     /// The rule's name.
     pub rule: String,
@@ -51,7 +51,7 @@ pub struct Carried {
 }
 
 /// A throttle rule that starts afresh.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fresh {
     /// The rule's name.
     pub rule: String,
@@ -60,7 +60,7 @@ pub struct Fresh {
 }
 
 /// What carried from the old engine to the new, by rule.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Carry {
     /// Throttle rules that share the old limiter's state, in rule order.
     pub carried: Vec<Carried>,
