@@ -6,6 +6,7 @@ mod util;
 #[path = "../compiler/benches/support/gen.rs"]
 mod gen;
 
+mod agent;
 mod artifact;
 mod cli;
 mod corpus;
