@@ -1,12 +1,13 @@
-//! Where the agent listens: `unix:PATH` or `tcp:ADDR` endpoints, bound
-//! before anything is served so that a taken address fails the start.
+//! Where the agent listens: `unix:PATH` or `tcp:ADDR` endpoints, and the
+//! control socket, bound before anything is served so that a taken
+//! address fails the start.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 
 /// An address to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,30 +47,6 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// A bound listener.
-#[derive(Debug)]
-pub enum Listener {
-    /// On TCP.
-    Tcp(TcpListener),
-    /// On a unix socket (the path is removed when the listener is dropped
-    /// through [`UnixPath`]).
-    Unix(UnixListener),
-}
-
-impl Listener {
-    /// Where it listens, with the port the kernel chose for port 0.
-    pub fn endpoint(&self) -> io::Result<Endpoint> {
-        match self {
-            Listener::Tcp(l) => l.local_addr().map(Endpoint::Tcp),
-            Listener::Unix(l) => l
-                .local_addr()?
-                .as_pathname()
-                .map(|p| Endpoint::Unix(p.to_path_buf()))
-                .ok_or_else(|| io::Error::other("unnamed unix socket")),
-        }
-    }
-}
-
 /// Removes a unix socket's path when dropped (when the agent stops).
 #[derive(Debug)]
 pub struct UnixPath(pub PathBuf);
@@ -80,20 +57,9 @@ impl Drop for UnixPath {
     }
 }
 
-/// Binds `ep`; a unix socket gets mode `mode`. A socket file left by an
-/// agent that is gone is replaced; one another process answers on is an
-/// error, and so is any other kind of file at the path.
-pub async fn bind(ep: &Endpoint, mode: u32) -> io::Result<(Listener, Option<UnixPath>)> {
-    match ep {
-        Endpoint::Tcp(a) => Ok((Listener::Tcp(TcpListener::bind(a).await?), None)),
-        Endpoint::Unix(p) => {
-            let l = bind_unix(p, mode).await?;
-            Ok((Listener::Unix(l), Some(UnixPath(p.clone()))))
-        }
-    }
-}
-
-/// Binds a unix socket at `path` with mode `mode` (see [`bind`]).
+/// Binds a unix socket at `path` with mode `mode`. A socket file left by
+/// an agent that is gone is replaced; one another process answers on is
+/// an error, and so is any other kind of file at the path.
 pub async fn bind_unix(path: &Path, mode: u32) -> io::Result<UnixListener> {
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if !md.file_type().is_socket() {

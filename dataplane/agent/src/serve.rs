@@ -8,7 +8,7 @@
 use crate::control::{self, Control, ControlConfig};
 use crate::http::{self, Limits};
 use crate::judge::{Fields, Generation, Judge, Observer, Outcome};
-use crate::listen::{self, Endpoint, Listener, UnixPath};
+use crate::listen::{self, Endpoint, UnixPath};
 use crate::metrics::Metrics;
 use crate::reqlog::{self, ReqLog};
 use crate::shutdown::{self, Shutdown};
@@ -122,7 +122,7 @@ pub struct Server {
     http: Option<TcpListener>,
     http_limits: Limits,
     metrics_listener: Option<TcpListener>,
-    spoe: Vec<Listener>,
+    spoe: Vec<SpoeListener>,
     control: Option<(UnixListener, ControlConfig)>,
     /// Socket files removed when the server is dropped.
     paths: Vec<UnixPath>,
@@ -163,22 +163,9 @@ impl Server {
             Some(a) => Some(tcp("metrics", a).await?),
             None => None,
         };
-        if !config.spoe.is_empty() && !SPOE_BUILT {
-            return Err(fail(
-                "--spoe: this rctl was built without the SPOE server (the `spop` feature of \
-                 rctl-agent); use --http, or a build with it"
-                    .into(),
-            ));
-        }
         let mut spoe = Vec::new();
         for ep in &config.spoe {
-            // Whoever can reach the socket's directory may ask: HAProxy
-            // connects as its own user.
-            let (l, p) = listen::bind(ep, 0o666)
-                .await
-                .map_err(|e| fail(format!("--spoe {ep}: {e}")))?;
-            paths.extend(p);
-            spoe.push(l);
+            spoe.push(bind_spoe(ep).map_err(|e| fail(format!("--spoe {ep}: {e}")))?);
         }
         for (what, l) in [("http", &http), ("metrics", &metrics_listener)] {
             if let Some(a) = l.as_ref().and_then(|l| l.local_addr().ok()) {
@@ -186,9 +173,7 @@ impl Server {
             }
         }
         for l in &spoe {
-            if let Ok(ep) = l.endpoint() {
-                bound.push(format!("spoe {ep}"));
-            }
+            bound.push(format!("spoe {}", spoe_address(l)));
         }
         let control = match &config.control {
             Some(p) => {
@@ -310,23 +295,51 @@ impl Server {
     }
 }
 
-/// Whether this build has helper A's SPOE server (`spop`).
-const SPOE_BUILT: bool = cfg!(feature = "spop");
+// Where helper A's SPOE server (`spop`, behind the `spop` feature until
+// it is merged) plugs in: `spop::Listener::bind("unix:PATH"|"tcp:ADDR")`
+// before serving, then `spop::serve(listener, judge, observer, shutdown)`.
+// It makes, checks and removes its own socket files.
 
-/// Where the SPOE server plugs in: `spop::serve(listener, judge,
-/// observer, shutdown)`.
-async fn spoe(listener: Listener, judge: Arc<Judge>, observer: Arc<dyn Observer>, s: Shutdown) {
-    #[cfg(feature = "spop")]
-    {
-        // Whatever it returns, it has stopped; it reports its own failures
-        // to the observer.
-        let _ = crate::spop::serve(listener, judge, observer, s).await;
-    }
-    #[cfg(not(feature = "spop"))]
-    {
-        // `Server::bind` refuses --spoe in this build.
-        let _ = (listener, judge, observer, s);
-    }
+#[cfg(feature = "spop")]
+type SpoeListener = crate::spop::Listener;
+/// Without the SPOE server, no SPOE listener can exist.
+#[cfg(not(feature = "spop"))]
+type SpoeListener = std::convert::Infallible;
+
+#[cfg(feature = "spop")]
+fn bind_spoe(ep: &Endpoint) -> Result<SpoeListener, String> {
+    crate::spop::Listener::bind(&ep.to_string()).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "spop"))]
+fn bind_spoe(_: &Endpoint) -> Result<SpoeListener, String> {
+    Err(
+        "this rctl was built without the SPOE server (the `spop` feature of rctl-agent); \
+         use --http, or a build with it"
+            .into(),
+    )
+}
+
+#[cfg(feature = "spop")]
+fn spoe_address(l: &SpoeListener) -> String {
+    l.address()
+}
+
+#[cfg(not(feature = "spop"))]
+fn spoe_address(l: &SpoeListener) -> String {
+    match *l {}
+}
+
+#[cfg(feature = "spop")]
+async fn spoe(l: SpoeListener, judge: Arc<Judge>, observer: Arc<dyn Observer>, s: Shutdown) {
+    let mut s = s;
+    // It reports its own failures to the observer.
+    let _ = crate::spop::serve(l, judge, observer, async move { s.fired().await }).await;
+}
+
+#[cfg(not(feature = "spop"))]
+async fn spoe(l: SpoeListener, _: Arc<Judge>, _: Arc<dyn Observer>, _: Shutdown) {
+    match l {}
 }
 
 /// Catches SIGTERM and SIGINT from now on (call it within the runtime);
