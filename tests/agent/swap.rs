@@ -82,8 +82,13 @@ fn agent_apply_swaps_under_load_without_a_failed_request_and_bans_carry() {
             "{out}"
         );
         assert!(
-            out.contains("wdqs_generic_clients") && out.contains("fresh for 0"),
-            "every throttle rule carries: {out}"
+            out.contains("carried for 4 rules (wdqs_generic_clients, wdqs_sparql_per_ip, ")
+                && out.contains("fresh for 0"),
+            "every request throttle rule carries: {out}"
+        );
+        assert!(
+            !out.contains("syn_flood"),
+            "a packet limit is the XDP program's: {out}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -194,9 +194,20 @@ pub fn build(
         max_keys_per_limiter: max_keys,
     };
     let mut engine = Engine::new(rs, &config).map_err(|e| LoadError(e.to_string()))?;
-    let carry = old
+    let mut carry = old
         .map(|o| engine.carry_limiters(&o.engine))
         .unwrap_or_default();
+    // Packet and connection limits are the XDP program's: the agent's
+    // report leaves them out.
+    let packet: std::collections::HashSet<&str> = engine
+        .ruleset()
+        .rules
+        .iter()
+        .filter(|r| r.is_packet_limit())
+        .map(|r| r.name.as_str())
+        .collect();
+    carry.carried.retain(|c| !packet.contains(c.rule.as_str()));
+    carry.fresh.retain(|f| !packet.contains(f.rule.as_str()));
     let sha = artifact::content_hash(bytes).unwrap_or_else(|| artifact::sha256(bytes));
     let generation = Generation {
         engine,
