@@ -6,6 +6,7 @@
 
 mod endpoint;
 mod observe;
+mod planes;
 mod swap;
 
 use crate::util::{root, tempdir};

@@ -225,3 +225,51 @@ fn agent_apply_with_neither_an_agent_nor_an_interface_says_what_to_do() {
 fn rctl_agent_default() -> &'static str {
     "/run/rctl/agent.sock"
 }
+
+#[test]
+fn agent_a_failed_xdp_apply_aborts_the_agents_prepare() {
+    let dir = tempdir("agent-xdp-fail");
+    let (v1, v2) = (compile(&dir, "v1", ""), compile(&dir, "v2", EXTRA));
+    let a = Agent::start(&v1, &[]);
+    // The packet plane cannot be applied (no such interface, and state
+    // directories of the test's own): the agent was prepared first, and
+    // must keep generation 1 with nothing left pending.
+    let run = dir.join("xdp-run");
+    let o = a.rctl(&[
+        "apply",
+        v2.to_str().unwrap(),
+        "--iface",
+        "rctl-none0",
+        "--object",
+        v2.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--state-dir",
+        dir.join("xdp-state").to_str().unwrap(),
+        "--bpffs",
+        dir.join("no-bpffs").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("not applied (the agent keeps generation 1)"),
+        "{err}"
+    );
+    let st = a.status();
+    assert_eq!(
+        (st["generation"].as_u64(), &st["pending"]),
+        (Some(1), &serde_json::Value::Null)
+    );
+    let mut c = a.conn();
+    let r = c
+        .send("GET", "/check/swap-new", &client("93.184.216.8", READER_UA))
+        .unwrap();
+    assert_eq!(r.status, 200, "v2's rule is not in force");
+    // The next apply is not kept waiting by a stale prepare.
+    let o = a.rctl(&["apply", v2.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = c
+        .send("GET", "/check/swap-new", &client("93.184.216.8", READER_UA))
+        .unwrap();
+    assert_eq!(r.status, 403);
+}
