@@ -244,3 +244,48 @@ fn reasons_that_a_header_cannot_hold_are_cleaned_not_fatal() {
     set(&mut h, "x-rctl-reason", "bad\u{7}é\nreason");
     assert_eq!(h["x-rctl-reason"], "bad???reason");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_bound_wait_until_one_closes() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (trigger, shutdown) = crate::shutdown::channel();
+    let limits = Limits {
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let server = tokio::spawn(serve(
+        l,
+        Arc::new(judge()),
+        Arc::new(NoObserver),
+        limits,
+        shutdown,
+    ));
+    async fn ask(s: &mut tokio::net::TcpStream) -> std::io::Result<[u8; 12]> {
+        let req = b"GET /check/x HTTP/1.1\r\nHost: a\r\nX-Rctl-Client-Ip: 192.0.2.1\r\n\r\n";
+        s.write_all(req).await?;
+        let mut b = [0u8; 12];
+        s.read_exact(&mut b).await.map(|_| b)
+    }
+    let mut a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_eq!(&ask(&mut a).await.unwrap(), b"HTTP/1.1 200");
+    let mut b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let waiting = tokio::time::timeout(Duration::from_millis(300), ask(&mut b)).await;
+    assert!(
+        waiting.is_err(),
+        "a second connection was served past the bound"
+    );
+    drop(a);
+    let mut rest = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(5), b.read_exact(&mut rest))
+        .await
+        .expect("served once the first closed")
+        .unwrap();
+    assert_eq!(&rest, b"HTTP/1.1 200");
+    trigger.fire();
+    tokio::time::timeout(Duration::from_secs(15), server)
+        .await
+        .expect("drained")
+        .unwrap();
+}
