@@ -5,6 +5,8 @@ mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
 mod gen;
+#[path = "../compiler/benches/support/realistic.rs"]
+mod realistic;
 
 mod artifact;
 mod cli;
@@ -15,6 +17,7 @@ mod format;
 mod generated;
 mod hostile;
 mod language;
+mod limits;
 mod netns;
 mod xdp;
 mod xdp_clock;

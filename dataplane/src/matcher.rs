@@ -10,8 +10,9 @@
 use crate::iptable::PrefixTable;
 use crate::request::{decode_component, Fields};
 use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};
+use rctl_compiler::scan;
 use regex_automata::meta::Regex;
-use regex_automata::{hybrid, Input, MatchKind, PatternSet};
+use regex_automata::{hybrid, Input, PatternSet};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -245,10 +246,6 @@ pub struct Matcher {
     longest_header: usize,
 }
 
-fn escape(s: &str) -> String {
-    regex_syntax::escape(s)
-}
-
 impl Matcher {
     /// Compiles the ruleset's atoms.
     pub fn new(rs: &Ruleset) -> Result<Matcher, BuildError> {
@@ -269,12 +266,10 @@ impl Matcher {
                         StrOp::In(vs) => vs
                             .iter()
                             .for_each(|v| parts.0.entry(v.as_bytes().into()).or_default().push(i)),
-                        StrOp::Prefix(v) => parts.1.push((format!(r"\A(?:{})", escape(v)), i)),
-                        StrOp::Suffix(v) => parts.1.push((format!(r"(?:{})\z", escape(v)), i)),
-                        StrOp::Contains(v) => parts.1.push((escape(v), i)),
-                        StrOp::Regex { pattern, ci } => parts
-                            .1
-                            .push((format!("(?{}:{pattern})", if *ci { "i" } else { "" }), i)),
+                        StrOp::Prefix(_)
+                        | StrOp::Suffix(_)
+                        | StrOp::Contains(_)
+                        | StrOp::Regex { .. } => parts.1.extend(scan::pattern(op).map(|p| (p, i))),
                     }
                 }
                 Atom::Present(field) => by_field.entry(field.clone()).or_default().2.push(i),
@@ -324,24 +319,14 @@ impl Matcher {
             let scan = if scans.is_empty() {
                 None
             } else {
+                // The compiler builds the same automaton (`rctl check`), so
+                // this fails only on an artifact it did not write.
                 let pats: Vec<&str> = scans.iter().map(|(p, _)| p.as_str()).collect();
-                let re = Regex::builder()
-                    .configure(
-                        Regex::config()
-                            .match_kind(MatchKind::All)
-                            .hybrid_cache_capacity(8 << 20),
-                    )
-                    .build_many(&pats)
-                    .map_err(|e| BuildError(format!("{}: {e}", field.display())))?;
+                let re = scan::build(&pats).map_err(|e| {
+                    BuildError(format!("{}: {}", field.display(), scan::explain(&e)))
+                })?;
                 m.max_patterns = m.max_patterns.max(re.pattern_len());
-                let dfa = hybrid::dfa::DFA::builder()
-                    .configure(
-                        hybrid::dfa::DFA::config()
-                            .match_kind(MatchKind::All)
-                            .cache_capacity(8 << 20),
-                    )
-                    .build_many(&pats)
-                    .ok();
+                let dfa = scan::lazy_dfa(&pats);
                 m.dfas.push(dfa.clone());
                 Some(Scan {
                     re,
