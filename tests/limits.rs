@@ -377,3 +377,50 @@ fn a_ruleset_the_engine_cannot_load_does_not_compile() {
 fn c_snippet(c: &Compilation, s: rctl_compiler::source::Span) -> &str {
     c.sources.snippet(s)
 }
+
+#[test]
+fn test_traffic_and_eval_counts_have_a_ceiling_checked_first() {
+    // `repeat` and `--count` took any count up to ten million or four
+    // billion: a test kept every decision in memory (~100 bytes each), and
+    // `eval` ran for hours. Both are refused before any work starts.
+    let rule = "rule r { when true deny }\n";
+    let test = |name: &str, repeats: &[u64]| {
+        let samples: String = repeats
+            .iter()
+            .map(|n| format!("request {{ path \"/\" repeat {n} }} "))
+            .collect();
+        format!("test \"{name}\" {{ {samples}expect all deny }}\n")
+    };
+    let c = compile(&format!("{rule}{}", test("one", &[1_000_000])));
+    assert!(c.ruleset.is_some());
+    let c = compile(&format!("{rule}{}", test("one", &[1_000_001])));
+    assert_eq!(errors(&c), ["E0060"]);
+    let d = c.diagnostics.iter().next().unwrap();
+    assert!(
+        d.hint.as_deref().unwrap().contains("1 to 1000000"),
+        "{:?}",
+        d.hint
+    );
+    let c = compile(&format!("{rule}{}", test("two", &[600_000, 600_000])));
+    assert_eq!(errors(&c), ["E0040"]);
+    let many: String = (0..11)
+        .map(|i| test(&format!("t{i}"), &[1_000_000]))
+        .collect();
+    let c = compile(&format!("{rule}{many}"));
+    assert_eq!(errors(&c), ["E0040"]);
+    let d = c.diagnostics.iter().next().unwrap();
+    assert_eq!(d.labels[0].span.line, 12, "the eleventh test crosses it");
+
+    let rules = root().join("rules");
+    let out = rctl(&[
+        "eval",
+        rules.to_str().unwrap(),
+        "--url",
+        "https://x.org/",
+        "--count",
+        "1000001",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1..=1000000"), "{err}");
+}

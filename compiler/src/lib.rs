@@ -88,8 +88,13 @@ pub struct Options {
     pub max_overlap_steps: u64,
     /// Largest source or list file.
     pub max_file_bytes: usize,
-    /// Most samples in one test.
+    /// Most samples (requests and packets, repeats counted) in one test.
+    /// A test keeps every decision until it checks its expectations, about
+    /// 100 bytes each, so this bounds `rctl test`'s memory.
     pub max_test_samples: u64,
+    /// Most samples in all the tests of a ruleset, which bounds the time
+    /// `rctl test` takes.
+    pub max_total_test_samples: u64,
 }
 
 impl Default for Options {
@@ -104,7 +109,8 @@ impl Default for Options {
             max_dnf_terms: 256,
             max_overlap_steps: 1_000_000,
             max_file_bytes: 256 << 20,
-            max_test_samples: 10_000_000,
+            max_test_samples: 1_000_000,
+            max_total_test_samples: 10_000_000,
         }
     }
 }

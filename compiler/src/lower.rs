@@ -56,6 +56,8 @@ pub(crate) struct Lowerer<'a> {
     pub ipsets: Vec<IpSet>,
     pub inline_sets: HashMap<PrefixSet, u32>,
     pub regex_count: usize,
+    /// Samples of the tests lowered so far.
+    pub test_samples: u64,
     pub prefix_total: usize,
     pub list_cache: HashMap<std::path::PathBuf, FileId>,
 }
@@ -85,6 +87,7 @@ pub fn lower(
         ipsets: Vec::new(),
         inline_sets: HashMap::new(),
         regex_count: 0,
+        test_samples: 0,
         prefix_total: 0,
         list_cache: HashMap::new(),
     };
