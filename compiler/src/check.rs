@@ -272,15 +272,20 @@ fn unreachable(
         }
     }
     keyless.dedup();
+    // Rules before the first deciding one have nothing to check.
+    let first = anchors
+        .values()
+        .filter_map(|l| l.first())
+        .map(|e| e.0)
+        .chain(keyless.first().copied())
+        .min();
     let mut cands: Vec<u32> = Vec::new();
     for (j, later) in rules.iter().enumerate() {
         let Some(lform) = &forms[j] else { continue };
-        let below = |list: &[(u32, u128)]| list.partition_point(|e| (e.0 as usize) < j);
-        let any_earlier = keyless.first().is_some_and(|&i| (i as usize) < j)
-            || anchors.values().any(|l| below(l) > 0);
-        if !any_earlier {
+        if first.is_none_or(|i| i as usize >= j) {
             continue;
         }
+        let below = |list: &[(u32, u128)]| list.partition_point(|e| (e.0 as usize) < j);
         let live: Vec<Term> = lform
             .iter()
             .filter(|t| !an.term_unsat(t))
