@@ -119,7 +119,7 @@ pub fn write_ruleset(
         let (prio, when, action) = match r % 10 {
             0 => (
                 1,
-                format!("ipblock@gen/b{b} and header(\"x-trusted-{r}\") present"),
+                format!("ipblock@gen/b{b} and port in {{ 80, 443 }} and header(\"x-trusted-{r}\") present"),
                 "allow".to_string(),
             ),
             1..=4 => (
