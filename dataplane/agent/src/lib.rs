@@ -3,6 +3,7 @@
 //! proxies an operator already runs.
 //!
 //! - [`judge`]: the generation in force and how a request is decided.
+//! - [`spop`]: the HAProxy SPOE agent (SPOP 2.0).
 //!
 //! The engine library (`rctl-dataplane`) stays free of async runtimes and
 //! network clients; everything that listens on a socket lives here.
@@ -11,3 +12,4 @@
 #![warn(missing_docs)]
 
 pub mod judge;
+pub mod spop;
