@@ -53,12 +53,21 @@ async fn handshake_negotiates_size_and_capabilities_without_fragmentation() {
             ("capabilities".into(), caps.into()),
         ])
     };
-    assert_eq!(p.recv().await, want("4096", "pipelining,async"));
+    assert_eq!(p.recv().await, want("4096", "pipelining"));
     // HAProxy's size when it is the smaller; no capability offered, none
     // announced.
     let mut p = agent.connect().await;
     p.send(&hello(300, "", false)).await;
     assert_eq!(p.recv().await, want("300", ""));
+    // By default HAProxy's size is echoed up to 65,532 (tune.bufsize
+    // 64 KiB); async only when configured.
+    let agent = Agent::tcp(Config {
+        announce_async: true,
+        ..Config::default()
+    });
+    let mut p = agent.connect().await;
+    p.send(&hello(32764, "pipelining,async", false)).await;
+    assert_eq!(p.recv().await, want("32764", "pipelining,async"));
 }
 
 #[tokio::test]
@@ -140,7 +149,7 @@ async fn pipelined_notifies_in_one_write_are_all_acked_with_their_ids() {
 }
 
 #[tokio::test]
-async fn other_messages_get_an_empty_ack_and_bytes_need_not_be_utf8() {
+async fn other_messages_get_an_ack_without_verdict_and_bytes_need_not_be_utf8() {
     let agent = Agent::tcp(Config::default());
     let mut p = agent.connect().await;
     p.handshake().await;
@@ -148,7 +157,8 @@ async fn other_messages_get_an_empty_ack_and_bytes_need_not_be_utf8() {
         e.message(b"other", &[(b"src", Value::Ipv4([192, 0, 2, 1].into()))]);
     });
     p.send(&f).await;
-    assert_eq!(p.recv().await, Reply::Ack(3, 4, vec![]));
+    let unset = || vec![("unset action".to_string(), String::new())];
+    assert_eq!(p.recv().await, Reply::Ack(3, 4, unset()));
     // Invalid UTF-8 in the target and a header: decided on as bytes.
     p.send(&notify(5, 6, b"/bad\xff\xfe", b"\xc3\x28")).await;
     let Reply::Ack(5, 6, vars) = p.recv().await else {
@@ -165,7 +175,7 @@ async fn other_messages_get_an_empty_ack_and_bytes_need_not_be_utf8() {
         e.message(b"rctl-req", &[(b"target", Value::String(b"/bad"))]);
     });
     p.send(&f).await;
-    assert_eq!(p.recv().await, Reply::Ack(5, 8, vec![]));
+    assert_eq!(p.recv().await, Reply::Ack(5, 8, unset()));
     assert_eq!(agent.recorder.failures()[0].0, "spop-args");
 }
 

@@ -4,28 +4,9 @@
 mod spop_support;
 
 use rctl_agent::spop::{Config, ErrorKind, Listener};
+use spop_support::haproxy::TempDir;
 use spop_support::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
-
-/// A fresh folder under the system's temp folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("rctl-spop-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().mode() & 0o7777
@@ -43,7 +24,7 @@ fn unsafe_path(addr: &str) -> String {
 
 #[tokio::test]
 async fn serves_on_a_0600_socket_in_a_new_0700_folder_and_removes_it_on_shutdown() {
-    let t = TempDir::new("serve");
+    let t = TempDir::new("spop-serve");
     let sock = t.0.join("run/rctl/spoe.sock");
     let mut agent = Agent::start(
         &format!("unix:{}", sock.display()),
@@ -65,7 +46,7 @@ async fn serves_on_a_0600_socket_in_a_new_0700_folder_and_removes_it_on_shutdown
 
 #[tokio::test]
 async fn a_stale_socket_is_replaced_but_a_live_one_is_refused() {
-    let t = TempDir::new("stale");
+    let t = TempDir::new("spop-stale");
     let sock = t.0.join("spoe.sock");
     let addr = format!("unix:{}", sock.display());
     // A socket whose listener died (std does not remove the file).
@@ -82,7 +63,7 @@ async fn a_stale_socket_is_replaced_but_a_live_one_is_refused() {
 
 #[test]
 fn other_files_and_shared_folders_are_refused() {
-    let t = TempDir::new("refuse");
+    let t = TempDir::new("spop-refuse");
     let file = t.0.join("not-a-socket");
     std::fs::write(&file, "keep me").unwrap();
     let msg = unsafe_path(&format!("unix:{}", file.display()));

@@ -84,14 +84,18 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 16,380-byte frames (HAProxy's default: `tune.bufsize` 16,384 minus
-    /// the length), 64 messages, 1,024 arguments, strings up to a frame.
+    /// 65,532-byte frames, 64 messages, 1,024 arguments, strings up to a
+    /// frame. HAProxy offers `tune.bufsize` - 4 (16,380 by default); the
+    /// agent answers the smaller of both, so up to `tune.bufsize` 64 KiB it
+    /// echoes HAProxy's offer. Lowering it would fail the first request of
+    /// each new connection: HAProxy encodes that NOTIFY before the
+    /// handshake ends, against its own size (error 259 in HAProxy's log).
     fn default() -> Limits {
         Limits {
-            max_frame_size: 16_380,
+            max_frame_size: 65_532,
             max_messages: 64,
             max_args: 1_024,
-            max_string: 16_380,
+            max_string: 65_532,
         }
     }
 }

@@ -212,12 +212,12 @@ fn err(bytes: &[u8], limits: &Limits) -> SpopError {
 fn hostile_frames_get_typed_errors_with_their_status_and_offset() {
     let l = Limits::default();
     // Length above the limit: refused from the 4 bytes alone.
-    let e = err(&16381u32.to_be_bytes(), &l);
+    let e = err(&65533u32.to_be_bytes(), &l);
     assert!(matches!(
         e.kind(),
         ErrorKind::FrameTooBig {
-            len: 16381,
-            max: 16380
+            len: 65533,
+            max: 65532
         }
     ));
     assert_eq!(e.status(), Status::TooBig);

@@ -15,4 +15,4 @@ pub mod varint;
 
 pub use error::{ErrorKind, SpopError, Status};
 pub use frame::Limits;
-pub use server::{serve, serve_with, Config, Listener};
+pub use server::{serve, serve_connection, serve_with, Config, Listener};

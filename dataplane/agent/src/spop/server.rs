@@ -1,8 +1,9 @@
 //! The SPOE agent's listener and connections.
 //!
 //! Per connection: HAPROXY-HELLO -> AGENT-HELLO (version 2.0, the smaller
-//! of both frame sizes, `pipelining` and `async` when HAProxy offers them;
-//! never `fragmentation`), then NOTIFY -> one decision per `rctl-req`
+//! of both frame sizes, `pipelining` when HAProxy offers it; `async` only
+//! with [`Config::announce_async`]; never `fragmentation`), then NOTIFY ->
+//! one decision per `rctl-req`
 //! message -> ACK with `set-var` actions, until HAPROXY-DISCONNECT (answered
 //! with AGENT-DISCONNECT) or an error (answered with AGENT-DISCONNECT and
 //! the status of the error, then closed). A health-check HELLO gets its
@@ -10,7 +11,17 @@
 //!
 //! ACKs go out in the order the NOTIFYs arrived, on the connection they
 //! arrived on: every order HAProxy allows with or without `pipelining` and
-//! `async`. Frames already buffered are decided back to back and their
+//! `async`.
+//!
+//! Why not `async` by default: with it, HAProxy 2.6 keeps the frames
+//! awaiting an ACK in one queue per thread, and when a connection closes
+//! it fails none of them (another connection might still answer), so
+//! each waits for the spoe-agent's `timeout processing`. Without it they
+//! fail at once (error 257) and the requests go on unchecked right away:
+//! after an agent restart, a lost connection costs nothing instead of the
+//! processing timeout per request in flight. This agent never answers on
+//! another connection, so `async` would gain nothing (and HAProxy 3.1
+//! removed it). Tested against HAProxy in `tests/spop_haproxy.rs`. Frames already buffered are decided back to back and their
 //! ACKs written together, at most [`Config::max_in_flight`] at a time; a
 //! peer that does not read its ACKs stops being read (backpressure) and
 //! is dropped after [`Config::frame_timeout`].
@@ -64,11 +75,15 @@ pub struct Config {
     pub frame_timeout: Duration,
     /// On shutdown, wait for connections to finish.
     pub drain_timeout: Duration,
+    /// Announce `async` when HAProxy offers it (see the module's docs for
+    /// why the default is not to).
+    pub announce_async: bool,
 }
 
 impl Default for Config {
     /// [`Limits::default`], 1,024 connections, 256 frames in flight,
-    /// 10 s for the hello, 10 min idle, 10 s per frame, 5 s drain.
+    /// 10 s for the hello, 10 min idle, 10 s per frame, 5 s drain, no
+    /// `async`.
     fn default() -> Config {
         Config {
             limits: Limits::default(),
@@ -78,6 +93,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(5),
+            announce_async: false,
         }
     }
 }
@@ -155,6 +171,29 @@ pub async fn serve_with(
     let all = u32::try_from(ctx.config.max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(ctx.config.drain_timeout, slots.acquire_many(all)).await;
     Ok(())
+}
+
+/// Serves one connection already accepted (its two halves) as [`serve`]
+/// serves each of its own, to its end: for embedding the agent behind
+/// another listener, and for fuzzing the whole exchange in memory.
+pub async fn serve_connection<R, W>(
+    r: R,
+    w: W,
+    peer: &str,
+    judge: Arc<Judge>,
+    observer: Arc<dyn Observer>,
+    config: Config,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ctx = Ctx {
+        judge,
+        observer,
+        config,
+    };
+    let (_never, stop) = watch::channel(false);
+    connection(r, w, peer, &ctx, stop).await;
 }
 
 /// What every connection shares.
@@ -244,7 +283,7 @@ where
     if hello.pipelining {
         caps.push("pipelining");
     }
-    if hello.async_ {
+    if hello.async_ && cfg.announce_async {
         caps.push("async");
     }
     encode_agent_hello(

@@ -7,6 +7,8 @@
     reason = "shared by several test crates; each uses a part (an `expect` would be unfulfilled in some)"
 )]
 
+pub mod haproxy;
+
 use rctl_agent::judge::{Fields, Generation, Judge, Observer, Outcome};
 use rctl_agent::spop::data::Value;
 use rctl_agent::spop::frame::{parse, Body, Encoder, FrameType, Limits, Parsed};
@@ -297,7 +299,10 @@ impl Peer {
                                     rctl_agent::spop::frame::Action::SetVar {
                                         name, value, ..
                                     } => (String::from_utf8_lossy(name).into_owned(), show(value)),
-                                    a => panic!("unexpected action {a:?}"),
+                                    rctl_agent::spop::frame::Action::UnsetVar { name, .. } => (
+                                        format!("unset {}", String::from_utf8_lossy(name)),
+                                        String::new(),
+                                    ),
                                 })
                                 .collect(),
                         ),

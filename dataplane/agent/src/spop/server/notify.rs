@@ -17,6 +17,9 @@
 //! A `rctl-req` without a usable `src` cannot be decided: it is acked
 //! without actions (the request goes on unchecked) and reported to the
 //! observer as `spop-args`. Other messages are acked without actions.
+//! An ACK that would carry no action carries `unset-var(txn, action)`
+//! instead: HAProxy 3.1 stalls a request on an empty ACK until `timeout
+//! processing` (fixed in 3.2); 2.6 accepts both.
 //!
 //! Each `rctl-req` is decided by one snapshot of the generation in force,
 //! and answered with `set-var` actions in scope `txn` (HAProxy prefixes
@@ -62,6 +65,7 @@ impl<'c> Decider<'c> {
         out: &mut Vec<u8>,
     ) {
         let mut e = Encoder::new(out, FrameType::Ack, stream_id, frame_id);
+        let empty = e.len();
         for msg in msgs.iter().filter(|m| m.name == MESSAGE) {
             let mut headers = Vec::with_capacity(msg.args.len());
             let Some(fields) = fields(msg.args.iter(), &mut headers) else {
@@ -80,6 +84,12 @@ impl<'c> Decider<'c> {
                 .observer
                 .decided(&generation, &fields, &outcome, &decision, elapsed);
             set_vars(&mut e, &outcome, self.max_frame);
+        }
+        if e.len() == empty {
+            e.action(&Action::UnsetVar {
+                scope: Scope::Transaction,
+                name: b"action",
+            });
         }
         e.finish();
     }
