@@ -17,7 +17,7 @@
 //! time.
 //!
 //! `cargo bench -p rctl-agent --bench spop` (RCTL_BENCH_SECS sets the
-//! window, default 3 s).
+//! window, default 3 s; RCTL_BENCH_RULES the sizes, default 10,1000,10000).
 
 #[path = "../../../compiler/benches/support/gen.rs"]
 mod gen;
@@ -291,10 +291,18 @@ fn generate(sock: &Path, frames: &[u8], secs: f64, tid: &str, timing: &Timing) -
         cpu_ns(tid),
         timing.decision_ns.load(Ordering::Relaxed),
     );
+    let wait = Instant::now();
     while acked.load(Ordering::Acquire) < sent {
+        assert!(
+            wait.elapsed() < Duration::from_secs(30),
+            "{} of {sent} frames acked after 30 s",
+            acked.load(Ordering::Acquire)
+        );
         std::thread::yield_now();
     }
-    drop(s);
+    // Both directions: the reader holds a clone of the socket, so a drop
+    // alone would not close it.
+    let _ = s.shutdown(std::net::Shutdown::Both);
     let _ = reader.join();
     let wall = (end - t0).as_secs_f64();
     let cpu = (c1 - c0) as f64 / 1e9;
@@ -332,7 +340,11 @@ fn main() {
         );
     };
     row("floor: ack without deciding", &floor);
-    for rules in [10usize, 1_000, 10_000] {
+    let sizes: Vec<usize> = match std::env::var("RCTL_BENCH_RULES") {
+        Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => vec![10, 1_000, 10_000],
+    };
+    for rules in sizes {
         let r = run(Some(judge(rules)), &frames, secs);
         row(&format!("rctl agent, {rules} rules"), &r);
     }

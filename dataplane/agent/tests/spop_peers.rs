@@ -125,6 +125,45 @@ async fn notify_is_decided_and_acked_with_the_vars_and_ids() {
 }
 
 #[tokio::test]
+async fn a_new_generation_decides_the_next_frame_on_the_same_connection() {
+    let agent = Agent::tcp(Config::default());
+    let mut p = agent.connect().await;
+    p.handshake().await;
+    p.send(&notify(1, 1, b"/bad", b"x")).await;
+    let Reply::Ack(1, 1, vars) = p.recv().await else {
+        panic!()
+    };
+    assert_eq!(
+        (var(&vars, "rule"), var(&vars, "generation")),
+        (Some("bad"), Some("1"))
+    );
+    // A ruleset with more rules and patterns: the connection's engine
+    // scratch must be remade for it, not reused.
+    let next = "rule b { when header(\"user-agent\") ~* \"curl|wget\" log }\n\
+                rule a { when path ~ \"^/n[0-9]+$\" deny 410 \"gone\" }\n\
+                rule c { when query(\"q\") == \"1\" deny 400 \"q\" }\n";
+    agent.judge.install(generation(next, 2));
+    p.send(&notify(2, 1, b"/n42", b"curl/8")).await;
+    let Reply::Ack(2, 1, vars) = p.recv().await else {
+        panic!()
+    };
+    assert_eq!(var(&vars, "rule"), Some("a"));
+    assert_eq!(
+        (
+            var(&vars, "status"),
+            var(&vars, "tags"),
+            var(&vars, "generation")
+        ),
+        (Some("410"), Some("b"), Some("2"))
+    );
+    p.send(&notify(2, 2, b"/bad", b"x")).await;
+    let Reply::Ack(2, 2, vars) = p.recv().await else {
+        panic!()
+    };
+    assert_eq!(var(&vars, "action"), Some("pass"));
+}
+
+#[tokio::test]
 async fn pipelined_notifies_in_one_write_are_all_acked_with_their_ids() {
     let agent = Agent::tcp(Config {
         max_in_flight: 16,

@@ -390,3 +390,84 @@ fn random_frames_round_trip_and_random_bytes_never_panic() {
         let _ = parse(&bad, &l);
     }
 }
+
+/// Frames HAProxy 2.6.12 sent on the wire, recorded by
+/// `tests/spop_haproxy.rs` (they are also the fuzz seeds): the
+/// independent peer's own bytes decode to what the layout says.
+#[test]
+fn frames_captured_from_haproxy_decode() {
+    let seed = |name: &str| -> Vec<u8> {
+        let p = format!(
+            "{}/fuzz/seeds/spop_frame/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    };
+    let one = |bytes: &[u8]| -> (FrameType, u64, u64, Vec<(Vec<u8>, String)>) {
+        let Parsed::Frame(f, used) = parse(bytes, &Limits::default()).unwrap() else {
+            panic!("incomplete")
+        };
+        assert_eq!(used, bytes.len());
+        let items = match &f.body {
+            Body::Kv(kv) => kv
+                .iter()
+                .map(|(k, v)| (k.to_vec(), format!("{v:?}")))
+                .collect(),
+            Body::Messages(m) => m
+                .iter()
+                .flat_map(|m| {
+                    m.args
+                        .iter()
+                        .map(|(k, v)| (k.to_vec(), format!("{v:?}")))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            Body::Actions(_) => vec![],
+        };
+        (f.frame_type, f.stream_id, f.frame_id, items)
+    };
+    let (t, _, _, items) = one(&seed("haproxy-hello.bin"));
+    assert_eq!(t, FrameType::HaproxyHello);
+    let keys: Vec<&[u8]> = items.iter().map(|(k, _)| k.as_slice()).collect();
+    assert_eq!(
+        keys,
+        [
+            &b"supported-versions"[..],
+            b"max-frame-size",
+            b"capabilities",
+            b"engine-id"
+        ]
+    );
+    assert_eq!(items[1].1, "Uint32(16380)");
+    let (_, _, _, items) = one(&seed("haproxy-hello-healthcheck.bin"));
+    assert_eq!(items[2].1, "String([])");
+    assert_eq!(
+        items[3],
+        (b"healthcheck".to_vec(), "Bool(true)".to_string())
+    );
+    let (t, sid, fid, items) = one(&seed("haproxy-notify-null-header.bin"));
+    assert_eq!((t, fid), (FrameType::Notify, 1));
+    assert!(sid > 0);
+    let names: Vec<String> = items
+        .iter()
+        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "method",
+            "host",
+            "target",
+            "src",
+            "dst",
+            "dst_port",
+            "h.user-agent"
+        ]
+    );
+    assert_eq!(items[3].1, "Ipv4(127.0.0.1)");
+    assert!(items[5].1.starts_with("Int64("));
+    assert_eq!(items[6].1, "Null");
+    let (t, _, _, items) = one(&seed("haproxy-disconnect.bin"));
+    assert_eq!(t, FrameType::HaproxyDisconnect);
+    assert_eq!(items[0], (b"status-code".to_vec(), "Uint32(0)".to_string()));
+}

@@ -28,18 +28,20 @@ rule slow { when path == "/s" throttle 1 requests per 1m burst 1 by ip }
 
 /// A judge for `src`.
 pub fn judge(src: &str) -> Arc<Judge> {
+    Arc::new(Judge::new(generation(src, 1), false))
+}
+
+/// Generation `number` of the rules `src`.
+pub fn generation(src: &str, number: u64) -> Generation {
     let c = rctl_compiler::compile_str("t.rctl", src, &Default::default());
     let rs = c.ruleset.expect("rules compile");
     let engine = Engine::new(rs, &EngineConfig::default()).expect("engine");
-    Arc::new(Judge::new(
-        Generation {
-            engine,
-            sha256: String::new(),
-            number: 1,
-            installed_unix: 0,
-        },
-        false,
-    ))
+    Generation {
+        engine,
+        sha256: String::new(),
+        number,
+        installed_unix: 0,
+    }
 }
 
 /// Records what the agent reports.
@@ -89,6 +91,7 @@ impl Recorder {
 /// An agent serving on a background task; stops when dropped.
 pub struct Agent {
     pub address: String,
+    pub judge: Arc<Judge>,
     pub recorder: Arc<Recorder>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     pub task: Option<tokio::task::JoinHandle<Result<(), rctl_agent::spop::SpopError>>>,
@@ -100,9 +103,10 @@ impl Agent {
         let address = listener.address();
         let recorder = Arc::new(Recorder::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let judge = judge(rules);
         let task = tokio::spawn(serve_with(
             listener,
-            judge(rules),
+            judge.clone(),
             recorder.clone(),
             config,
             async move {
@@ -111,6 +115,7 @@ impl Agent {
         ));
         Agent {
             address,
+            judge,
             recorder,
             stop: Some(tx),
             task: Some(task),

@@ -31,11 +31,13 @@
 //! size: long strings are cut (tags at a comma), `tags` first.
 
 use super::Ctx;
-use crate::judge::{Fields, Outcome};
+use crate::judge::{Fields, Generation, Outcome};
 use crate::spop::data::Value;
 use crate::spop::frame::{Action, Encoder, FrameType, Messages, Scope};
 use crate::spop::varint;
+use rctl_dataplane::Scratch;
 use std::net::IpAddr;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 /// The name of the `spoe-message` the agent decides.
@@ -45,6 +47,10 @@ pub const MESSAGE: &[u8] = b"rctl-req";
 pub(crate) struct Decider<'c> {
     ctx: &'c Ctx,
     max_frame: usize,
+    /// The engine's working memory, for the generation it was made by
+    /// (held weakly: an idle connection does not keep an old engine alive,
+    /// and the allocation a `Weak` pins cannot be reused by a new one).
+    scratch: Option<(Weak<Generation>, Scratch)>,
 }
 
 impl<'c> Decider<'c> {
@@ -53,6 +59,7 @@ impl<'c> Decider<'c> {
         Decider {
             ctx,
             max_frame: max_frame_size as usize,
+            scratch: None,
         }
     }
 
@@ -78,7 +85,14 @@ impl<'c> Decider<'c> {
             let judge = &self.ctx.judge;
             let t0 = Instant::now();
             let generation = judge.current();
-            let (outcome, decision) = judge.decide_with(&generation, &fields);
+            let scratch = match &mut self.scratch {
+                Some((g, s)) if std::ptr::eq(g.as_ptr(), Arc::as_ptr(&generation)) => s,
+                slot => {
+                    let s = generation.engine.scratch();
+                    &mut slot.insert((Arc::downgrade(&generation), s)).1
+                }
+            };
+            let (outcome, decision) = judge.decide_in(&generation, &fields, scratch);
             let elapsed = t0.elapsed();
             self.ctx
                 .observer
