@@ -72,6 +72,11 @@ backend spoe-rctl
 
 /// spoe.conf: the agent and the message, as ISSUE11.md fixes them.
 fn spoe(processing: &str) -> String {
+    spoe_with(processing, "no option send-frag-payload")
+}
+
+/// [`spoe`] with other agent options than `no option send-frag-payload`.
+fn spoe_with(processing: &str, options: &str) -> String {
     format!(
         r#"[rctl]
 spoe-agent rctl-agent
@@ -79,7 +84,7 @@ spoe-agent rctl-agent
     option var-prefix rctl
     option continue-on-error
     option set-on-error error
-    no option send-frag-payload
+    {options}
     timeout hello 2s
     timeout idle 2m
     timeout processing {processing}
@@ -462,5 +467,74 @@ async fn a_lost_connection_fails_open_at_once_without_async_but_waits_with_it() 
             h.wait_log(&["GET /bad", " 200 ", "err=257"]);
         }
         eprintln!("announce async {announce_async}: the request with its check lost took {took:?}");
+    }
+}
+
+/// A request too big for one frame (a 600-byte User-Agent with
+/// `max-frame-size 256`): with `no option send-frag-payload` HAProxy fails
+/// only that request's check (error 3) and serves it at once; with the
+/// default, HAProxy refuses to fragment toward an agent that did not
+/// announce fragmentation, disconnects (status 10) and the request waits
+/// for `timeout processing` (error 1). The agent never sees a fragment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_frame_size_fails_open_and_needs_no_send_frag_payload() {
+    let Some(bin) = haproxy_binary() else { return };
+    let ua = format!("bot/{}", "x".repeat(600));
+    for (options, err, slow) in [
+        (
+            "no option send-frag-payload\n    max-frame-size 256",
+            "err=3",
+            false,
+        ),
+        ("max-frame-size 256", "err=1", true),
+    ] {
+        let dir = TempDir::new(&format!("spop-haproxy-frag-{slow}"));
+        let sock = dir.0.join("run/spoe.sock");
+        let agent = Agent::start(
+            &format!("unix:{}", sock.display()),
+            RULES,
+            Config::default(),
+        );
+        let backend = Backend::start();
+        let front = free_port();
+        let spoe_conf = dir.0.join("spoe.conf").display().to_string();
+        let cfg = config(
+            front,
+            backend.port,
+            &format!("unix@{}", sock.display()),
+            &spoe_conf,
+            "",
+        );
+        let h = Haproxy::start(&bin, &dir.0, &cfg, &spoe_with("1s", options), front);
+        // A small request is decided (a bot: denied).
+        assert_eq!(
+            get(front, "/x", &[("User-Agent", "bot/1")]).status,
+            403,
+            "{}",
+            h.log_text()
+        );
+        let t0 = std::time::Instant::now();
+        let a = get(front, "/x", &[("User-Agent", &ua)]);
+        let took = t0.elapsed();
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (200, "backend"),
+            "unchecked, served: {a:?}"
+        );
+        h.wait_log(&["GET /x", " 200 ", "action=-", err]);
+        if slow {
+            assert!(took >= std::time::Duration::from_millis(900), "{took:?}");
+        } else {
+            assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+        }
+        assert!(
+            !agent
+                .recorder
+                .failures()
+                .iter()
+                .any(|(_, d)| d.contains("fragment")),
+            "HAProxy sent a fragment: {:?}",
+            agent.recorder.failures()
+        );
     }
 }
