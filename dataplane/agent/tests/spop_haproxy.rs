@@ -98,28 +98,72 @@ spoe-message rctl-req
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
-    let Some(bin) = haproxy_binary() else { return };
-    let dir = TempDir::new("spop-haproxy");
+/// HAProxy in front of a recording backend, the agent behind it: on its
+/// unix socket, or with `relay` through a [`Tee`] on TCP. Dropped in
+/// field order: HAProxy first.
+struct Stack {
+    h: Haproxy,
+    agent: Agent,
+    backend: Backend,
+    tee: Option<Tee>,
+    front: u16,
+    _dir: TempDir,
+}
+
+/// Starts a [`Stack`]; `server_opts` go on HAProxy's agent server line.
+fn stack(
+    name: &str,
+    rules: &str,
+    agent: Config,
+    relay: bool,
+    server_opts: &str,
+    spoe_text: &str,
+) -> Option<Stack> {
+    let bin = haproxy_binary()?;
+    let dir = TempDir::new(name);
     let sock = dir.0.join("run/spoe.sock");
-    let rules = format!("{RULES}{DROP_RULES}");
-    let agent = Agent::start(
-        &format!("unix:{}", sock.display()),
-        &rules,
-        Config::default(),
-    );
+    let agent = Agent::start(&format!("unix:{}", sock.display()), rules, agent);
+    let tee = relay.then(|| Tee::start(sock.clone()));
+    let server = match &tee {
+        Some(t) => format!("127.0.0.1:{}", t.port),
+        None => format!("unix@{}", sock.display()),
+    };
     let backend = Backend::start();
     let front = free_port();
-    let spoe_conf = dir.0.join("spoe.conf");
-    let cfg = config(
+    let spoe_conf = dir.0.join("spoe.conf").display().to_string();
+    let cfg = config(front, backend.port, &server, &spoe_conf, server_opts);
+    let h = Haproxy::start(&bin, &dir.0, &cfg, spoe_text, front);
+    Some(Stack {
+        h,
+        agent,
+        backend,
+        tee,
         front,
-        backend.port,
-        &format!("unix@{}", sock.display()),
-        &spoe_conf.display().to_string(),
+        _dir: dir,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
+    let rules = format!("{RULES}{DROP_RULES}");
+    let Some(st) = stack(
+        "spop-haproxy",
+        &rules,
+        Config::default(),
+        false,
         "",
-    );
-    let h = Haproxy::start(&bin, &dir.0, &cfg, &spoe("1s"), front);
+        &spoe("1s"),
+    ) else {
+        return;
+    };
+    let Stack {
+        h,
+        agent,
+        backend,
+        front,
+        ..
+    } = &st;
+    let front = *front;
 
     // Denied by the User-Agent: 403 with the rule's reason.
     let a = get(front, "/x", &[("User-Agent", "bot/1")]);
@@ -236,22 +280,26 @@ fn parsed(bytes: &[u8]) -> Frame<'_> {
 /// With `RCTL_SPOP_SEEDS=DIR` the frames are saved there as fuzz seeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxys_frames_on_the_wire_match_the_codec_under_concurrent_load() {
-    let Some(bin) = haproxy_binary() else { return };
-    let dir = TempDir::new("spop-haproxy-tee");
-    let sock = dir.0.join("run/spoe.sock");
-    let agent = Agent::start(
-        &format!("unix:{}", sock.display()),
+    // One connection to the agent at most: HAProxy must pipeline.
+    let Some(mut st) = stack(
+        "spop-haproxy-tee",
         RULES,
         Config::default(),
-    );
-    let tee = Tee::start(sock.clone());
-    let backend = Backend::start();
-    let front = free_port();
-    let spoe_conf = dir.0.join("spoe.conf").display().to_string();
-    // One connection to the agent at most: HAProxy must pipeline.
-    let agent_at = format!("127.0.0.1:{}", tee.port);
-    let cfg = config(front, backend.port, &agent_at, &spoe_conf, "maxconn 1");
-    let mut h = Haproxy::start(&bin, &dir.0, &cfg, &spoe("1s"), front);
+        true,
+        "maxconn 1",
+        &spoe("1s"),
+    ) else {
+        return;
+    };
+    let Stack {
+        h,
+        agent,
+        backend,
+        tee,
+        front,
+        ..
+    } = &mut st;
+    let (front, tee) = (*front, tee.as_ref().unwrap());
 
     // 20 clients at once, 15 requests each: bots denied, others served.
     let clients: Vec<_> = (0..20)
@@ -415,27 +463,16 @@ async fn haproxys_frames_on_the_wire_match_the_codec_under_concurrent_load() {
 /// because another connection of the thread might still answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_fails_open_at_once_without_async_but_waits_with_it() {
-    let Some(bin) = haproxy_binary() else { return };
     for announce_async in [false, true] {
-        let dir = TempDir::new(&format!("spop-haproxy-async-{announce_async}"));
-        let sock = dir.0.join("run/spoe.sock");
-        let config_agent = Config {
+        let config = Config {
             announce_async,
             ..Config::default()
         };
-        let _agent = Agent::start(&format!("unix:{}", sock.display()), RULES, config_agent);
-        let tee = Tee::start(sock.clone());
-        let backend = Backend::start();
-        let front = free_port();
-        let spoe_conf = dir.0.join("spoe.conf").display().to_string();
-        let cfg = config(
-            front,
-            backend.port,
-            &format!("127.0.0.1:{}", tee.port),
-            &spoe_conf,
-            "",
-        );
-        let h = Haproxy::start(&bin, &dir.0, &cfg, &spoe("3s"), front);
+        let name = format!("spop-haproxy-async-{announce_async}");
+        let Some(st) = stack(&name, RULES, config, true, "", &spoe("3s")) else {
+            return;
+        };
+        let (h, front, tee) = (&st.h, st.front, st.tee.as_ref().unwrap());
         // A first request sets the connection up and is decided.
         let a = get(front, "/bad", &[]);
         assert_eq!(a.status, 451, "{a:?}\n{}", h.log_text());
@@ -478,7 +515,6 @@ async fn a_lost_connection_fails_open_at_once_without_async_but_waits_with_it() 
 /// for `timeout processing` (error 1). The agent never sees a fragment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_the_frame_size_fails_open_and_needs_no_send_frag_payload() {
-    let Some(bin) = haproxy_binary() else { return };
     let ua = format!("bot/{}", "x".repeat(600));
     for (options, err, slow) in [
         (
@@ -488,24 +524,12 @@ async fn a_request_over_the_frame_size_fails_open_and_needs_no_send_frag_payload
         ),
         ("max-frame-size 256", "err=1", true),
     ] {
-        let dir = TempDir::new(&format!("spop-haproxy-frag-{slow}"));
-        let sock = dir.0.join("run/spoe.sock");
-        let agent = Agent::start(
-            &format!("unix:{}", sock.display()),
-            RULES,
-            Config::default(),
-        );
-        let backend = Backend::start();
-        let front = free_port();
-        let spoe_conf = dir.0.join("spoe.conf").display().to_string();
-        let cfg = config(
-            front,
-            backend.port,
-            &format!("unix@{}", sock.display()),
-            &spoe_conf,
-            "",
-        );
-        let h = Haproxy::start(&bin, &dir.0, &cfg, &spoe_with("1s", options), front);
+        let name = format!("spop-haproxy-frag-{slow}");
+        let spoe_text = spoe_with("1s", options);
+        let Some(st) = stack(&name, RULES, Config::default(), false, "", &spoe_text) else {
+            return;
+        };
+        let (h, front, agent) = (&st.h, st.front, &st.agent);
         // A small request is decided (a bot: denied).
         assert_eq!(
             get(front, "/x", &[("User-Agent", "bot/1")]).status,
