@@ -466,3 +466,44 @@ async fn shutdown_acks_frames_in_flight_then_disconnects_with_status_0() {
         "still accepting after shutdown"
     );
 }
+
+#[tokio::test]
+async fn a_peer_that_does_not_read_its_acks_is_dropped_after_the_frame_timeout() {
+    let dir = spop_support::haproxy::TempDir::new("spop-unread");
+    let addr = format!("unix:{}/spoe.sock", dir.0.display());
+    let config = Config {
+        frame_timeout: Duration::from_millis(300),
+        ..Config::default()
+    };
+    let agent = Agent::start(&addr, RULES, config);
+    let mut p = agent.connect().await;
+    p.handshake().await;
+    // 20,000 NOTIFYs, never reading an ACK: the agent's writes fill the
+    // socket, it stops reading, and the write times out.
+    let mut burst = Vec::new();
+    for i in 0..20_000u64 {
+        burst.extend(notify(i, 1, b"/ok", b"curl/8"));
+    }
+    let writer = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(10), p.send_all_ignoring_errors(&burst)).await
+    });
+    let t0 = std::time::Instant::now();
+    loop {
+        let failures = agent.recorder.failures();
+        if let Some((label, detail)) = failures.first() {
+            assert_eq!(label, "spop-timeout");
+            assert!(detail.contains("write timeout"), "{detail}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the stalled peer was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        writer.await.unwrap().is_ok(),
+        "the peer's writes were never released"
+    );
+    still_serves(&agent).await;
+}

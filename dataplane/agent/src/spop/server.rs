@@ -232,7 +232,13 @@ where
         Err(err) => {
             ctx.observer
                 .failed(err.kind().label(), &format!("{peer}: {err}"));
-            if !matches!(err.kind(), ErrorKind::Io(_)) {
+            // A socket that failed or stopped taking our writes gets no
+            // DISCONNECT: writing it would only wait again.
+            let writable = !matches!(
+                err.kind(),
+                ErrorKind::Io(_) | ErrorKind::Timeout { what: "write" }
+            );
+            if writable {
                 let msg = err.to_string();
                 encode_disconnect(
                     writer.buffer(),

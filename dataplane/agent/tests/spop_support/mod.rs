@@ -255,6 +255,11 @@ impl Peer {
         }
     }
 
+    /// Writes `bytes` until done or the agent closes.
+    pub async fn send_all_ignoring_errors(&mut self, bytes: &[u8]) {
+        let _ = self.io.write_all(bytes).await;
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.io.write_all(bytes).await.expect("send");
     }
