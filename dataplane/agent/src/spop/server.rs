@@ -121,7 +121,8 @@ pub async fn serve_with(
 ) -> Result<(), SpopError> {
     let accept = listener.into_tokio()?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let max = config.max_connections.min(Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(max));
     let ctx = Arc::new(Ctx {
         judge,
         observer,
@@ -168,7 +169,7 @@ pub async fn serve_with(
     }
     drop(accept); // stop accepting; removes the socket file
     let _ = stop_tx.send(true);
-    let all = u32::try_from(ctx.config.max_connections).unwrap_or(u32::MAX);
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(ctx.config.drain_timeout, slots.acquire_many(all)).await;
     Ok(())
 }
