@@ -481,6 +481,8 @@ crafted! {
         => Invalid::GlobalNotAlone,
     a_packet_limit_keyed_by_host: |rs| throttle(&mut rs, "syn").keys = vec![Key::Host]
         => Invalid::PacketKey,
+    a_shared_connection_limit: |rs| throttle(&mut rs, "syn").shared = true
+        => Invalid::SharedPackets,
     a_prefix_key_longer_than_the_address: |rs| {
         throttle(&mut rs, "syn").keys = vec![Key::Prefix { v4: 33, v6: 64 }];
     } => Invalid::PrefixKeyLength,

@@ -215,7 +215,9 @@ fn encode_rule(w: &mut Writer, r: &Rule) {
             w.str(reason);
         }
         Action::Throttle(t) => {
-            w.u8(4);
+            // 5: a `shared` throttle, with the same fields; a reader that
+            // predates it refuses the tag rather than count per host.
+            w.u8(if t.shared { 5 } else { 4 });
             w.u32(t.limit);
             w.u8(t.unit as u8);
             w.u64(t.period_ms);
@@ -537,7 +539,7 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
             status: r.u16()?,
             reason: r.str()?,
         },
-        4 => {
+        tag @ (4 | 5) => {
             let limit = r.u32()?;
             let unit = match r.u8()? {
                 0 => Unit::Requests,
@@ -560,6 +562,7 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
                 ban_ms,
                 status,
                 reason,
+                shared: tag == 5,
             })
         }
         t => return r.err(Invalid::Tag(TagOf::Action, t)),

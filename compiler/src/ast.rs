@@ -256,6 +256,8 @@ pub struct ThrottleDecl {
     pub status: Option<Word>,
     /// `reason "…"`.
     pub reason: Option<Word>,
+    /// `shared`: counted site-wide rather than per host.
+    pub shared: Option<Span>,
 }
 
 /// A rule's action, as written.

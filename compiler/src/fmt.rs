@@ -282,6 +282,9 @@ impl Printer<'_> {
                     if let Some(r) = &t.reason {
                         out += &format!(" reason {}", self.w(r));
                     }
+                    if t.shared.is_some() {
+                        out += " shared";
+                    }
                     out
                 }
             },

@@ -208,6 +208,11 @@ pub struct Throttle {
     pub status: u16,
     /// Reason phrase for the excess.
     pub reason: String,
+    /// Counted site-wide: every host of a site shares the buckets (in
+    /// Redis, through `rctl agent --redis`); a host without them counts
+    /// alone. Requests only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// A rule's action.

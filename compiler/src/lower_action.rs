@@ -174,6 +174,13 @@ impl Lowerer<'_> {
                 Key::Ip
             });
         }
+        if let (Some(s), false) = (t.shared, unit == Unit::Requests) {
+            self.diags.push(
+                Diagnostic::error(code::BAD_THROTTLE, "only request limits can be shared")
+                    .primary(s, "packets and connections are counted in XDP, per host")
+                    .hint("drop `shared`, or count `requests` (the HTTP plane shares them through Redis)"),
+            );
+        }
         if self.diags.error_count() > errors {
             return None;
         }
@@ -186,6 +193,7 @@ impl Lowerer<'_> {
             ban_ms,
             status,
             reason,
+            shared: t.shared.is_some(),
         })
     }
 

@@ -332,6 +332,7 @@ impl Builder<'_> {
             ban: None,
             status: None,
             reason: None,
+            shared: None,
         };
         for opt in inner {
             match opt.as_rule() {
@@ -339,6 +340,7 @@ impl Builder<'_> {
                 Rule::t_ban => t.ban = Some(self.first_word(opt)),
                 Rule::t_status => t.status = Some(self.first_word(opt)),
                 Rule::t_reason => t.reason = Some(self.first_word(opt)),
+                Rule::t_shared => t.shared = Some(self.span(&opt)),
                 Rule::t_by => {
                     t.by_span = Some(self.span(&opt));
                     for k in opt.into_inner() {
@@ -614,8 +616,13 @@ fn friendly(r: Rule) -> Option<&'static str> {
         Rule::allow | Rule::log | Rule::drop | Rule::kw_deny | Rule::deny | Rule::throttle => {
             "an action (`allow`, `deny`, `throttle`, `log`, `drop`)"
         }
-        Rule::t_burst | Rule::t_by | Rule::t_ban | Rule::t_status | Rule::t_reason => {
-            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`)"
+        Rule::t_burst
+        | Rule::t_by
+        | Rule::t_ban
+        | Rule::t_status
+        | Rule::t_reason
+        | Rule::t_shared => {
+            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`, `shared`)"
         }
         Rule::k_header | Rule::k_query | Rule::k_prefix | Rule::k_word => "a throttle key",
         Rule::cidr_token | Rule::ib_file => "a CIDR or `file \"…\"`",

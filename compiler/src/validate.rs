@@ -364,6 +364,9 @@ fn check_action(r: &Rule, atoms: &[Atom]) -> Result<(), Invalid> {
     if t.keys.is_empty() {
         return Err(Invalid::NoKeys);
     }
+    if t.shared && t.unit != Unit::Requests {
+        return Err(Invalid::SharedPackets);
+    }
     for (i, k) in t.keys.iter().enumerate() {
         if t.keys[..i].contains(k) {
             return Err(Invalid::DuplicateKey);

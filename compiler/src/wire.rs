@@ -136,6 +136,8 @@ pub enum Invalid {
     Ban(u64),
     /// A throttle without keys.
     NoKeys,
+    /// A `shared` throttle that does not count requests.
+    SharedPackets,
     /// A throttle key given twice.
     DuplicateKey,
     /// `global` combined with other keys.
@@ -225,6 +227,7 @@ impl fmt::Display for Invalid {
             Period(ms) => write!(f, "throttle period of {ms} ms is outside 1 ms to 366 days"),
             Ban(ms) => write!(f, "ban of {ms} ms is longer than 366 days"),
             NoKeys => write!(f, "throttle has no key"),
+            SharedPackets => write!(f, "a shared throttle counts packets or connections"),
             DuplicateKey => write!(f, "throttle key given twice"),
             GlobalNotAlone => write!(f, "`global` is combined with other keys"),
             PacketKey => write!(f, "packet and connection limits are keyed by address only"),

@@ -42,8 +42,14 @@ fn action(a: &Action) -> String {
             } else {
                 "excess is dropped".to_string()
             };
+            let counted = if t.shared {
+                "counted site-wide (shared: Redis through `rctl agent --redis`; per host \
+                 without it)"
+            } else {
+                "counted per host"
+            };
             format!(
-                "throttle {} {unit} per {}, burst {}, by {}{ban}, {excess}",
+                "throttle {} {unit} per {}, burst {}, by {}{ban}, {counted}, {excess}",
                 t.limit,
                 fmt_duration(t.period_ms),
                 t.burst,
@@ -162,6 +168,7 @@ pub fn json(
                 "action": r.action.kind(),
                 "detail": action(&r.action),
                 "keys": match &r.action { Action::Throttle(t) => keys(&t.keys), _ => String::new() },
+                "shared": matches!(&r.action, Action::Throttle(t) if t.shared),
                 "plane": plane(p),
                 "xdp": p.xdp.as_ref().map(|x| format!("{:?}", x.kind).to_lowercase()),
                 "not_offloaded_because": p.note,
