@@ -28,15 +28,20 @@ pub enum FreshReason {
     /// The old rule of that name counts another unit (requests, packets
     /// or connections).
     UnitChanged,
+    /// The old rule of that name was counted per host and the new one
+    /// site-wide (`shared`), or the other way round.
+    SharingChanged,
 }
 
 impl FreshReason {
-    /// A short phrase for reports: `new rule`, `keys changed`, `unit changed`.
+    /// A short phrase for reports: `new rule`, `keys changed`, `unit
+    /// changed`, `sharing changed`.
     pub fn describe(self) -> &'static str {
         match self {
             FreshReason::New => "new rule",
             FreshReason::KeysChanged => "keys changed",
             FreshReason::UnitChanged => "unit changed",
+            FreshReason::SharingChanged => "sharing changed",
         }
     }
 }
@@ -98,6 +103,7 @@ pub(crate) fn link(
             None => Some(FreshReason::New),
             Some((o, _)) if o.unit != t.unit => Some(FreshReason::UnitChanged),
             Some((o, _)) if o.keys != t.keys => Some(FreshReason::KeysChanged),
+            Some((o, _)) if o.shared != t.shared => Some(FreshReason::SharingChanged),
             Some((_, ol)) => {
                 l.share_state(ol);
                 out.carried.push(Carried {
@@ -235,6 +241,31 @@ rule other { when path == "/o" throttle 1 requests per 1m burst 1 by ip }"#,
             }]
         );
         assert_eq!(hit(&new, "/s", "192.0.2.1", 1), "pass");
+    }
+
+    #[test]
+    fn a_limit_made_shared_starts_fresh_and_a_shared_one_carries() {
+        let old = engine(OLD);
+        assert_eq!(hit(&old, "/s", "192.0.2.1", 0), "pass");
+        let shared = OLD.replace("ban 10m }", "ban 10m shared }");
+        let mut new = engine(&shared);
+        let c = new.carry_limiters(&old);
+        assert_eq!(c.fresh[0].why, super::FreshReason::SharingChanged);
+        assert!(new.limiter(0).unwrap().is_shared());
+        assert_eq!(hit(&new, "/s", "192.0.2.1", 1), "pass", "nothing carried");
+        assert_eq!(hit(&new, "/s", "192.0.2.1", 1), "throttle");
+        let mut newer = engine(&shared);
+        let c = newer.carry_limiters(&new);
+        assert_eq!(c.carried[0].rule, "slow");
+        assert!(newer
+            .limiter(0)
+            .unwrap()
+            .shares_state_with(new.limiter(0).unwrap()));
+        assert_eq!(
+            hit(&newer, "/s", "192.0.2.1", 2),
+            "throttle",
+            "the ban carried"
+        );
     }
 
     #[test]

@@ -234,13 +234,20 @@ impl Core {
             .rules
             .iter()
             .map(|r| match &r.action {
-                Action::Throttle(t) => Some(Limiter::new(
-                    t.limit,
-                    t.period_ms,
-                    t.burst,
-                    t.ban_ms,
-                    config.max_keys_per_limiter,
-                )),
+                Action::Throttle(t) => {
+                    let new = if t.shared {
+                        Limiter::new_shared
+                    } else {
+                        Limiter::new
+                    };
+                    Some(new(
+                        t.limit,
+                        t.period_ms,
+                        t.burst,
+                        t.ban_ms,
+                        config.max_keys_per_limiter,
+                    ))
+                }
                 _ => None,
             })
             .collect();

@@ -29,6 +29,16 @@
 //! ([`Limiter::share_state`]): both then update the same buckets, so no
 //! hit is lost while the two coexist, and each applies its own rate,
 //! burst and ban to them.
+//!
+//! **Shared limiters** (`throttle … shared`) keep the same GCRA, on a
+//! mirror of a site-wide bucket that a backend (Redis, in `rctl-fleet`)
+//! reconciles in the background: see [`Shared`]. This crate has no
+//! network client; the backend drains deltas and applies the site's
+//! state through [`Limiter::shared`].
+
+mod shared;
+
+pub use shared::{Shared, SharedDelta, SharedStats, SharedUpdate};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -58,9 +68,37 @@ struct State {
     banned_until: u64,
 }
 
-#[derive(Debug, Default)]
-struct Shard {
-    keys: HashMap<u64, State, NoHash>,
+/// What a table entry holds: the GCRA state, and for shared limiters
+/// what the backend needs besides.
+trait Bucket {
+    fn state(&self) -> &State;
+    /// Whether it holds something not yet handed to the backend (kept
+    /// over idle entries when a shard is full).
+    fn busy(&self) -> bool {
+        false
+    }
+}
+
+impl Bucket for State {
+    fn state(&self) -> &State {
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Shard<B> {
+    keys: HashMap<u64, B, NoHash>,
+    /// Entries with something for the backend (shared limiters only).
+    dirty: Vec<u64>,
+}
+
+impl<B> Default for Shard<B> {
+    fn default() -> Self {
+        Shard {
+            keys: HashMap::default(),
+            dirty: Vec::new(),
+        }
+    }
 }
 
 /// Keys are already hashes: the table uses them as they are.
@@ -116,21 +154,26 @@ impl Gcra {
     }
 }
 
+/// The shard tables of a limiter.
+#[derive(Debug)]
+enum Shards {
+    Local(Vec<Mutex<Shard<State>>>),
+    Shared(Box<shared::SharedTable>),
+}
+
 /// The keys and buckets of a limiter: what a new generation's limiter
 /// shares with the old one's.
 #[derive(Debug)]
 struct Table {
     /// Keys are stored as this hasher's 64-bit hashes.
     hasher: RandomState,
-    shards: Vec<Mutex<Shard>>,
+    shards: Shards,
 }
 
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
-    interval_ns: u64,
-    tolerance_ns: u64,
-    ban_ns: u64,
+    gcra: Gcra,
     per_shard: usize,
     table: Arc<Table>,
 }
@@ -146,21 +189,90 @@ pub struct Fill {
     pub capacity: usize,
 }
 
+/// What one GCRA step decided.
+enum Step {
+    Allowed,
+    /// Over the limit (already banned, or not banning).
+    Limited(u64),
+    /// Over the limit, and banned from now on for this long.
+    Banned(u64),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked mid-update of
+    // plain integers; the state is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The shard a key hash lives in.
+fn shard_of(h: u64) -> usize {
+    (h >> 60) as usize % SHARDS
+}
+
 impl Limiter {
     /// `limit` per `period_ms`, bucket size `burst`, ban `ban_ms` (0: none),
     /// tracking at most `max_keys` keys (rounded up to a multiple of the
     /// shard count).
     pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64, max_keys: usize) -> Self {
-        let g = Gcra::new(limit, period_ms, burst, ban_ms);
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        Self::with(
+            limit,
+            period_ms,
+            burst,
+            ban_ms,
+            max_keys,
+            Shards::Local(shards),
+        )
+    }
+
+    /// Like [`Limiter::new`], for a `shared` throttle: the same limits,
+    /// counted on a mirror of the site-wide bucket that a backend keeps in
+    /// step through [`Limiter::shared`]. Until the backend says it is
+    /// online, it counts this host's hits alone, as [`Limiter::new`] does.
+    pub fn new_shared(
+        limit: u32,
+        period_ms: u64,
+        burst: u32,
+        ban_ms: u64,
+        max_keys: usize,
+    ) -> Self {
+        let shards = Shards::Shared(Box::default());
+        Self::with(limit, period_ms, burst, ban_ms, max_keys, shards)
+    }
+
+    fn with(
+        limit: u32,
+        period_ms: u64,
+        burst: u32,
+        ban_ms: u64,
+        max_keys: usize,
+        shards: Shards,
+    ) -> Self {
         Limiter {
-            interval_ns: g.interval_ns,
-            tolerance_ns: g.tolerance_ns,
-            ban_ns: g.ban_ns,
+            gcra: Gcra::new(limit, period_ms, burst, ban_ms),
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             table: Arc::new(Table {
                 hasher: RandomState::new(),
-                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+                shards,
             }),
+        }
+    }
+
+    /// Its GCRA parameters.
+    pub fn gcra(&self) -> Gcra {
+        self.gcra
+    }
+
+    /// Whether it is a `shared` limiter.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.table.shards, Shards::Shared(_))
+    }
+
+    /// The backend's handle on a shared limiter (`None` for a local one).
+    pub fn shared(&self) -> Option<Shared<'_>> {
+        match &self.table.shards {
+            Shards::Shared(t) => Some(Shared::new(self, t)),
+            Shards::Local(_) => None,
         }
     }
 
@@ -168,9 +280,13 @@ impl Limiter {
     /// update the same state (shared, not copied, so hits `old` still
     /// takes are not lost), each with its own rate, burst, ban and key
     /// bound. What this limiter had before is dropped. Bans carry with the
-    /// end they were given; the new ban length applies to new bans.
+    /// end they were given; the new ban length applies to new bans. Both
+    /// must be local, or both shared ([`Limiter::is_shared`]): a shared
+    /// limiter keeps its own kind of table otherwise.
     pub fn share_state(&mut self, old: &Limiter) {
-        self.table = Arc::clone(&old.table);
+        if self.is_shared() == old.is_shared() {
+            self.table = Arc::clone(&old.table);
+        }
     }
 
     /// Whether the two limiters update the same keys and buckets.
@@ -180,22 +296,27 @@ impl Limiter {
 
     /// Number of keys tracked now.
     pub fn len(&self) -> usize {
-        self.table
-            .shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.keys.len()))
-            .sum()
+        self.fill(0).keys
     }
 
     /// Keys tracked, keys banned at `now_ns`, and the bound (one pass
     /// over the shards, each locked in turn).
     pub fn fill(&self, now_ns: u64) -> Fill {
-        let (mut keys, mut banned) = (0, 0);
-        for s in &self.table.shards {
-            let s = s.lock().unwrap_or_else(|p| p.into_inner());
-            keys += s.keys.len();
-            banned += s.keys.values().filter(|k| k.banned_until > now_ns).count();
+        fn count<B: Bucket>(shards: &[Mutex<Shard<B>>], now_ns: u64) -> (usize, usize) {
+            shards.iter().fold((0, 0), |(k, b), s| {
+                let s = lock(s);
+                let banned = s
+                    .keys
+                    .values()
+                    .filter(|e| e.state().banned_until > now_ns)
+                    .count();
+                (k + s.keys.len(), b + banned)
+            })
         }
+        let (keys, banned) = match &self.table.shards {
+            Shards::Local(s) => count(s, now_ns),
+            Shards::Shared(t) => count(&t.shards, now_ns),
+        };
         Fill {
             keys,
             banned,
@@ -215,51 +336,69 @@ impl Limiter {
 
     /// Bytes of table memory now allocated (entries and control bytes).
     pub fn table_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(u64, State)>() + 1;
-        self.table
-            .shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.keys.capacity() * entry))
-            .sum()
+        fn bytes<B>(shards: &[Mutex<Shard<B>>]) -> usize {
+            let entry = std::mem::size_of::<(u64, B)>() + 1;
+            shards.iter().map(|s| lock(s).keys.capacity() * entry).sum()
+        }
+        match &self.table.shards {
+            Shards::Local(s) => bytes(s),
+            Shards::Shared(t) => bytes(&t.shards),
+        }
     }
 
     /// Records one hit for `key` at `now_ns`.
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
-        let h = self.table.hasher.hash_one(key);
-        let shard = &self.table.shards[(h >> 60) as usize % SHARDS];
-        // A poisoned lock only means another thread panicked mid-update of
-        // plain integers; the state is still usable.
-        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        match &self.table.shards {
+            Shards::Local(shards) => {
+                let h = self.table.hasher.hash_one(key);
+                let mut shard = lock(&shards[shard_of(h)]);
+                let st = self.entry(&mut shard, h, now_ns, |_| State {
+                    tat: now_ns,
+                    banned_until: 0,
+                });
+                match self.step(st, now_ns, self.gcra.interval_ns) {
+                    Step::Allowed => Outcome::Allowed,
+                    Step::Limited(ns) | Step::Banned(ns) => Outcome::Limited { retry_after_ns: ns },
+                }
+            }
+            Shards::Shared(t) => t.hit(self, key, now_ns),
+        }
+    }
+
+    /// The entry for `h` in `shard`, made by `new` if absent (evicting one
+    /// when the shard is full).
+    fn entry<'s, B: Bucket>(
+        &self,
+        shard: &'s mut Shard<B>,
+        h: u64,
+        now_ns: u64,
+        new: impl FnOnce(u64) -> B,
+    ) -> &'s mut B {
         if shard.keys.len() >= self.per_shard && !shard.keys.contains_key(&h) {
             evict(&mut shard.keys, now_ns);
         }
-        let st = shard.keys.entry(h).or_insert(State {
-            tat: now_ns,
-            banned_until: 0,
-        });
+        shard.keys.entry(h).or_insert_with(|| new(h))
+    }
+
+    /// One GCRA step on `st`: a conforming hit moves it `charge_ns` on.
+    fn step(&self, st: &mut State, now_ns: u64, charge_ns: u64) -> Step {
         if st.banned_until > now_ns {
-            return Outcome::Limited {
-                retry_after_ns: st.banned_until - now_ns,
-            };
+            return Step::Limited(st.banned_until - now_ns);
         }
         let tat = st.tat.max(now_ns);
-        if tat - now_ns > self.tolerance_ns {
-            if self.ban_ns > 0 {
-                st.banned_until = now_ns.saturating_add(self.ban_ns);
-                return Outcome::Limited {
-                    retry_after_ns: self.ban_ns,
-                };
+        if tat - now_ns > self.gcra.tolerance_ns {
+            if self.gcra.ban_ns > 0 {
+                st.banned_until = now_ns.saturating_add(self.gcra.ban_ns);
+                return Step::Banned(self.gcra.ban_ns);
             }
-            return Outcome::Limited {
-                retry_after_ns: tat - now_ns - self.tolerance_ns,
-            };
+            return Step::Limited(tat - now_ns - self.gcra.tolerance_ns);
         }
-        st.tat = tat.saturating_add(self.interval_ns);
-        Outcome::Allowed
+        st.tat = tat.saturating_add(charge_ns);
+        Step::Allowed
     }
 }
 
-fn evict(keys: &mut HashMap<u64, State, NoHash>, now: u64) {
+fn evict<B: Bucket>(keys: &mut HashMap<u64, B, NoHash>, now: u64) {
     // Sample from a position that moves with time, so eviction does not
     // keep hitting the same part of the table.
     let skip = (now as usize / 1_000) % keys.len().max(1);
@@ -268,11 +407,13 @@ fn evict(keys: &mut HashMap<u64, State, NoHash>, now: u64) {
         .iter()
         .skip(skip)
         .take(SAMPLE)
-        .min_by_key(|(_, s)| {
+        .min_by_key(|(_, b)| {
+            let s = b.state();
             let banned = s.banned_until > now;
             let refilled = s.tat <= now;
             (
                 banned,
+                b.busy(),
                 !refilled,
                 if banned { s.banned_until } else { s.tat },
             )

@@ -1,0 +1,305 @@
+use super::*;
+use std::collections::HashMap;
+
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+#[test]
+fn key_ids_are_siphash_2_4_with_the_reference_keys() {
+    // The test vectors of the SipHash paper (Aumasson & Bernstein,
+    // appendix A): key 00 01 … 0f, messages 00, 00 01, …; the empty
+    // message and the 15-byte one.
+    assert_eq!(key_id(b""), 0x726f_db47_dd0e_0e31);
+    let m: Vec<u8> = (0..15).collect();
+    assert_eq!(key_id(&m), 0xa129_ca61_49be_45e5);
+}
+
+/// A site's bucket as the backend keeps it (the README's algorithm, in
+/// the test's own words): T moves one interval per admission from
+/// max(T, now); totals add up; a ban's end is the latest one published.
+#[derive(Default)]
+struct Site {
+    keys: HashMap<u64, (u64, u64, u64, u64)>,
+    bans: Vec<(u64, u64)>,
+}
+
+impl Site {
+    fn sync(&mut self, l: &Limiter, now: u64, host: usize, seen_bans: &mut usize) {
+        let sh = l.shared().unwrap();
+        let mut d = Vec::new();
+        sh.drain(now, &mut d);
+        let interval = l.gcra().interval_ns;
+        let updates: Vec<SharedUpdate> = d
+            .iter()
+            .map(|d| {
+                let k = self.keys.entry(d.id).or_default();
+                k.0 = k.0.max(now) + u64::from(d.admitted) * interval;
+                k.1 += u64::from(d.admitted);
+                k.2 += u64::from(d.hits);
+                if d.ban_ns > 0 {
+                    k.3 = k.3.max(now + d.ban_ns);
+                    self.bans.push((d.id, now + d.ban_ns));
+                }
+                SharedUpdate {
+                    id: d.id,
+                    ahead_ns: k.0.saturating_sub(now),
+                    admitted_total: k.1,
+                    hits_total: k.2,
+                    ban_ns: k.3.saturating_sub(now),
+                }
+            })
+            .collect();
+        sh.apply(now, &updates);
+        for &(id, until) in &self.bans[*seen_bans..] {
+            if until > now {
+                sh.remote_ban(id, until - now, now);
+            }
+        }
+        *seen_bans = self.bans.len();
+        let _ = host;
+    }
+}
+
+/// `hosts` limiters of `limit`/s (burst `burst`) sharing one key through
+/// a site synced every `sync_ms` (each host at its own phase), with
+/// `10 × limit` requests a second spread round-robin over the hosts for
+/// `secs` seconds. Returns the admitted total.
+fn run_site(hosts: usize, limit: u32, burst: u32, sync_ms: u64, secs: u64) -> u64 {
+    let ls: Vec<Limiter> = (0..hosts)
+        .map(|_| Limiter::new_shared(limit, 1_000, burst, 0, 1 << 10))
+        .collect();
+    let mut site = Site::default();
+    let mut seen = vec![0; hosts];
+    for l in &ls {
+        l.shared().unwrap().set_online(true);
+        l.shared().unwrap().set_new_key_weight(hosts as u32);
+    }
+    let rate = u64::from(limit) * 10;
+    let gap = S / rate;
+    let start = 1_000 * S;
+    let mut next_sync: Vec<u64> = (0..hosts)
+        .map(|h| start + h as u64 * sync_ms * MS / hosts as u64)
+        .collect();
+    let mut admitted = 0;
+    for i in 0..rate * secs {
+        let now = start + i * gap;
+        for (h, l) in ls.iter().enumerate() {
+            while next_sync[h] <= now {
+                site.sync(l, next_sync[h], h, &mut seen[h]);
+                next_sync[h] += sync_ms * MS;
+            }
+        }
+        let host = (i as usize) % hosts;
+        if ls[host].hit(b"the key", now) == Outcome::Allowed {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+#[test]
+fn four_hosts_admit_the_limit_within_the_documented_bound() {
+    let (n, b, secs) = (200u64, 200u64, 20u64);
+    for sync_ms in [50, 100, 500] {
+        let admitted = run_site(4, n as u32, b as u32, sync_ms, secs);
+        let ideal = b + n * secs;
+        eprintln!("sync {sync_ms} ms: admitted {admitted} of {ideal}");
+        // B + N·T + (H − 1)·(N·2s + B)
+        let bound = ideal + 3 * (n * 2 * sync_ms / 1000 + b);
+        assert!(
+            admitted >= ideal * 95 / 100 && admitted <= bound,
+            "sync {sync_ms} ms: admitted {admitted}, ideal {ideal}, bound {bound}"
+        );
+        if sync_ms == 100 {
+            // The weights make it far better than the bound.
+            let err = admitted.abs_diff(ideal) as f64 / ideal as f64;
+            assert!(err < 0.05, "sync 100 ms: {admitted} vs {ideal} ({err:.3})");
+        }
+    }
+}
+
+#[test]
+fn without_sharing_each_host_admits_the_whole_limit() {
+    // What the shared limit prevents: four per-host limiters admit four
+    // times the limit.
+    let (n, secs) = (200u64, 10u64);
+    let ls: Vec<Limiter> = (0..4)
+        .map(|_| Limiter::new_shared(n as u32, 1_000, n as u32, 0, 1 << 10))
+        .collect();
+    let gap = S / (n * 10);
+    let admitted = (0..n * 10 * secs)
+        .filter(|&i| ls[i as usize % 4].hit(b"k", 1_000 * S + i * gap) == Outcome::Allowed)
+        .count() as u64;
+    // Each host: its burst, then the rate (to within the last request).
+    let per_host = 4 * (n + n * secs);
+    assert!(admitted.abs_diff(per_host) <= 4, "{admitted} vs {per_host}");
+    let st = ls[0].shared().unwrap().stats();
+    assert!(!st.online);
+    assert_eq!(st.offline_hits, n * 10 * secs / 4);
+}
+
+#[test]
+fn offline_it_is_exactly_a_local_limiter() {
+    let shared = Limiter::new_shared(10, 1_000, 5, 60_000, 100);
+    let local = Limiter::new(10, 1_000, 5, 60_000, 100);
+    for i in 0..200u64 {
+        let t = i * 20 * MS;
+        let key = [i as u8 % 3];
+        assert_eq!(shared.hit(&key, t), local.hit(&key, t), "hit {i}");
+    }
+}
+
+#[test]
+fn a_drain_hands_over_counts_and_an_apply_sets_the_mirror() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    for _ in 0..3 {
+        assert_eq!(l.hit(b"a", S), Outcome::Allowed);
+    }
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
+    assert_eq!(
+        d,
+        [SharedDelta {
+            id: key_id(b"a"),
+            admitted: 3,
+            hits: 3,
+            ban_ns: 0
+        }]
+    );
+    // Nothing new: nothing to drain.
+    let mut again = Vec::new();
+    sh.drain(S, &mut again);
+    assert!(again.is_empty());
+    // One more admission while the sync is in flight; the site says its
+    // bucket runs 950 ms ahead (other hosts admitted too).
+    assert_eq!(l.hit(b"a", S), Outcome::Allowed);
+    sh.apply(
+        S,
+        &[SharedUpdate {
+            id: key_id(b"a"),
+            ahead_ns: 950 * MS,
+            admitted_total: 10,
+            hits_total: 40,
+            ban_ns: 0,
+        }],
+    );
+    // Mirror: now + 950 ms + 1 pending × 100 ms = 1.05 s ahead, over the
+    // tolerance of 900 ms: limited for 150 ms.
+    assert_eq!(
+        l.hit(b"a", S),
+        Outcome::Limited {
+            retry_after_ns: 150 * MS
+        }
+    );
+    assert_eq!(l.hit(b"a", S + 150 * MS), Outcome::Allowed);
+}
+
+#[test]
+fn weights_follow_the_share_of_traffic_this_host_sees() {
+    let l = Limiter::new_shared(100, 1_000, 100, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    sh.set_new_key_weight(3);
+    let id = key_id(b"k");
+    l.hit(b"k", S);
+    assert_eq!(sh.weight(b"k"), Some(3.0), "a fresh key: the host count");
+    let mut total = (0, 0);
+    for round in 1..=12u64 {
+        let now = S + round * 100 * MS;
+        for _ in 0..10 {
+            l.hit(b"k", now);
+        }
+        let mut d = Vec::new();
+        sh.drain(now, &mut d);
+        // The site saw this host's hits and three times as many elsewhere.
+        total.0 += u64::from(d[0].admitted);
+        total.1 += 4 * u64::from(d[0].hits);
+        sh.apply(
+            now,
+            &[SharedUpdate {
+                id,
+                ahead_ns: 0,
+                admitted_total: total.0,
+                hits_total: total.1,
+                ban_ns: 0,
+            }],
+        );
+    }
+    let w = sh.weight(b"k").unwrap();
+    assert!((w - 4.0).abs() < 0.01, "weight {w}");
+}
+
+#[test]
+fn bans_are_handed_over_at_once_and_applied_from_other_hosts() {
+    let woke = Arc::new(AtomicU64::new(0));
+    let a = Limiter::new_shared(1, 60_000, 1, 600_000, 100);
+    let b = Limiter::new_shared(1, 60_000, 1, 600_000, 100);
+    let sa = a.shared().unwrap();
+    sa.set_online(true);
+    b.shared().unwrap().set_online(true);
+    let w = Arc::clone(&woke);
+    sa.set_waker(Arc::new(move || {
+        w.fetch_add(1, Relaxed);
+    }));
+    assert_eq!(a.hit(b"bad", S), Outcome::Allowed);
+    assert!(matches!(a.hit(b"bad", S), Outcome::Limited { .. }));
+    assert_eq!(woke.load(Relaxed), 1, "the backend is woken by the ban");
+    let mut d = Vec::new();
+    sa.drain(S + MS, &mut d);
+    assert_eq!(d[0].ban_ns, 600 * S - MS);
+    // Host b never saw the key; the ban reaches it.
+    b.shared().unwrap().remote_ban(d[0].id, d[0].ban_ns, 2 * S);
+    assert!(matches!(
+        b.hit(b"bad", 3 * S),
+        Outcome::Limited { retry_after_ns } if retry_after_ns == 600 * S - MS - S
+    ));
+    assert_eq!(b.shared().unwrap().stats().remote_bans, 1);
+    assert_eq!(b.hit(b"good", 3 * S), Outcome::Allowed);
+}
+
+#[test]
+fn going_offline_forgets_deltas_and_weights() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    sh.set_new_key_weight(4);
+    l.hit(b"k", S);
+    sh.set_online(false);
+    assert_eq!(sh.weight(b"k"), Some(1.0));
+    sh.set_online(true);
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
+    assert!(d.is_empty(), "{d:?}");
+    // Its standing stays: one admission, charged 4 intervals.
+    for _ in 0..6 {
+        assert_eq!(l.hit(b"k", S), Outcome::Allowed);
+    }
+}
+
+#[test]
+fn a_backend_that_lost_its_state_does_not_reset_the_mirror() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let id = key_id(b"k");
+    let upd = |admitted_total, ahead_ns| SharedUpdate {
+        id,
+        ahead_ns,
+        admitted_total,
+        hits_total: admitted_total,
+        ban_ns: 0,
+    };
+    l.hit(b"k", S);
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
+    // The site's bucket is drained (900 ms ahead: the tolerance).
+    sh.apply(S, &[upd(1_000, 900 * MS)]);
+    assert_eq!(l.hit(b"k", S), Outcome::Allowed);
+    sh.drain(S, &mut d);
+    // The backend restarted: it knows of this one admission only.
+    sh.apply(S, &[upd(1, 100 * MS)]);
+    // The bucket is still drained here, whatever the backend forgot.
+    assert!(matches!(l.hit(b"k", S), Outcome::Limited { .. }));
+}
