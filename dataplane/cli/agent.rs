@@ -216,6 +216,9 @@ impl Seen {
             s.uptime_s
         )?;
         writeln!(out, "  listening: {}", s.listeners.join(", "))?;
+        if let Some(f) = &s.fleet {
+            crate::fleet::status_text(f, out)?;
+        }
         let c = &s.counts;
         let by = |m: &std::collections::BTreeMap<String, u64>| {
             ["pass", "allow", "deny", "throttle", "drop"]

@@ -30,7 +30,8 @@ pub struct HostPaths {
 }
 
 impl HostPaths {
-    fn paths(&self) -> Paths {
+    /// The roots as the library takes them.
+    pub fn paths(&self) -> Paths {
         Paths {
             bpffs: self.bpffs.clone(),
             run: self.run_dir.clone(),
@@ -40,7 +41,7 @@ impl HostPaths {
 }
 
 /// The XDP object: `--object`, else RCTL_XDP_OBJECT, else the one built in.
-fn object(flag: Option<PathBuf>) -> Result<Vec<u8>> {
+pub fn object(flag: Option<PathBuf>) -> Result<Vec<u8>> {
     let path = flag.or_else(|| std::env::var_os("RCTL_XDP_OBJECT").map(PathBuf::from));
     match (path, embedded::OBJECT) {
         (Some(p), _) => {

@@ -4,6 +4,7 @@ mod agent;
 mod dryrun;
 mod eval;
 mod explain;
+mod fleet;
 mod format;
 mod host;
 mod html;
@@ -272,6 +273,18 @@ enum Command {
     /// for nginx and Envoy, metrics, the matched-request log; switched by
     /// `rctl apply` through its control socket.
     Serve(serve::ServeArgs),
+    /// Store an artifact in etcd and point every host (or a site's) at it,
+    /// in one transaction; or roll back.
+    Push(fleet::PushArgs),
+    /// `rctl serve` that follows etcd: applies what `rctl push` points at
+    /// to both planes, reports under a lease, counts `shared` limits in
+    /// Redis.
+    Agent(Box<fleet::AgentArgs>),
+    /// The fleet: which host runs what, who lags or failed.
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug {
         /// ast, ir or plan.
@@ -282,6 +295,19 @@ enum Command {
         paths: Vec<PathBuf>,
         #[command(flatten)]
         limits: Limits,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Every host's generation and artifact against its target (exit 1
+    /// unless every host runs its target).
+    Status {
+        #[command(flatten)]
+        etcd: fleet::EtcdArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
 }
 
@@ -302,6 +328,25 @@ enum ClockArg {
     Tick,
     /// The exact clock: a helper call per limited packet (tens of ns).
     Exact,
+}
+
+impl From<ModeArg> for rctl_dataplane::xdp::host::Mode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Auto => Self::Auto,
+            ModeArg::Native => Self::Native,
+            ModeArg::Skb => Self::Skb,
+        }
+    }
+}
+
+impl From<ClockArg> for rctl_dataplane::xdp::ClockMode {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::Tick => Self::Tick,
+            ClockArg::Exact => Self::Exact,
+        }
+    }
 }
 
 #[derive(Copy, Clone, ValueEnum)]
@@ -627,15 +672,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             object,
             host,
         } => {
-            let mode = match mode {
-                ModeArg::Auto => rctl_dataplane::xdp::host::Mode::Auto,
-                ModeArg::Native => rctl_dataplane::xdp::host::Mode::Native,
-                ModeArg::Skb => rctl_dataplane::xdp::host::Mode::Skb,
-            };
-            let clock = match clock {
-                ClockArg::Tick => rctl_dataplane::xdp::ClockMode::Tick,
-                ClockArg::Exact => rctl_dataplane::xdp::ClockMode::Exact,
-            };
+            let (mode, clock) = (mode.into(), clock.into());
             let xdp = iface.as_deref().map(|iface| host::XdpArgs {
                 iface,
                 mode,
@@ -657,6 +694,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             serve::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Push(args) => fleet::push(args),
+        Command::Agent(args) => fleet::agent(*args),
+        Command::Fleet {
+            command: FleetCommand::Status { etcd, format },
+        } => fleet::status(&etcd, format),
         Command::Log {
             iface,
             seconds,

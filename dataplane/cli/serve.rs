@@ -14,6 +14,13 @@ pub struct ServeArgs {
     /// The compiled .rctlc artifact to start with (`rctl apply` switches it).
     #[arg(long)]
     artifact: PathBuf,
+    #[command(flatten)]
+    listen: ListenArgs,
+}
+
+/// The listeners and their settings (`rctl serve`, `rctl agent`).
+#[derive(clap::Args)]
+pub struct ListenArgs {
     /// HAProxy SPOE endpoint, unix:PATH or tcp:ADDR:PORT (repeatable).
     #[arg(long, value_name = "ENDPOINT", value_parser = Endpoint::parse)]
     spoe: Vec<Endpoint>,
@@ -55,54 +62,71 @@ pub struct ServeArgs {
     max_connections: usize,
 }
 
+impl ListenArgs {
+    /// Only this site's rules apply (`--site`).
+    pub fn site(&self) -> Option<&str> {
+        self.site.as_deref()
+    }
+
+    /// The agent's configuration, starting from `artifact`.
+    pub fn config(self, artifact: PathBuf) -> Config {
+        let a = self;
+        let mut c = Config::new(artifact);
+        c.spoe = a.spoe;
+        c.http = a.http;
+        c.metrics = a.metrics;
+        c.control = (!a.no_control).then_some(a.control);
+        c.log = a.log.map(|p| {
+            let target = if p.as_os_str() == "-" {
+                reqlog::Target::Stdout
+            } else {
+                reqlog::Target::File(p)
+            };
+            let mut l = reqlog::Config::new(target);
+            l.lines_per_s = a.log_rate;
+            l.burst = a.log_burst;
+            l.summary_every = std::time::Duration::from_secs(a.log_summary.max(1));
+            l
+        });
+        c.shadow = a.shadow;
+        c.site = a.site;
+        c.max_keys_per_limiter = a.max_keys;
+        c.http_limits.max_connections = a.max_connections;
+        c
+    }
+}
+
+/// Prints what a starting agent runs and listens on (`name`: `rctl
+/// serve` or `rctl agent`), then `NAME: ready`.
+pub fn print_ready(name: &str, server: &rctl_agent::serve::Server) {
+    let g = server.judge().current();
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "{name}: generation {}, artifact {}, {} rules{}",
+        g.number,
+        crate::host::short(&g.sha256),
+        g.engine.ruleset().rules.len(),
+        if server.judge().shadow() {
+            ", shadow mode"
+        } else {
+            ""
+        }
+    );
+    for b in server.bound() {
+        let line = match b.strip_prefix("warning ") {
+            Some(w) => format!("rctl: warning: {w}"),
+            None => format!("{name}: listening: {b}"),
+        };
+        let _ = writeln!(err, "{}", crate::term::text(&line));
+    }
+    let _ = writeln!(err, "{name}: ready");
+}
+
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(a: ServeArgs) -> Result<()> {
-    let mut c = Config::new(a.artifact);
-    c.spoe = a.spoe;
-    c.http = a.http;
-    c.metrics = a.metrics;
-    c.control = (!a.no_control).then_some(a.control);
-    c.log = a.log.map(|p| {
-        let target = if p.as_os_str() == "-" {
-            reqlog::Target::Stdout
-        } else {
-            reqlog::Target::File(p)
-        };
-        let mut l = reqlog::Config::new(target);
-        l.lines_per_s = a.log_rate;
-        l.burst = a.log_burst;
-        l.summary_every = std::time::Duration::from_secs(a.log_summary.max(1));
-        l
-    });
-    c.shadow = a.shadow;
-    c.site = a.site;
-    c.max_keys_per_limiter = a.max_keys;
-    c.http_limits.max_connections = a.max_connections;
-    rctl_agent::serve::run(c, |server| {
-        let g = server.judge().current();
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(
-            err,
-            "rctl serve: generation {}, artifact {}, {} rules{}",
-            g.number,
-            crate::host::short(&g.sha256),
-            g.engine.ruleset().rules.len(),
-            if server.judge().shadow() {
-                ", shadow mode"
-            } else {
-                ""
-            }
-        );
-        for b in server.bound() {
-            let line = match b.strip_prefix("warning ") {
-                Some(w) => format!("rctl: warning: {w}"),
-                None => format!("rctl serve: listening: {b}"),
-            };
-            let _ = writeln!(err, "{}", crate::term::text(&line));
-        }
-        let _ = writeln!(err, "rctl serve: ready");
-    })
-    .context("rctl serve")?;
+    let c = a.listen.config(a.artifact);
+    rctl_agent::serve::run(c, |server| print_ready("rctl serve", server)).context("rctl serve")?;
     let _ = writeln!(std::io::stderr().lock(), "rctl serve: stopped");
     Ok(())
 }

@@ -298,7 +298,7 @@ impl Collector for Shared {
 }
 
 /// Writes a counter family of `(label value, count)` under one label.
-pub(crate) fn counter_family<'a>(
+pub fn counter_family<'a>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -314,7 +314,7 @@ pub(crate) fn counter_family<'a>(
 }
 
 /// Writes a gauge without labels.
-pub(crate) fn gauge(
+pub fn gauge(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,

@@ -47,6 +47,9 @@ pub struct Config {
     pub http_limits: Limits,
     /// How long a prepare waits for its commit.
     pub prepare_ttl: Duration,
+    /// The artifact's bytes, if given here rather than read from
+    /// `artifact` (which then only names it in messages).
+    pub artifact_bytes: Option<Vec<u8>>,
 }
 
 impl Config {
@@ -65,6 +68,7 @@ impl Config {
             max_keys_per_limiter: rctl_dataplane::EngineConfig::default().max_keys_per_limiter,
             http_limits: Limits::default(),
             prepare_ttl: Duration::from_secs(60),
+            artifact_bytes: None,
         }
     }
 }
@@ -123,7 +127,9 @@ pub struct Server {
     http_limits: Limits,
     metrics_listener: Option<TcpListener>,
     spoe: Vec<SpoeListener>,
-    control: Option<(UnixListener, ControlConfig)>,
+    control: Arc<Control>,
+    control_listener: Option<UnixListener>,
+    collectors: Vec<Arc<dyn prometheus_client::collector::Collector>>,
     /// Socket files removed when the server is dropped.
     paths: Vec<UnixPath>,
     bound: Vec<String>,
@@ -133,8 +139,11 @@ impl Server {
     /// Loads the artifact and binds every listener.
     pub async fn bind(config: Config) -> Result<Server, ServeError> {
         let shown = config.artifact.display().to_string();
-        let bytes =
-            std::fs::read(&config.artifact).map_err(|e| fail(format!("reading {shown}: {e}")))?;
+        let bytes = match &config.artifact_bytes {
+            Some(b) => b.clone(),
+            None => std::fs::read(&config.artifact)
+                .map_err(|e| fail(format!("reading {shown}: {e}")))?,
+        };
         let (first, _, warnings) = control::build(
             &bytes,
             config.site.as_deref(),
@@ -175,7 +184,7 @@ impl Server {
         for l in &spoe {
             bound.push(format!("spoe {}", spoe_address(l)));
         }
-        let control = match &config.control {
+        let control_listener = match &config.control {
             Some(p) => {
                 let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
                 if let Some(dir) = dir {
@@ -187,22 +196,20 @@ impl Server {
                     .map_err(|e| fail(format!("--control {}: {e}", p.display())))?;
                 paths.push(UnixPath(p.clone()));
                 bound.push(format!("control unix:{}", p.display()));
-                let listeners = bound
-                    .iter()
-                    .filter(|b| !b.starts_with("warning "))
-                    .cloned()
-                    .collect();
-                Some((
-                    l,
-                    ControlConfig {
-                        site: config.site.clone(),
-                        max_keys_per_limiter: config.max_keys_per_limiter,
-                        prepare_ttl: config.prepare_ttl,
-                        listeners,
-                    },
-                ))
+                Some(l)
             }
             None => None,
+        };
+        let listeners = bound
+            .iter()
+            .filter(|b| !b.starts_with("warning "))
+            .cloned()
+            .collect();
+        let control_config = ControlConfig {
+            site: config.site.clone(),
+            max_keys_per_limiter: config.max_keys_per_limiter,
+            prepare_ttl: config.prepare_ttl,
+            listeners,
         };
         let log = match &config.log {
             Some(c) => Some(Arc::new(
@@ -210,6 +217,12 @@ impl Server {
             )),
             None => None,
         };
+        let control = Arc::new(Control::new(
+            Arc::clone(&judge),
+            Arc::clone(&metrics),
+            log.clone(),
+            control_config,
+        ));
         Ok(Server {
             judge,
             metrics,
@@ -219,6 +232,8 @@ impl Server {
             metrics_listener,
             spoe,
             control,
+            control_listener,
+            collectors: Vec::new(),
             paths,
             bound,
         })
@@ -233,6 +248,17 @@ impl Server {
     /// The judge (the generation in force).
     pub fn judge(&self) -> &Arc<Judge> {
         &self.judge
+    }
+
+    /// The agent's control: how an in-process client prepares and
+    /// commits a generation, as `rctl apply` does through the socket.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
+    /// Adds metrics of its own to `/metrics` (the fleet agent's).
+    pub fn add_collector(&mut self, c: Arc<dyn prometheus_client::collector::Collector>) {
+        self.collectors.push(c);
     }
 
     /// Serves until `until` completes, then drains and returns.
@@ -254,10 +280,12 @@ impl Server {
         }
         if let Some(l) = self.metrics_listener {
             let (m, log) = (Arc::clone(&self.metrics), self.log.clone());
+            let collectors = self.collectors.clone();
             let render = Arc::new(move || {
                 let extra: Vec<Arc<dyn prometheus_client::collector::Collector>> = log
                     .iter()
                     .map(|l| Arc::clone(l) as Arc<dyn prometheus_client::collector::Collector>)
+                    .chain(collectors.iter().cloned())
                     .collect();
                 m.render(&extra)
             });
@@ -276,14 +304,8 @@ impl Server {
                 shutdown.clone(),
             ));
         }
-        if let Some((l, config)) = self.control {
-            let control = Arc::new(Control::new(
-                Arc::clone(&self.judge),
-                Arc::clone(&self.metrics),
-                self.log.clone(),
-                config,
-            ));
-            tasks.spawn(control::serve(l, control, shutdown.clone()));
+        if let Some(l) = self.control_listener {
+            tasks.spawn(control::serve(l, self.control, shutdown.clone()));
         }
         until.await;
         trigger.fire();

@@ -23,7 +23,7 @@
 
 mod server;
 
-pub use server::{serve, Control, ControlConfig};
+pub use server::{serve, Control, ControlConfig, StatusExtra};
 
 use crate::judge::Generation;
 use crate::metrics::Counts;
@@ -158,6 +158,9 @@ pub struct AgentStatus {
     pub log: Option<LogTotals>,
     /// A prepare waiting for its commit.
     pub pending: Option<PendingInfo>,
+    /// What the fleet agent adds (`rctl agent`: etcd, shared limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<serde_json::Value>,
 }
 
 /// Why a generation could not be built.

@@ -58,9 +58,20 @@ pub struct Control {
     config: ControlConfig,
     slot: Mutex<Slot>,
     next_conn: AtomicU64,
+    extra: std::sync::OnceLock<StatusExtra>,
 }
 
-type Answer = Result<Value, String>;
+/// Where a prepare's artifact comes from.
+enum Source {
+    /// A control request.
+    Load(Load),
+    /// Bytes from an in-process client, and a site.
+    Bytes(Vec<u8>, Option<String>),
+}
+
+/// What a status adds, from whoever runs beside the agent (the fleet
+/// agent: etcd and the shared limits).
+pub type StatusExtra = Box<dyn Fn() -> Value + Send + Sync>;
 
 impl Control {
     /// The control of the agent deciding with `judge`.
@@ -77,6 +88,7 @@ impl Control {
             config,
             slot: Mutex::new(Slot::Empty),
             next_conn: AtomicU64::new(1),
+            extra: std::sync::OnceLock::new(),
         }
     }
 
@@ -91,10 +103,12 @@ impl Control {
                 "not a request: {e} (send one JSON object a line, such as {{\"op\":\"status\"}})"
             )),
             Ok(ControlRequest::Status) => Ok(self.status()),
-            Ok(ControlRequest::Prepare(l)) => self.prepare(conn, l).await.map(|p| json!(p)),
+            Ok(ControlRequest::Prepare(l)) => {
+                self.prepare(conn, Source::Load(l)).await.map(|p| json!(p))
+            }
             Ok(ControlRequest::Commit { id }) => self.commit(&id, None).map(|c| json!(c)),
-            Ok(ControlRequest::Abort { id }) => self.abort(&id),
-            Ok(ControlRequest::Load(l)) => match self.prepare(conn, l).await {
+            Ok(ControlRequest::Abort { id }) => self.abort(&id).map(|()| json!({})),
+            Ok(ControlRequest::Load(l)) => match self.prepare(conn, Source::Load(l)).await {
                 Ok(p) => self.commit(&p.id, Some(p.carried)).map(|c| json!(c)),
                 Err(e) => Err(e),
             },
@@ -116,7 +130,24 @@ impl Control {
         }
     }
 
-    async fn prepare(self: &Arc<Self>, conn: u64, load: Load) -> Result<Prepared, String> {
+    /// A connection id for an in-process client (such as the fleet
+    /// agent): what it prepares is its own, as a socket connection's is.
+    pub fn connection(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Prepares the artifact `bytes` for `site` (default: the agent's) as
+    /// connection `conn`: what `{"op":"prepare"}` does, in process.
+    pub async fn prepare_artifact(
+        self: &Arc<Self>,
+        conn: u64,
+        bytes: Vec<u8>,
+        site: Option<String>,
+    ) -> Result<Prepared, String> {
+        self.prepare(conn, Source::Bytes(bytes, site)).await
+    }
+
+    async fn prepare(self: &Arc<Self>, conn: u64, load: Source) -> Result<Prepared, String> {
         let ttl = self.config.prepare_ttl;
         {
             let mut slot = self.slot();
@@ -164,15 +195,25 @@ impl Control {
     }
 
     /// Reads and builds; runs on a blocking thread.
-    fn build(&self, load: Load) -> Result<(Pending, Prepared), String> {
-        let bytes = match (load.artifact_hex, load.path) {
-            (Some(h), None) => from_hex(&h).map_err(|e| e.0)?,
-            (None, Some(p)) => {
-                std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?
+    fn build(&self, source: Source) -> Result<(Pending, Prepared), String> {
+        let (bytes, site) = match source {
+            Source::Bytes(b, site) => (b, site),
+            Source::Load(load) => {
+                let bytes = match (load.artifact_hex, load.path) {
+                    (Some(h), None) => from_hex(&h).map_err(|e| e.0)?,
+                    (None, Some(p)) => {
+                        std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?
+                    }
+                    _ => {
+                        return Err(
+                            "give the artifact as exactly one of artifact_hex or path".into()
+                        )
+                    }
+                };
+                (bytes, load.site)
             }
-            _ => return Err("give the artifact as exactly one of artifact_hex or path".into()),
         };
-        let site = load.site.or_else(|| self.config.site.clone());
+        let site = site.or_else(|| self.config.site.clone());
         let old = self.judge.current();
         let (generation, carry, warnings) = build(
             &bytes,
@@ -203,7 +244,9 @@ impl Control {
         Ok((pending, prepared))
     }
 
-    fn commit(&self, id: &str, carried: Option<Carry>) -> Result<Committed, String> {
+    /// Installs prepare `id` (one atomic swap); `carried` is echoed in the
+    /// answer (a load's).
+    pub fn commit(&self, id: &str, carried: Option<Carry>) -> Result<Committed, String> {
         let mut slot = self.slot();
         let ttl = self.config.prepare_ttl;
         let p = match std::mem::replace(&mut *slot, Slot::Empty) {
@@ -248,17 +291,23 @@ impl Control {
         })
     }
 
-    fn abort(&self, id: &str) -> Answer {
+    /// Drops prepare `id`.
+    pub fn abort(&self, id: &str) -> Result<(), String> {
         let mut slot = self.slot();
         match &*slot {
             Slot::Ready(p) if p.id == id => {
                 *slot = Slot::Empty;
-                Ok(json!({}))
+                Ok(())
             }
             _ => Err(format!(
                 "no pending prepare {id} (committed, aborted, expired, or its connection closed)"
             )),
         }
+    }
+
+    /// Adds `fleet` to every status from now on (the first one set stays).
+    pub fn set_status_extra(&self, extra: StatusExtra) {
+        let _ = self.extra.set(extra);
     }
 
     /// The agent's status.
@@ -293,6 +342,7 @@ impl Control {
             counts: self.metrics.counts(),
             log,
             pending,
+            fleet: self.extra.get().map(|f| f()),
         })
     }
 }

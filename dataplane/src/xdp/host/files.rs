@@ -249,7 +249,7 @@ pub(crate) fn sync_dir(dir: &Path) {
 }
 
 /// Writes one of rctl's state files (mode 0600), whole or not at all.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
     replace(path, bytes, FILE_MODE)
 }
 
@@ -266,7 +266,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
 }
 
 /// Renames `from` over `to` (same directory) and syncs the directory.
-pub(crate) fn rename_durably(from: &Path, to: &Path) -> Result<(), XdpError> {
+pub fn rename_durably(from: &Path, to: &Path) -> Result<(), XdpError> {
     std::fs::rename(from, to).map_err(|e| {
         err(format!(
             "renaming {} to {}: {}",
@@ -287,7 +287,7 @@ const READ_LIMIT: u64 = 1 << 30;
 
 /// Reads one of rctl's state files: a regular file, not through a
 /// symbolic link, and at most [`READ_LIMIT`] bytes.
-pub(crate) fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let f = OpenOptions::new()
         .read(true)
@@ -311,7 +311,7 @@ pub(crate) fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Removes a file if it is there.
-pub(crate) fn remove_file(path: &Path) -> Result<(), XdpError> {
+pub fn remove_file(path: &Path) -> Result<(), XdpError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(err(format!(
             "removing {}: {}",

@@ -96,7 +96,10 @@ mod status;
 mod sys;
 
 pub use apply::apply;
-pub use files::{check_private_dir, ensure_private_dir, write_atomic};
+pub use files::{
+    check_private_dir, ensure_private_dir, read_private, remove_file, rename_durably, write_atomic,
+    write_private,
+};
 pub use observe::{LinkState, MetaSource};
 pub use paths::{IfName, Paths, IFNAME_MAX};
 pub use status::{detach, follow_events, status, RuleCounters, Status};
@@ -286,8 +289,9 @@ pub fn site_warning(rs: &Ruleset, site: Option<&str>) -> Option<String> {
 
 /// Test-only fault injection: when `RCTL_FAULT` is `step`, the process
 /// kills itself with SIGKILL there, as a crash or `kill -9` would. See
-/// the module docs for the steps; never set it in production.
-pub(crate) fn fault(step: &str) {
+/// the module docs for the steps (the fleet agent adds its own); never
+/// set it in production.
+pub fn fault(step: &str) {
     if std::env::var_os("RCTL_FAULT").is_some_and(|v| v == step) {
         let pid = std::process::id().to_string();
         let _ = std::process::Command::new("kill")

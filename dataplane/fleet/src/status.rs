@@ -1,0 +1,278 @@
+//! `rctl fleet status`: what each host runs against what it should run.
+//!
+//! A host's target is the newer of `P/current` and its site's pointer.
+//! Its state, from its report under its lease (`P/hosts/H`) or, once the
+//! lease has expired, its last report (`P/seen/H`):
+//!
+//! - `ok`: it runs the target's artifact at the target's generation;
+//! - `lagging`: alive, not on the target yet, no error (an apply in
+//!   progress, or etcd just switched);
+//! - `failed`: alive, and the target could not be applied (its error
+//!   says why: a corrupt chunk, another format version, an apply error);
+//!   it keeps running a complete earlier generation;
+//! - `down`: no live report (stopped, crashed, or cut off from etcd);
+//!   what it ran last is shown;
+//! - `no target`: nothing was pushed for it.
+
+use crate::error::{ErrorKind, FleetError};
+use crate::etcd::{newer, now_unix, Current, HostReport, Layout, Target};
+use etcd_client::{Client, GetOptions};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One host's line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostStatus {
+    /// The host.
+    pub host: String,
+    /// Its site.
+    pub site: Option<String>,
+    /// `ok`, `lagging`, `failed`, `down` or `no target`.
+    pub state: String,
+    /// Whether its lease is alive.
+    pub live: bool,
+    /// The generation it runs.
+    pub generation: i64,
+    /// The artifact it runs (hex).
+    pub artifact_sha256: String,
+    /// The generation it should run.
+    pub target_generation: i64,
+    /// The artifact it should run.
+    pub target_sha256: String,
+    /// When it applied what it runs.
+    pub applied_unix: u64,
+    /// Seconds since its target was pushed, while it is not on it.
+    pub lag_s: u64,
+    /// Why it is not on its target.
+    pub last_error: Option<String>,
+    /// Its last report.
+    pub reported_unix: u64,
+    /// The interface of its packet plane.
+    pub iface: Option<String>,
+}
+
+/// What `rctl fleet status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FleetStatus {
+    /// The pointer for every site, if any.
+    pub all: Option<PointerStatus>,
+    /// The pointers of sites.
+    pub sites: BTreeMap<String, PointerStatus>,
+    /// Every host that ever reported, by name.
+    pub hosts: Vec<HostStatus>,
+    /// Hosts per state.
+    pub counts: BTreeMap<String, usize>,
+}
+
+/// A pointer, as status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PointerStatus {
+    /// Its generation.
+    pub generation: i64,
+    /// The artifact.
+    pub sha256: String,
+    /// When it was pushed.
+    pub pushed_unix: u64,
+    /// By whom.
+    pub pushed_by: String,
+    /// For a rollback: how far back.
+    pub rollback: Option<usize>,
+}
+
+impl From<&Current> for PointerStatus {
+    fn from(c: &Current) -> PointerStatus {
+        PointerStatus {
+            generation: c.generation,
+            sha256: c.pointer.sha256.clone(),
+            pushed_unix: c.pointer.pushed_unix,
+            pushed_by: c.pointer.pushed_by.clone(),
+            rollback: c.pointer.rollback,
+        }
+    }
+}
+
+impl FleetStatus {
+    /// Whether every host runs its target.
+    pub fn converged(&self) -> bool {
+        self.hosts.iter().all(|h| h.state == "ok")
+    }
+}
+
+/// Reads the pointers and every host's report.
+pub async fn read(client: &Client, layout: &Layout) -> Result<FleetStatus, FleetError> {
+    let mut c = client.clone();
+    // One revision for everything, so the picture is consistent.
+    let global = c.get(layout.pointer(&Target::All), None).await?;
+    let rev = global.header().map_or(0, |h| h.revision());
+    let at = || Some(GetOptions::new().with_prefix().with_revision(rev));
+    let all = match global.kvs().first() {
+        Some(kv) => Some(Current::parse(Target::All, kv.value(), kv.mod_revision())?),
+        None => None,
+    };
+    let mut sites = BTreeMap::new();
+    for kv in c.get(layout.sites(), at()).await?.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let Some(site) = layout.site_of_pointer(&key) else {
+            continue;
+        };
+        let cur = Current::parse(Target::Site(site.into()), kv.value(), kv.mod_revision())?;
+        sites.insert(site.to_string(), cur);
+    }
+    // The last reports, then the live ones (written with them) over them.
+    let mut reports: BTreeMap<String, (HostReport, bool)> = BTreeMap::new();
+    for live in [false, true] {
+        for kv in c.get(layout.hosts(!live), at()).await?.kvs() {
+            if let Ok(r) = serde_json::from_slice::<HostReport>(kv.value()) {
+                reports.insert(r.host.clone(), (r, live));
+            }
+        }
+    }
+    let now = now_unix();
+    let hosts: Vec<HostStatus> = reports
+        .into_values()
+        .map(|(r, live)| {
+            let site = r.site.as_ref().and_then(|s| sites.get(s));
+            let target = newer(all.as_ref(), site);
+            host_status(r, live, target, now)
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for h in &hosts {
+        *counts.entry(h.state.clone()).or_insert(0) += 1;
+    }
+    Ok(FleetStatus {
+        all: all.as_ref().map(PointerStatus::from),
+        sites: sites.iter().map(|(k, v)| (k.clone(), v.into())).collect(),
+        hosts,
+        counts,
+    })
+}
+
+fn host_status(r: HostReport, live: bool, target: Option<&Current>, now: u64) -> HostStatus {
+    let (tgen, tsha, pushed) = target.map_or((0, String::new(), 0), |t| {
+        (
+            t.generation,
+            t.pointer.sha256.clone(),
+            t.pointer.pushed_unix,
+        )
+    });
+    let on_target = target.is_some() && r.generation == tgen && r.artifact_sha256 == tsha;
+    let error = r
+        .last_error
+        .clone()
+        .filter(|_| !on_target && r.error_generation >= tgen);
+    let state = if !live {
+        "down"
+    } else if target.is_none() {
+        "no target"
+    } else if on_target {
+        "ok"
+    } else if error.is_some() {
+        "failed"
+    } else {
+        "lagging"
+    };
+    HostStatus {
+        host: r.host,
+        site: r.site,
+        state: state.into(),
+        live,
+        generation: r.generation,
+        artifact_sha256: r.artifact_sha256,
+        target_generation: tgen,
+        target_sha256: tsha,
+        applied_unix: r.applied_unix,
+        lag_s: if on_target || target.is_none() {
+            0
+        } else {
+            now.saturating_sub(pushed)
+        },
+        last_error: error.or(r.last_error.filter(|_| !live)),
+        reported_unix: r.reported_unix,
+        iface: r.iface,
+    }
+}
+
+/// The status as text.
+pub fn text(s: &FleetStatus) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let line = |t: &PointerStatus| {
+        format!(
+            "generation {}, artifact {}, pushed at {} (unix) by {}{}",
+            t.generation,
+            t.sha256,
+            t.pushed_unix,
+            t.pushed_by,
+            t.rollback
+                .map(|n| format!(", a rollback of {n}"))
+                .unwrap_or_default()
+        )
+    };
+    match &s.all {
+        Some(t) => {
+            let _ = writeln!(o, "all sites: {}", line(t));
+        }
+        None => {
+            let _ = writeln!(o, "all sites: nothing pushed");
+        }
+    }
+    for (site, t) in &s.sites {
+        let _ = writeln!(o, "site {site}: {}", line(t));
+    }
+    let _ = writeln!(o);
+    for h in &s.hosts {
+        let site = h.site.as_deref().unwrap_or("-");
+        let what = match h.state.as_str() {
+            "ok" => format!(
+                "generation {}, artifact {}",
+                h.generation, h.artifact_sha256
+            ),
+            _ => format!(
+                "runs generation {} (artifact {}), should run {} (artifact {}){}",
+                h.generation,
+                h.artifact_sha256,
+                h.target_generation,
+                h.target_sha256,
+                if h.lag_s > 0 {
+                    format!(", {} s behind", h.lag_s)
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        let _ = writeln!(
+            o,
+            "{:<8} {}  site {site}  {what}",
+            h.state.to_uppercase(),
+            h.host
+        );
+        if let Some(e) = &h.last_error {
+            let _ = writeln!(o, "         {}", e);
+        }
+    }
+    let counts: Vec<String> = s.counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let _ = writeln!(
+        o,
+        "\n{} hosts: {}",
+        s.hosts.len(),
+        if counts.is_empty() {
+            "none reported".to_string()
+        } else {
+            counts.join(", ")
+        }
+    );
+    o
+}
+
+/// An error for a status read that could not reach etcd.
+pub fn unreachable(e: FleetError) -> FleetError {
+    if e.kind == ErrorKind::Unavailable {
+        e.context(
+            "the fleet's state cannot be read (etcd does not answer, or has no leader: is a \
+             majority of its members down?)",
+        )
+    } else {
+        e
+    }
+}
