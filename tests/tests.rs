@@ -1,6 +1,7 @@
 //! Integration tests: the language, its diagnostics, the artifact, the
 //! formatter and the `rctl` binary, on real inputs.
 
+mod servers;
 mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
@@ -15,6 +16,7 @@ mod corpus;
 mod diagnostics;
 mod dryrun;
 mod dryrun_memory;
+mod edge;
 mod files;
 mod format;
 mod generated;

@@ -1,6 +1,7 @@
 //! `rctl`: compile, check, explain, test and format rule sets.
 
 mod dryrun;
+mod emit;
 mod eval;
 mod explain;
 mod format;
@@ -253,6 +254,12 @@ enum Command {
         iface: String,
         #[command(flatten)]
         host: host::HostPaths,
+    },
+    /// Write an edge proxy's configuration for a ruleset: HAProxy SPOE or
+    /// nginx auth_request, asking `rctl serve`.
+    Emit {
+        #[command(subcommand)]
+        target: emit::Target,
     },
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug {
@@ -644,6 +651,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host::detach(&iface, &host)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Emit { target } => emit::run(target),
         Command::Debug {
             stage,
             paths,
