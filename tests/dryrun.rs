@@ -4,7 +4,7 @@
 use crate::util::*;
 use rctl_dataplane::dryrun::requests_in;
 
-const FIXTURES: &[&str] = &[
+pub const FIXTURES: &[&str] = &[
     "curl",
     "python-requests",
     "ab-keepalive",

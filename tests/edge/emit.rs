@@ -153,14 +153,7 @@ fn without_an_agent_haproxy_serves_everything_and_counts_it_unchecked() {
     let front = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let app_dir = dir.join("app");
     std::fs::create_dir(&app_dir).unwrap();
-    let app_conf = nginx::conf(
-        &app_dir,
-        1,
-        &format!(
-            "    server {{ listen {app}; access_log {}/app.log combined; location / {{ return 200 \"app\\n\"; }} }}\n",
-            app_dir.display()
-        ),
-    );
+    let app_conf = nginx::conf(&app_dir, 1, &origin(&app_dir, app));
     let ngx = Nginx::start(&app_dir, &app_conf, &[app]);
     let hap = Haproxy::start(
         &dir,

@@ -10,6 +10,10 @@
 //!   and counted as unchecked.
 
 mod emit;
+mod incidents;
+mod lifecycle;
+mod parity;
+mod stack;
 
 use crate::servers::{self, haproxy, nginx};
 use crate::util::root;
@@ -83,10 +87,27 @@ pub fn haproxy_check(dir: &Path, emitted: &Path) -> Result<String, String> {
     Ok(out)
 }
 
+/// The origin: an nginx server block on `app` answering every request
+/// with 200 and logging it to `DIR/app.log` as `CLIENT METHOD URI STATUS
+/// "X-Requestctl"`, the client from `X-Forwarded-For`.
+pub fn origin(dir: &Path, app: SocketAddr) -> String {
+    format!(
+        "    log_format app '$http_x_forwarded_for $request_method $request_uri $status \"$http_x_requestctl\"';
+    server {{
+        listen {app};
+        access_log {}/app.log app;
+        location / {{
+            return 200 \"app\n\";
+        }}
+    }}
+",
+        dir.display()
+    )
+}
+
 /// The `http` block of an nginx whose server on `front` asks the agent
-/// (the emitted files) and proxies to its second server, on `app`, which
-/// answers every request with 200 and logs it to `app.log`; the front
-/// logs in the `rctl` format to `front.log`.
+/// (the emitted files), logs in the `rctl` format to `front.log`, and
+/// proxies to its second server, the [`origin`] on `app`.
 pub fn nginx_http(dir: &Path, emitted: &Path, front: SocketAddr, app: SocketAddr) -> String {
     let (d, e) = (dir.display(), emitted.display());
     format!(
@@ -95,18 +116,13 @@ pub fn nginx_http(dir: &Path, emitted: &Path, front: SocketAddr, app: SocketAddr
         listen {front};
         access_log {d}/front.log rctl;
         include {e}/rctl-server.conf;
+        proxy_set_header X-Forwarded-For $remote_addr;
         location / {{
             proxy_pass http://{app};
         }}
     }}
-    server {{
-        listen {app};
-        access_log {d}/app.log combined;
-        location / {{
-            return 200 \"app\\n\";
-        }}
-    }}
-"
+{}",
+        origin(dir, app)
     )
 }
 

@@ -21,9 +21,13 @@
 //! released just before the server binds it (another process could take
 //! it in between; the readiness wait then fails with the server's log).
 
-#![expect(dead_code, reason = "the end-to-end tests of issue 11 use the rest once the agent is merged")]
+#![expect(
+    dead_code,
+    reason = "the end-to-end tests of issue 11 use the rest once the agent is merged"
+)]
 
 pub mod haproxy;
+pub mod netns;
 pub mod nginx;
 pub mod serve;
 
@@ -43,14 +47,20 @@ pub fn require(program: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok();
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{program} is required under CI (apt-get install haproxy nginx)"
-        );
-        eprintln!("skipped: {program} is not installed");
+    skip_unless(
+        found,
+        &format!("{program} is installed (apt-get install {program})"),
+    )
+}
+
+/// `ok`, after saying the test is skipped if not; under `CI` a test
+/// must never be skipped: panics instead.
+pub fn skip_unless(ok: bool, needs: &str) -> bool {
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "under CI: needs {needs}");
+        eprintln!("skipped: needs {needs}");
     }
-    found
+    ok
 }
 
 /// Runs a program's configuration check (`haproxy -c`, `nginx -t`):
