@@ -4,8 +4,8 @@
 //! and captures: per rule, the same allow, deny, throttle, drop and log
 //! counts. The agent's verdicts are read from HAProxy's log.
 
+use super::rctl_ok;
 use super::stack::{client_py, compile, Front, Line, Stack};
-use super::{rctl_ok, shipped};
 use crate::util::{root, tempdir};
 use rctl_dataplane::dryrun::requests_in;
 use std::collections::BTreeMap;
@@ -55,7 +55,7 @@ fn agent_counts(lines: &[Line]) -> BTreeMap<(String, String), u64> {
 
 /// The replay spec for `client.py replay`: each request's head as it
 /// was captured (request line in HTTP/1.1, headers in order), a body of
-/// its Content-Length, from its client address.
+/// its Content-Length (or an empty chunked one), from its client address.
 fn replay_spec(pcap: &Path, front: std::net::SocketAddr) -> serde_json::Value {
     let (reqs, err) = requests_in(std::fs::File::open(pcap).unwrap());
     assert!(err.is_none(), "{err:?}");
@@ -75,14 +75,30 @@ fn replay_spec(pcap: &Path, front: std::net::SocketAddr) -> serde_json::Value {
                 head.extend_from_slice(b"\r\n");
             }
             head.extend_from_slice(b"\r\n");
-            let body_len: u64 = r
+            let chunked = r
+                .header("transfer-encoding")
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"chunked"));
+            let len: usize = r
                 .header("content-length")
                 .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
                 .unwrap_or(0);
-            serde_json::json!({"src": r.client.0.to_string(), "head_hex": hex(&head), "body_len": body_len})
+            let body = if chunked {
+                b"0\r\n\r\n".to_vec()
+            } else {
+                vec![b'x'; len]
+            };
+            serde_json::json!({"src": r.client.0.to_string(), "head_hex": hex(&head), "body_hex": hex(&body)})
         })
         .collect();
     serde_json::json!({"target": [front.ip().to_string(), front.port()], "requests": requests})
+}
+
+fn unhex(h: &str) -> String {
+    let bytes: Vec<u8> = (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn replay(dir: &Path, spec: &serde_json::Value) -> Vec<u16> {
@@ -91,7 +107,10 @@ fn replay(dir: &Path, spec: &serde_json::Value) -> Vec<u16> {
     serde_json::from_slice(&client_py("replay", &path)).unwrap()
 }
 
-fn parity(rules: &Path, name: &str) {
+/// Replays every fixture capture through HAProxy and the agent and
+/// compares with `rctl dry-run`; returns the verdicts seen.
+fn parity(rules: &Path, name: &str) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeSet::new();
     let dir = tempdir(&format!("parity-{name}"));
     let art = compile(&dir, "rules", &[rules.to_path_buf()]);
     for f in FIXTURES {
@@ -112,16 +131,39 @@ fn parity(rules: &Path, name: &str) {
         assert_eq!(lines.len() as u64, total, "{}", ctx());
         assert!(lines.iter().all(|l| !l.unchecked), "{}", ctx());
         assert_eq!(agent_counts(&lines), want, "{}", ctx());
-        // And the clients got what the verdicts say.
-        for (l, st) in lines.iter().zip(&statuses) {
-            let expect = match l.action.as_str() {
-                "pass" | "allow" => 200,
-                "drop" => 0,
-                _ => l.status as u16,
-            };
-            assert_eq!(*st, expect, "{l:?}\n{}", ctx());
-        }
+        seen.extend(want.keys().map(|(_, verdict)| verdict.clone()));
+        // And the clients got what the verdicts say: the same (client,
+        // method, target, status) for each request, in any order (the
+        // requests were in flight together).
+        let mut by_client: Vec<(String, String, String, u16)> = spec["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(&statuses)
+            .map(|(r, st)| {
+                let head = unhex(r["head_hex"].as_str().unwrap());
+                let line = head.split("\r\n").next().unwrap().to_string();
+                let mut w = line.split(' ');
+                let (m, t) = (w.next().unwrap().to_string(), w.next().unwrap().to_string());
+                (r["src"].as_str().unwrap().to_string(), m, t, *st)
+            })
+            .collect();
+        let mut by_log: Vec<(String, String, String, u16)> = lines
+            .iter()
+            .map(|l| {
+                let st = match l.action.as_str() {
+                    "pass" | "allow" => 200,
+                    "drop" => 0,
+                    _ => l.status as u16,
+                };
+                (l.ip.clone(), l.method.clone(), l.uri.clone(), st)
+            })
+            .collect();
+        by_client.sort();
+        by_log.sort();
+        assert_eq!(by_client, by_log, "{}", ctx());
     }
+    seen
 }
 
 #[test]
@@ -129,15 +171,56 @@ fn agent_verdicts_equal_dry_run_on_the_fixture_captures() {
     if !super::stack::available() {
         return;
     }
-    parity(&root().join("tests/fixtures/rules"), "fixture");
+    let seen = parity(&root().join("tests/fixtures/rules"), "fixture");
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["allow", "log", "throttle"]
+    );
 }
 
+/// The fixture rules plus a rule of every other kind, each matching some
+/// of the captured traffic: deny with a status of its own, drop, shadow.
+const EVERY_ACTION: &str = r#"
+rule wget_denied {
+  priority 5
+  when header("user-agent") ~* "^wget/"
+  deny 451 "no wget"
+}
+rule ab_dropped {
+  priority 6
+  when header("user-agent") starts_with "ApacheBench/"
+  drop
+}
+rule curl_shadow {
+  priority 25
+  shadow
+  when header("user-agent") ~* "^curl/"
+  throttle 1 requests per 1m by ip
+}
+rule wrk_pages {
+  priority 40
+  when query("title") in { "Page_1", "Page_3" }
+  throttle 3 requests per 1m by query("title")
+}
+"#;
+
 #[test]
-fn agent_verdicts_equal_dry_run_with_the_shipped_rules() {
+fn agent_verdicts_equal_dry_run_for_every_action() {
     if !super::stack::available() {
         return;
     }
-    // Loopback sources are bogons to the shipped rules: every request is
-    // dropped, by HAProxy's silent-drop.
-    parity(&shipped(), "shipped");
+    let dir = tempdir("parity-rules");
+    let rules = dir.join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::copy(
+        root().join("tests/fixtures/rules/fixture.rctl"),
+        rules.join("fixture.rctl"),
+    )
+    .unwrap();
+    std::fs::write(rules.join("more.rctl"), EVERY_ACTION).unwrap();
+    let seen = parity(&rules, "every-action");
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["allow", "deny", "drop", "log", "throttle"]
+    );
 }

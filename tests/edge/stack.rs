@@ -67,6 +67,10 @@ pub struct Line {
     /// Whether the agent did not check it (SPOE error set; nginx: the
     /// check request failed).
     pub unchecked: bool,
+    /// Why not: the SPOE error code (1 timeout, 2 no agent, 256 + the
+    /// agent's status) or the check request's status (502 refused, 504
+    /// timed out); "" if checked.
+    pub error: String,
     /// The generation that decided (HAProxy only; "" otherwise).
     pub generation: String,
 }
@@ -259,7 +263,7 @@ fn field<'a>(l: &'a str, key: &str) -> &'a str {
 impl Line {
     /// A line with the request's fields, the rest read from `key=value`
     /// words of `l`.
-    fn new(l: &str, request: (&str, &str, &str), status: i32, unchecked: bool) -> Line {
+    fn new(l: &str, request: (&str, &str, &str), status: i32, error: &str) -> Line {
         let (ip, method, uri) = request;
         Line {
             ip: ip.into(),
@@ -269,7 +273,8 @@ impl Line {
             action: field(l, "rctl=").into(),
             rule: field(l, "rule=").into(),
             tags: field(l, "tags=").into(),
-            unchecked,
+            unchecked: !error.is_empty(),
+            error: error.into(),
             generation: field(l, "gen=").into(),
         }
     }
@@ -284,8 +289,7 @@ fn parse_haproxy(l: &str) -> Option<Line> {
     if !l.contains(" rctl=") {
         return None;
     }
-    let unchecked = !field(l, "err=").is_empty();
-    Some(Line::new(l, (ip, method, uri), status, unchecked))
+    Some(Line::new(l, (ip, method, uri), status, field(l, "err=")))
 }
 
 /// The `rctl` log format of `rctl-http.conf`: combined, then `rctl=…
@@ -298,8 +302,14 @@ fn parse_nginx(l: &str) -> Option<Line> {
     let (method, uri) = (r.next()?, r.next()?);
     let status = q.next()?.split_whitespace().next()?.parse().ok()?;
     let check = field(l, "check=");
-    let unchecked = !(check == "200" || check == "403");
-    Some(Line::new(l, (ip, method, uri), status, unchecked))
+    let error = if check == "200" || check == "403" {
+        ""
+    } else {
+        check
+    };
+    // A request never asked about (nginx refused it first) has no check.
+    let error = if check.is_empty() { "none" } else { error };
+    Some(Line::new(l, (ip, method, uri), status, error))
 }
 
 /// Compiles rule sources (files or directories) into `DIR/NAME.rctlc`.

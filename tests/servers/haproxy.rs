@@ -34,6 +34,8 @@ defaults
     log global
     mode http
     option httplog
+    # Connections that send nothing (readiness checks) are not logged.
+    option dontlognull
     timeout connect 1s
     timeout client 30s
     timeout server 30s

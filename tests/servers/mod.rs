@@ -251,6 +251,47 @@ impl Drop for Proc {
     }
 }
 
+/// User and system CPU seconds process `pid` has used (0 if it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces), from
+    // field 3 on: utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    ticks as f64 / clock_ticks()
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The processes of process group `pgid` (a server and its workers).
+pub fn group(pgid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        // Field 5 is the process group.
+        if rest.split_whitespace().nth(2) == Some(&pgid.to_string()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// The last 60 lines of `s`.
 pub fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
