@@ -62,6 +62,18 @@ impl Haproxy {
     /// files after it), starts HAProxy in the foreground and waits until
     /// every address of `listen` accepts connections.
     pub fn start(dir: &Path, config: &str, extra: &[PathBuf], listen: &[SocketAddr]) -> Haproxy {
+        Haproxy::start_with(dir, config, extra, listen, |c| c)
+    }
+
+    /// [`Haproxy::start`], running the command `wrap` makes of
+    /// HAProxy's (for example under `taskset`).
+    pub fn start_with(
+        dir: &Path,
+        config: &str,
+        extra: &[PathBuf],
+        listen: &[SocketAddr],
+        wrap: impl FnOnce(Command) -> Command,
+    ) -> Haproxy {
         let main = dir.join("haproxy.cfg");
         std::fs::write(&main, config).unwrap();
         let mut files = vec![main];
@@ -74,7 +86,7 @@ impl Haproxy {
         for f in &files {
             cmd.arg("-f").arg(f);
         }
-        let mut proc = Proc::spawn("haproxy", dir, cmd);
+        let mut proc = Proc::spawn("haproxy", dir, wrap(cmd));
         for a in listen {
             proc.wait_port(*a);
         }

@@ -66,11 +66,22 @@ impl Nginx {
     /// `DIR/nginx.conf`, checks it, starts nginx and waits until every
     /// address of `listen` accepts connections.
     pub fn start(dir: &Path, config: &str, listen: &[SocketAddr]) -> Nginx {
+        Nginx::start_with(dir, config, listen, |c| c)
+    }
+
+    /// [`Nginx::start`], running the command `wrap` makes of nginx's
+    /// (for example under `taskset`).
+    pub fn start_with(
+        dir: &Path,
+        config: &str,
+        listen: &[SocketAddr],
+        wrap: impl FnOnce(Command) -> Command,
+    ) -> Nginx {
         std::fs::write(dir.join("nginx.conf"), config).unwrap();
         if let Err(e) = check(dir, "nginx.conf") {
             panic!("nginx -t refuses the configuration:\n{e}\n{config}");
         }
-        let mut proc = Proc::spawn("nginx", dir, command(dir, "nginx.conf"));
+        let mut proc = Proc::spawn("nginx", dir, wrap(command(dir, "nginx.conf")));
         for a in listen {
             proc.wait_port(*a);
         }

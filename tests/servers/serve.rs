@@ -2,6 +2,7 @@
 //! control socket and matched-request log in its directory.
 
 use super::Proc;
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,7 +20,8 @@ pub struct Serve {
     pub control: PathBuf,
     /// The matched-request log.
     pub log: PathBuf,
-    args: Vec<String>,
+    program: OsString,
+    args: Vec<OsString>,
 }
 
 impl Serve {
@@ -28,6 +30,24 @@ impl Serve {
     /// `DIR/run/agent.sock`, the log in `DIR/matched.log` and `extra` flags;
     /// waits until it says it is ready.
     pub fn start(dir: &Path, artifact: &Path, http: SocketAddr, extra: &[&str]) -> Serve {
+        Serve::start_with(
+            dir,
+            artifact,
+            http,
+            extra,
+            Command::new(env!("CARGO_BIN_EXE_rctl")),
+        )
+    }
+
+    /// [`Serve::start`] with `command` (the rctl binary, or a wrapper such
+    /// as `taskset -c 0 rctl`) and `rctl serve`'s arguments after it.
+    pub fn start_with(
+        dir: &Path,
+        artifact: &Path,
+        http: SocketAddr,
+        extra: &[&str],
+        command: Command,
+    ) -> Serve {
         use std::os::unix::fs::PermissionsExt as _;
         let run = dir.join("run");
         std::fs::create_dir_all(&run).unwrap();
@@ -51,14 +71,22 @@ impl Serve {
             log.display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        let program = command.get_program().to_os_string();
+        let mut args: Vec<OsString> = command
+            .get_args()
+            .map(OsString::from)
+            .chain(args.into_iter().map(OsString::from))
+            .collect();
+        args.shrink_to_fit();
         let before = ready_lines(dir);
-        let proc = spawn(dir, &args);
+        let proc = spawn(dir, &program, &args);
         let mut s = Serve {
             proc,
             spoe,
             http,
             control,
             log,
+            program,
             args,
         };
         s.wait(before);
@@ -79,7 +107,7 @@ impl Serve {
         self.proc.kill();
         let dir = self.proc.dir.clone();
         let before = ready_lines(&dir);
-        self.proc = spawn(&dir, &self.args);
+        self.proc = spawn(&dir, &self.program, &self.args);
         self.wait(before);
     }
 }
@@ -93,8 +121,8 @@ fn ready_lines(dir: &Path) -> usize {
         .count()
 }
 
-fn spawn(dir: &Path, args: &[String]) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+fn spawn(dir: &Path, program: &OsString, args: &[OsString]) -> Proc {
+    let mut cmd = Command::new(program);
     cmd.args(args);
     Proc::spawn("rctl-serve", dir, cmd)
 }
