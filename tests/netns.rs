@@ -219,7 +219,8 @@ impl Lab {
             "status: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        serde_json::from_slice(&o.stdout).expect("status JSON")
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+        v["interfaces"].clone()
     }
 
     fn counter(&self, rule: &str) -> u64 {

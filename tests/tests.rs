@@ -10,6 +10,7 @@ mod gen;
 #[path = "../dataplane/benches/support/capgen.rs"]
 mod capgen;
 
+mod agent;
 mod artifact;
 mod cli;
 mod corpus;

@@ -65,7 +65,7 @@ pub fn warn(msg: &str) {
 }
 
 /// The first 16 hex digits of a hash (all of it if shorter).
-fn short(hash: &str) -> &str {
+pub fn short(hash: &str) -> &str {
     hash.get(..16).unwrap_or(hash)
 }
 
@@ -84,23 +84,37 @@ fn clock_name(c: ClockMode) -> &'static str {
     }
 }
 
-/// `rctl apply`: exit 0 when applied, 1 when the new generation is live
-/// but a step after the switch failed (the message says which).
-pub fn apply(
-    artifact: PathBuf,
-    iface: &str,
-    mode: Mode,
-    clock: ClockMode,
+/// XDP apply settings: how `rctl apply` loads the packet plane.
+pub struct XdpArgs<'a> {
+    /// The interface.
+    pub iface: &'a str,
+    /// XDP mode.
+    pub mode: Mode,
+    /// The limits' clock.
+    pub clock: ClockMode,
+    /// The XDP object (default: RCTL_XDP_OBJECT, else the one built in).
+    pub object: Option<PathBuf>,
+}
+
+/// Applies the artifact's packet plane (`bytes`) with `x`; the change is
+/// made when this returns `Ok`. Prints the warnings and what is attached.
+pub fn apply_xdp(
+    bytes: &[u8],
+    x: &XdpArgs<'_>,
     site: Option<&str>,
-    obj: Option<PathBuf>,
     paths: &HostPaths,
-) -> Result<ExitCode> {
-    let bytes =
-        std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
-    let object = object(obj)?;
+) -> Result<host::Applied> {
+    let object = object(x.object.clone())?;
     let t = std::time::Instant::now();
-    let a = host::apply(&bytes, &object, iface, mode, clock, site, &paths.paths())
-        .with_context(|| format!("{}: not applied", artifact.display()))?;
+    let a = host::apply(
+        bytes,
+        &object,
+        x.iface,
+        x.mode,
+        x.clock,
+        site,
+        &paths.paths(),
+    )?;
     // The change is made: what follows only reports it.
     for w in &a.warnings {
         warn(w);
@@ -108,13 +122,14 @@ pub fn apply(
     let at = &a.attached;
     let _ = writeln!(
         std::io::stdout().lock(),
-        "{} {iface} ({} mode, {} clock): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
+        "{} {} ({} mode, {} clock): generation {}, {} terms, {} IPv4 and {} IPv6 prefixes, \
          {} rate-limit buckets carried over, artifact {} installed at {} in {:.2?}",
         if a.replaced {
             "replaced on"
         } else {
             "attached to"
         },
+        x.iface,
         mode_name(at.mode),
         clock_name(at.clock),
         at.generation,
@@ -126,24 +141,45 @@ pub fn apply(
         a.artifact.display(),
         t.elapsed()
     );
+    Ok(a)
+}
+
+/// Reports steps after the switch that failed (the new generation is
+/// live); whether there were any.
+pub fn report_incomplete(a: &host::Applied) -> bool {
     if a.incomplete.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        return false;
     }
+    let at = &a.attached;
     let _ = writeln!(
         std::io::stderr().lock(),
-        "rctl: error: generation {} is live on {iface} (artifact {}), but {}; the next apply \
+        "rctl: error: generation {} is live on {} (artifact {}), but {}; the next apply \
          or detach finishes this",
         at.generation,
+        at.iface,
         short(&at.artifact_sha256),
         a.incomplete.join("; ")
     );
-    Ok(ExitCode::from(1))
+    true
 }
 
-/// `rctl status`: exit 0 when rctl enforces on every interface shown, 1
-/// when it does not on some (the output says why).
-pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<ExitCode> {
-    let all = host::status(&paths.paths(), iface)?;
+/// `rctl status`: exit 0 when rctl enforces on every interface shown
+/// and the agent shown (if any) answers, 1 when not (the output says why).
+pub fn status(
+    iface: Option<&str>,
+    agent: Option<crate::agent::Seen>,
+    json: bool,
+    paths: &HostPaths,
+) -> Result<ExitCode> {
+    let all = match host::status(&paths.paths(), iface) {
+        Ok(all) => all,
+        // A host may run only the HTTP plane: the agent is still shown.
+        Err(e) if agent.is_some() && iface.is_none() => {
+            warn(&format!("packet plane: {e}"));
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
     for s in &all {
         for p in &s.problems {
             warn(&format!("{}: {p}", s.iface));
@@ -151,10 +187,14 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<Exit
     }
     let mut out = std::io::stdout().lock();
     if json {
+        let v = serde_json::json!({
+            "interfaces": all,
+            "agent": agent.as_ref().map(crate::agent::Seen::json),
+        });
         writeln!(
             out,
             "{}",
-            crate::term::json(&serde_json::to_string_pretty(&all)?)
+            crate::term::json(&serde_json::to_string_pretty(&v)?)
         )?;
     } else {
         if all.is_empty() {
@@ -163,8 +203,12 @@ pub fn status(iface: Option<&str>, json: bool, paths: &HostPaths) -> Result<Exit
         for s in &all {
             text(&mut out, s)?;
         }
+        if let Some(a) = &agent {
+            a.text(&mut out)?;
+        }
     }
-    Ok(if all.iter().all(|s| s.enforcing) {
+    let agent_ok = agent.as_ref().is_none_or(crate::agent::Seen::serving);
+    Ok(if all.iter().all(|s| s.enforcing) && agent_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -1,5 +1,6 @@
 //! `rctl`: compile, check, explain, test and format rule sets.
 
+mod agent;
 mod dryrun;
 mod emit;
 mod eval;
@@ -8,6 +9,7 @@ mod format;
 mod host;
 mod html;
 mod output;
+mod serve;
 mod term;
 
 use anyhow::{bail, Context, Result};
@@ -200,14 +202,20 @@ enum Command {
         #[command(flatten)]
         limits: Limits,
     },
-    /// Enforce a compiled ruleset's packet plane on an interface (XDP),
-    /// atomically replacing what runs there, and install the artifact.
+    /// Enforce a compiled ruleset: its packet plane on an interface (XDP)
+    /// and its HTTP plane in the running agent (`rctl serve`), each
+    /// switched atomically; installs the artifact.
     Apply {
         /// The compiled .rctlc artifact.
         artifact: PathBuf,
-        /// The interface.
+        /// The interface for the packet plane (without it, only the agent
+        /// is switched).
         #[arg(long)]
-        iface: String,
+        iface: Option<String>,
+        /// The agent's control socket (default: /run/rctl/agent.sock when
+        /// it exists).
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
         /// XDP mode.
         #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
         mode: ModeArg,
@@ -223,12 +231,16 @@ enum Command {
         #[command(flatten)]
         host: host::HostPaths,
     },
-    /// Show what rctl enforces where: mode, ruleset hash, counters per
-    /// rule, rate-limit table fill.
+    /// Show what rctl enforces where: per interface and in the agent,
+    /// ruleset hash, counters per rule, rate-limit table fill.
     Status {
-        /// Only this interface.
+        /// Only this interface (the agent is then shown only with --agent).
         #[arg(long)]
         iface: Option<String>,
+        /// The agent's control socket (default: /run/rctl/agent.sock when
+        /// it exists).
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -255,6 +267,10 @@ enum Command {
         #[command(flatten)]
         host: host::HostPaths,
     },
+    /// Serve live HTTP enforcement: HAProxy SPOE, an HTTP check endpoint
+    /// for nginx and Envoy, metrics, the matched-request log; switched by
+    /// `rctl apply` through its control socket.
+    Serve(serve::ServeArgs),
     /// Write an edge proxy's configuration for a ruleset: HAProxy SPOE or
     /// nginx auth_request, asking `rctl serve`.
     Emit {
@@ -609,6 +625,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Apply {
             artifact,
             iface,
+            agent,
             mode,
             clock,
             site,
@@ -624,21 +641,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ClockArg::Tick => rctl_dataplane::xdp::ClockMode::Tick,
                 ClockArg::Exact => rctl_dataplane::xdp::ClockMode::Exact,
             };
-            host::apply(
-                artifact,
-                &iface,
+            let xdp = iface.as_deref().map(|iface| host::XdpArgs {
+                iface,
                 mode,
                 clock,
-                site.as_deref(),
                 object,
-                &host,
-            )
+            });
+            agent::apply(&artifact, xdp, agent, site.as_deref(), &host)
         }
         Command::Status {
             iface,
+            agent,
             format,
             host,
-        } => host::status(iface.as_deref(), format == Format::Json, &host),
+        } => {
+            let seen = agent::Seen::ask(agent, iface.as_deref());
+            host::status(iface.as_deref(), seen, format == Format::Json, &host)
+        }
+        Command::Serve(args) => {
+            serve::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Log {
             iface,
             seconds,

@@ -259,6 +259,16 @@ impl Core {
         self.limiters.get(i).and_then(Option::as_ref)
     }
 
+    /// Takes over `old`'s limiter state rule by rule (see [`crate::carry`]).
+    pub fn carry_limiters(&mut self, old: &Core) -> crate::carry::Carry {
+        crate::carry::link(
+            &self.ruleset.rules,
+            &mut self.limiters,
+            &old.ruleset.rules,
+            &old.limiters,
+        )
+    }
+
     /// Whether rule `i` takes part in request decisions.
     pub fn on_request_path(&self, i: usize) -> bool {
         self.active[i] && !self.ruleset.rules[i].is_packet_limit()

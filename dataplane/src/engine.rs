@@ -177,6 +177,19 @@ impl Engine {
         self.core.rule(i)
     }
 
+    /// Rule `i`'s rate limiter, if it throttles.
+    pub fn limiter(&self, i: usize) -> Option<&crate::limiter::Limiter> {
+        self.core.limiter(i)
+    }
+
+    /// Makes this engine's throttle rules take over `old`'s buckets and
+    /// bans, by rule name, where the keys are the same (see
+    /// [`crate::carry`]); call it before this engine decides anything.
+    /// Returns what carried and what starts afresh.
+    pub fn carry_limiters(&mut self, old: &Engine) -> crate::carry::Carry {
+        self.core.carry_limiters(&old.core)
+    }
+
     /// Fresh working memory.
     pub fn scratch(&self) -> Scratch {
         Scratch {

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod carry;
 mod core;
 pub mod dryrun;
 pub mod engine;

@@ -22,10 +22,17 @@
 //! A flood of spoofed sources can thus reset partial buckets, but cannot
 //! lift a ban or grow memory past the bound. Exempted (allowed) traffic
 //! never reaches a limiter, so it has no standing to lose.
+//!
+//! **Carrying state.** The keys and buckets (the hasher and the shard
+//! tables) live apart from the parameters, behind a shared pointer, so a
+//! limiter of a new ruleset can take over those of the old one
+//! ([`Limiter::share_state`]): both then update the same buckets, so no
+//! hit is lost while the two coexist, and each applies its own rate,
+//! burst and ban to them.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Number of independently locked shards per limiter.
 pub const SHARDS: usize = 16;
@@ -109,6 +116,15 @@ impl Gcra {
     }
 }
 
+/// The keys and buckets of a limiter: what a new generation's limiter
+/// shares with the old one's.
+#[derive(Debug)]
+struct Table {
+    /// Keys are stored as this hasher's 64-bit hashes.
+    hasher: RandomState,
+    shards: Vec<Mutex<Shard>>,
+}
+
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
@@ -116,8 +132,18 @@ pub struct Limiter {
     tolerance_ns: u64,
     ban_ns: u64,
     per_shard: usize,
-    hasher: RandomState,
-    shards: Vec<Mutex<Shard>>,
+    table: Arc<Table>,
+}
+
+/// How full a limiter is, for status pages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fill {
+    /// Keys tracked.
+    pub keys: usize,
+    /// Keys banned at the time asked.
+    pub banned: usize,
+    /// The most keys it holds.
+    pub capacity: usize,
 }
 
 impl Limiter {
@@ -131,17 +157,50 @@ impl Limiter {
             tolerance_ns: g.tolerance_ns,
             ban_ns: g.ban_ns,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
-            hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            table: Arc::new(Table {
+                hasher: RandomState::new(),
+                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            }),
         }
+    }
+
+    /// Takes over `old`'s keys and buckets: from now on both limiters
+    /// update the same state (shared, not copied, so hits `old` still
+    /// takes are not lost), each with its own rate, burst, ban and key
+    /// bound. What this limiter had before is dropped. Bans carry with the
+    /// end they were given; the new ban length applies to new bans.
+    pub fn share_state(&mut self, old: &Limiter) {
+        self.table = Arc::clone(&old.table);
+    }
+
+    /// Whether the two limiters update the same keys and buckets.
+    pub fn shares_state_with(&self, other: &Limiter) -> bool {
+        Arc::ptr_eq(&self.table, &other.table)
     }
 
     /// Number of keys tracked now.
     pub fn len(&self) -> usize {
-        self.shards
+        self.table
+            .shards
             .iter()
             .map(|s| s.lock().map_or(0, |s| s.keys.len()))
             .sum()
+    }
+
+    /// Keys tracked, keys banned at `now_ns`, and the bound (one pass
+    /// over the shards, each locked in turn).
+    pub fn fill(&self, now_ns: u64) -> Fill {
+        let (mut keys, mut banned) = (0, 0);
+        for s in &self.table.shards {
+            let s = s.lock().unwrap_or_else(|p| p.into_inner());
+            keys += s.keys.len();
+            banned += s.keys.values().filter(|k| k.banned_until > now_ns).count();
+        }
+        Fill {
+            keys,
+            banned,
+            capacity: self.capacity(),
+        }
     }
 
     /// Whether no key is tracked.
@@ -157,7 +216,8 @@ impl Limiter {
     /// Bytes of table memory now allocated (entries and control bytes).
     pub fn table_bytes(&self) -> usize {
         let entry = std::mem::size_of::<(u64, State)>() + 1;
-        self.shards
+        self.table
+            .shards
             .iter()
             .map(|s| s.lock().map_or(0, |s| s.keys.capacity() * entry))
             .sum()
@@ -165,8 +225,8 @@ impl Limiter {
 
     /// Records one hit for `key` at `now_ns`.
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
-        let h = self.hasher.hash_one(key);
-        let shard = &self.shards[(h >> 60) as usize % SHARDS];
+        let h = self.table.hasher.hash_one(key);
+        let shard = &self.table.shards[(h >> 60) as usize % SHARDS];
         // A poisoned lock only means another thread panicked mid-update of
         // plain integers; the state is still usable.
         let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
@@ -285,6 +345,38 @@ mod tests {
                 "ban of bad{i} was lifted"
             );
         }
+    }
+
+    #[test]
+    fn shared_state_keeps_bans_and_hits_and_takes_new_parameters() {
+        let old = Limiter::new(1, 1_000, 1, 60_000, 100);
+        assert_eq!(old.hit(b"banned", 0), Outcome::Allowed);
+        assert!(matches!(old.hit(b"banned", 1), Outcome::Limited { .. }));
+        // A faster rate, no ban, a bigger burst.
+        let mut new = Limiter::new(100, 1_000, 5, 0, 100);
+        assert_eq!(new.hit(b"banned", 2), Outcome::Allowed, "fresh before");
+        new.share_state(&old);
+        assert!(
+            new.shares_state_with(&old) && !old.shares_state_with(&Limiter::new(1, 1, 1, 0, 1))
+        );
+        assert!(
+            matches!(new.hit(b"banned", 30 * S), Outcome::Limited { .. }),
+            "the ban carries to its end"
+        );
+        // A hit the old limiter takes after the swap is seen by the new one.
+        assert_eq!(old.hit(b"late", 0), Outcome::Allowed);
+        assert_eq!(new.fill(S).keys, 2);
+        // Its standing carries: the old limiter's hit put it a second
+        // ahead, which the new rate still counts.
+        assert!(matches!(new.hit(b"late", S / 2), Outcome::Limited { .. }));
+        // Once that has passed, the new burst (5, where the old one had 1)
+        // applies to the carried key.
+        for _ in 0..5 {
+            assert_eq!(new.hit(b"late", 2 * S), Outcome::Allowed);
+        }
+        assert!(matches!(new.hit(b"late", 2 * S), Outcome::Limited { .. }));
+        let f = new.fill(S);
+        assert_eq!((f.keys, f.banned, f.capacity), (2, 1, 112));
     }
 
     #[test]

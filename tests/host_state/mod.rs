@@ -199,7 +199,7 @@ impl Lab {
         let o = self.rctl(&["status", "--iface", iface, "--format", "json"]);
         let v = serde_json::from_slice::<serde_json::Value>(&o.stdout)
             .ok()
-            .map(|v| v[0].clone());
+            .map(|v| v["interfaces"][0].clone());
         (o, v)
     }
 

@@ -3,6 +3,14 @@
 //! proxies an operator already runs.
 //!
 //! - [`judge`]: the generation in force and how a request is decided.
+//! - [`http`]: the HTTP check endpoint (nginx `auth_request`, Envoy
+//!   ext_authz).
+//! - [`control`]: the control socket `rctl apply` and `rctl status` use.
+//! - [`metrics`], [`reqlog`]: Prometheus counters and the matched-request
+//!   log, both [`judge::Observer`]s.
+//! - [`serve`]: `rctl serve`: every listener, and the graceful drain.
+//! - [`listen`], [`shutdown`]: endpoints and the shutdown signal the
+//!   listeners share.
 //!
 //! The engine library (`rctl-dataplane`) stays free of async runtimes and
 //! network clients; everything that listens on a socket lives here.
@@ -10,4 +18,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod byrule;
+pub mod control;
+pub mod http;
 pub mod judge;
+pub mod listen;
+pub mod metrics;
+pub mod reqlog;
+pub mod serve;
+pub mod shutdown;
+
+/// Seconds since the epoch.
+pub(crate) fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -78,7 +78,7 @@ fn ancestors(path: &Path) -> Vec<PathBuf> {
 /// writable by nobody else, and every directory above it owned by root or
 /// that user and writable by nobody else (unless sticky, as /tmp is).
 /// The error says how to fix it.
-pub(crate) fn check_private_dir(dir: &Path) -> Result<(), XdpError> {
+pub fn check_private_dir(dir: &Path) -> Result<(), XdpError> {
     let me = euid();
     let md =
         std::fs::metadata(dir).map_err(|e| err(format!("{}: {}", dir.display(), io_error(&e))))?;
@@ -140,7 +140,7 @@ fn writers(mode: u32) -> &'static str {
 /// Makes `dir` a private directory: created with mode 0700 if missing
 /// (and its missing parents 0755), then checked ([`check_private_dir`]).
 /// Directories it created are pushed on `created`, parents first.
-pub(crate) fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), XdpError> {
+pub fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), XdpError> {
     let mut missing = Vec::new();
     let mut p = Some(dir);
     while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {

@@ -96,7 +96,7 @@ mod status;
 mod sys;
 
 pub use apply::apply;
-pub use files::write_atomic;
+pub use files::{check_private_dir, ensure_private_dir, write_atomic};
 pub use observe::{LinkState, MetaSource};
 pub use paths::{IfName, Paths, IFNAME_MAX};
 pub use status::{detach, follow_events, status, RuleCounters, Status};

@@ -1,0 +1,362 @@
+//! The control socket's server side: one task per connection, one pending
+//! prepare for the whole agent.
+
+use super::{
+    build, from_hex, AgentStatus, Committed, ControlRequest, Load, LogTotals, PendingInfo,
+    Prepared, MAX_LINE,
+};
+use crate::judge::{Generation, Judge};
+use crate::metrics::Metrics;
+use crate::reqlog::ReqLog;
+use crate::shutdown::{Shutdown, Tasks};
+use rctl_dataplane::carry::Carry;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::UnixListener;
+
+/// How loads are built.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// The agent's `--site` (what a load without `site` uses).
+    pub site: Option<String>,
+    /// Most keys each limiter tracks.
+    pub max_keys_per_limiter: usize,
+    /// How long a prepare waits for its commit.
+    pub prepare_ttl: Duration,
+    /// What the agent listens on, for status.
+    pub listeners: Vec<String>,
+}
+
+/// A prepared generation waiting for its commit.
+struct Pending {
+    id: String,
+    conn: u64,
+    generation: Generation,
+    /// The generation it was prepared against (and carried from).
+    base: u64,
+    carry: Carry,
+    at: Instant,
+}
+
+enum Slot {
+    Empty,
+    /// A prepare is being built.
+    Building {
+        at: Instant,
+    },
+    Ready(Box<Pending>),
+}
+
+/// The agent's side of the control socket.
+pub struct Control {
+    judge: Arc<Judge>,
+    metrics: Arc<Metrics>,
+    log: Option<Arc<ReqLog>>,
+    config: ControlConfig,
+    slot: Mutex<Slot>,
+    next_conn: AtomicU64,
+}
+
+type Answer = Result<Value, String>;
+
+impl Control {
+    /// The control of the agent deciding with `judge`.
+    pub fn new(
+        judge: Arc<Judge>,
+        metrics: Arc<Metrics>,
+        log: Option<Arc<ReqLog>>,
+        config: ControlConfig,
+    ) -> Control {
+        Control {
+            judge,
+            metrics,
+            log,
+            config,
+            slot: Mutex::new(Slot::Empty),
+            next_conn: AtomicU64::new(1),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers one request line from connection `conn`.
+    pub async fn handle(self: &Arc<Self>, conn: u64, line: &[u8]) -> Value {
+        let answer = match serde_json::from_slice::<ControlRequest>(line) {
+            Err(e) => Err(format!(
+                "not a request: {e} (send one JSON object a line, such as {{\"op\":\"status\"}})"
+            )),
+            Ok(ControlRequest::Status) => Ok(self.status()),
+            Ok(ControlRequest::Prepare(l)) => self.prepare(conn, l).await.map(|p| json!(p)),
+            Ok(ControlRequest::Commit { id }) => self.commit(&id, None).map(|c| json!(c)),
+            Ok(ControlRequest::Abort { id }) => self.abort(&id),
+            Ok(ControlRequest::Load(l)) => match self.prepare(conn, l).await {
+                Ok(p) => self.commit(&p.id, Some(p.carried)).map(|c| json!(c)),
+                Err(e) => Err(e),
+            },
+        };
+        match answer {
+            Ok(mut v) => {
+                v["ok"] = json!(true);
+                v
+            }
+            Err(e) => json!({"ok": false, "error": e}),
+        }
+    }
+
+    /// Drops what connection `conn` prepared and did not commit.
+    pub fn disconnected(&self, conn: u64) {
+        let mut slot = self.slot();
+        if matches!(&*slot, Slot::Ready(p) if p.conn == conn) {
+            *slot = Slot::Empty;
+        }
+    }
+
+    async fn prepare(self: &Arc<Self>, conn: u64, load: Load) -> Result<Prepared, String> {
+        let ttl = self.config.prepare_ttl;
+        {
+            let mut slot = self.slot();
+            let busy = match &*slot {
+                Slot::Empty => None,
+                Slot::Ready(p) if p.conn == conn || p.at.elapsed() > ttl => None,
+                Slot::Ready(p) => Some((p.at, format!(" (id {})", p.id))),
+                Slot::Building { at, .. } => Some((*at, String::new())),
+            };
+            if let Some((at, id)) = busy {
+                let left = ttl.saturating_sub(at.elapsed()).as_secs();
+                return Err(format!(
+                    "another prepare{id} is pending, {} s old: it ends when its client commits \
+                     or aborts it or disconnects, or in {left} s; try again then",
+                    at.elapsed().as_secs()
+                ));
+            }
+            *slot = Slot::Building { at: Instant::now() };
+        }
+        let this = Arc::clone(self);
+        let started = Instant::now();
+        let built = tokio::task::spawn_blocking(move || this.build(load))
+            .await
+            .map_err(|e| format!("building the engine failed: {e}"))
+            .and_then(|r| r);
+        let mut slot = self.slot();
+        let (pending, prepared) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                *slot = Slot::Empty;
+                drop(slot);
+                self.metrics.reloaded(false);
+                return Err(format!(
+                    "not prepared (generation {} keeps serving): {e}",
+                    self.judge.current().number
+                ));
+            }
+        };
+        let prepared = Prepared {
+            prepare_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..prepared
+        };
+        *slot = Slot::Ready(Box::new(Pending { conn, ..pending }));
+        Ok(prepared)
+    }
+
+    /// Reads and builds; runs on a blocking thread.
+    fn build(&self, load: Load) -> Result<(Pending, Prepared), String> {
+        let bytes = match (load.artifact_hex, load.path) {
+            (Some(h), None) => from_hex(&h).map_err(|e| e.0)?,
+            (None, Some(p)) => {
+                std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?
+            }
+            _ => return Err("give the artifact as exactly one of artifact_hex or path".into()),
+        };
+        let site = load.site.or_else(|| self.config.site.clone());
+        let old = self.judge.current();
+        let (generation, carry, warnings) = build(
+            &bytes,
+            site.as_deref(),
+            self.config.max_keys_per_limiter,
+            old.number + 1,
+            Some(&old),
+        )
+        .map_err(|e| e.0)?;
+        let id = super::to_hex(&random_id());
+        let prepared = Prepared {
+            id: id.clone(),
+            generation: generation.number,
+            artifact_sha256: generation.sha256.clone(),
+            rules: generation.engine.ruleset().rules.len(),
+            carried: carry.clone(),
+            prepare_ms: 0,
+            warnings,
+        };
+        let pending = Pending {
+            id,
+            conn: 0,
+            generation,
+            base: old.number,
+            carry,
+            at: Instant::now(),
+        };
+        Ok((pending, prepared))
+    }
+
+    fn commit(&self, id: &str, carried: Option<Carry>) -> Result<Committed, String> {
+        let mut slot = self.slot();
+        let ttl = self.config.prepare_ttl;
+        let p = match std::mem::replace(&mut *slot, Slot::Empty) {
+            Slot::Ready(p) if p.id == id && p.at.elapsed() <= ttl => p,
+            Slot::Ready(p) if p.id == id => {
+                return Err(format!(
+                    "prepare {id} expired ({} s old, the limit is {} s): prepare again",
+                    p.at.elapsed().as_secs(),
+                    ttl.as_secs()
+                ));
+            }
+            other => {
+                *slot = other;
+                return Err(format!(
+                    "no pending prepare {id} (aborted, expired, or its connection closed)"
+                ));
+            }
+        };
+        let current = self.judge.current().number;
+        if current != p.base {
+            return Err(format!(
+                "generation {current} came into force after prepare {id} (made against {}): \
+                 prepare again",
+                p.base
+            ));
+        }
+        let Pending {
+            mut generation,
+            carry,
+            ..
+        } = *p;
+        generation.installed_unix = crate::now_unix();
+        let (number, sha) = (generation.number, generation.sha256.clone());
+        let old = self.judge.install(generation);
+        drop(slot);
+        self.metrics.reloaded(true);
+        Ok(Committed {
+            generation: number,
+            artifact_sha256: sha,
+            replaced: old.number,
+            carried: carried.map(|_| carry),
+        })
+    }
+
+    fn abort(&self, id: &str) -> Answer {
+        let mut slot = self.slot();
+        match &*slot {
+            Slot::Ready(p) if p.id == id => {
+                *slot = Slot::Empty;
+                Ok(json!({}))
+            }
+            _ => Err(format!(
+                "no pending prepare {id} (committed, aborted, expired, or its connection closed)"
+            )),
+        }
+    }
+
+    /// The agent's status.
+    pub fn status(&self) -> Value {
+        let g = self.judge.current();
+        let started = self.metrics.started_unix();
+        let pending = match &*self.slot() {
+            Slot::Ready(p) if p.at.elapsed() <= self.config.prepare_ttl => Some(PendingInfo {
+                id: p.id.clone(),
+                age_s: p.at.elapsed().as_secs(),
+            }),
+            _ => None,
+        };
+        let log = self.log.as_ref().map(|l| {
+            let (written, suppressed, dropped) = l.totals();
+            LogTotals {
+                written,
+                suppressed,
+                dropped,
+            }
+        });
+        json!(AgentStatus {
+            generation: g.number,
+            artifact_sha256: g.sha256.clone(),
+            installed_unix: g.installed_unix,
+            started_unix: started,
+            uptime_s: crate::now_unix().saturating_sub(started),
+            site: self.config.site.clone(),
+            shadow: self.judge.shadow(),
+            rules: g.engine.ruleset().rules.len(),
+            listeners: self.config.listeners.clone(),
+            counts: self.metrics.counts(),
+            log,
+            pending,
+        })
+    }
+}
+
+/// 128 unpredictable bits (the standard library's randomly keyed hasher).
+fn random_id() -> [u8; 16] {
+    use std::hash::BuildHasher as _;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let a = std::hash::RandomState::new().hash_one(t);
+    let b = std::hash::RandomState::new().hash_one((t, a));
+    let mut id = [0; 16];
+    id[..8].copy_from_slice(&a.to_le_bytes());
+    id[8..].copy_from_slice(&b.to_le_bytes());
+    id
+}
+
+/// Serves the control socket on `listener` until `shutdown` fires.
+pub async fn serve(listener: UnixListener, control: Arc<Control>, mut shutdown: Shutdown) {
+    let mut tasks = Tasks::default();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = shutdown.fired() => break,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let control = Arc::clone(&control);
+        let conn = control.next_conn.fetch_add(1, Ordering::Relaxed);
+        let mut shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut read = BufReader::new(read);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let mut limited = (&mut read).take(MAX_LINE as u64 + 1);
+                let n = tokio::select! {
+                    n = limited.read_until(b'\n', &mut line) => n,
+                    () = shutdown.fired() => break,
+                };
+                match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.len() > MAX_LINE => {
+                        let e = json!({"ok": false, "error": format!("a request line is longer than {MAX_LINE} bytes")});
+                        let _ = write.write_all(format!("{e}\n").as_bytes()).await;
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+                let answer = control.handle(conn, &line).await;
+                if write
+                    .write_all(format!("{answer}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            control.disconnected(conn);
+        });
+    }
+    tasks.drain(Duration::from_secs(5)).await;
+}

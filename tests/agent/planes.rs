@@ -1,0 +1,114 @@
+//! One `rctl apply` for both planes on a real interface (root, the built
+//! XDP object; never skipped under CI): the XDP program attaches to a veth
+//! and the agent switches, and `rctl status` shows both.
+
+use super::*;
+use crate::netns::{must, sh};
+use crate::xdp::object_path;
+
+/// A veth pair and a private bpffs, removed on drop.
+struct Veth {
+    near: String,
+    bpffs: PathBuf,
+}
+
+impl Veth {
+    fn new(dir: &Path) -> Veth {
+        let id = std::process::id() % 100_000;
+        let (near, far) = (format!("rag{id}a"), format!("rag{id}b"));
+        let bpffs = dir.join("bpffs");
+        std::fs::create_dir_all(&bpffs).unwrap();
+        must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
+        let _ = sh("ip", &["link", "del", &near]);
+        must(
+            "ip",
+            &["link", "add", &near, "type", "veth", "peer", "name", &far],
+        );
+        must("ip", &["link", "set", &near, "up"]);
+        must("ip", &["link", "set", &far, "up"]);
+        Veth { near, bpffs }
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = sh("ip", &["link", "del", &self.near]);
+        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
+    }
+}
+
+#[test]
+fn agent_one_apply_switches_the_packet_plane_and_the_agent() {
+    let Some(object) = object_path() else { return };
+    let dir = tempdir("agent-planes");
+    let (v1, v2) = (
+        compile(&dir, "v1", ""),
+        compile(
+            &dir,
+            "v2",
+            r#"rule swap_new { when path == "/swap-new" deny 403 "new" }"#,
+        ),
+    );
+    let veth = Veth::new(&dir);
+    let a = Agent::start(&v1, &[]);
+    let mut c = a.conn();
+    for _ in 0..11 {
+        c.send("GET", "/check/sparql", &client("185.220.101.7", SCRAPER_UA))
+            .unwrap();
+    }
+    let (run, state) = (dir.join("run"), dir.join("state"));
+    let host = [
+        "--bpffs",
+        veth.bpffs.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let mut args = vec![
+        "apply",
+        v2.to_str().unwrap(),
+        "--iface",
+        &veth.near,
+        "--mode",
+        "skb",
+        "--object",
+        object.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&host);
+    let o = a.rctl(&args);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains(&format!("attached to {} (skb mode", veth.near)),
+        "{out}"
+    );
+    assert!(out.contains("generation 2 replaced generation 1"), "{out}");
+    // Both planes run v2; the agent kept the ban.
+    let r = c
+        .send("GET", "/check/swap-new", &client("93.184.216.8", READER_UA))
+        .unwrap();
+    assert_eq!(r.status, 403);
+    let r = c
+        .send("GET", "/check/sparql", &client("185.220.101.7", SCRAPER_UA))
+        .unwrap();
+    assert_eq!(r.status, 429);
+    let mut st = vec!["status", "--format", "json"];
+    st.extend_from_slice(&host);
+    let o = a.rctl(&st);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let iface = &v["interfaces"][0];
+    assert_eq!(
+        (iface["iface"].as_str(), &iface["enforcing"]),
+        (Some(veth.near.as_str()), &serde_json::json!(true))
+    );
+    assert_eq!(
+        iface["attached"]["artifact_sha256"], v["agent"]["status"]["artifact_sha256"],
+        "both planes run the same artifact"
+    );
+    assert_eq!(v["agent"]["status"]["generation"], 2);
+    let mut detach = vec!["detach", "--iface", veth.near.as_str()];
+    detach.extend_from_slice(&host);
+    assert!(crate::util::rctl(&detach).status.success());
+}
