@@ -6,6 +6,7 @@ mod emit;
 mod eval;
 mod explain;
 mod format;
+mod haproxy;
 mod host;
 mod html;
 mod output;
@@ -244,6 +245,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// HAProxy's stats socket: also show the requests HAProxy let
+        /// through unchecked (the table `rctl emit haproxy-spoe` writes).
+        #[arg(long, value_name = "PATH")]
+        haproxy_socket: Option<PathBuf>,
         #[command(flatten)]
         host: host::HostPaths,
     },
@@ -653,10 +658,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             iface,
             agent,
             format,
+            haproxy_socket,
             host,
         } => {
             let seen = agent::Seen::ask(agent, iface.as_deref());
-            host::status(iface.as_deref(), seen, format == Format::Json, &host)
+            let proxy = haproxy_socket.map(haproxy::Seen::ask);
+            host::status(iface.as_deref(), seen, proxy, format == Format::Json, &host)
         }
         Command::Serve(args) => {
             serve::run(args)?;

@@ -96,9 +96,9 @@ impl Haproxy {
         }
     }
 
-    /// The traffic log so far (stdout).
+    /// The traffic log (stdout), once it has stopped growing.
     pub fn log(&self) -> String {
-        self.proc.stdout()
+        super::settled(|| self.proc.stdout())
     }
 
     /// Runs one command on the stats socket and returns the answer.

@@ -292,6 +292,22 @@ pub fn group(pgid: u32) -> Vec<u32> {
     pids
 }
 
+/// What `read` returns once it has stayed the same for 200 ms (at most
+/// 5 s): servers log a request after answering it, so a client can be
+/// done before the log is.
+pub fn settled(read: impl Fn() -> String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = read();
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// The last 60 lines of `s`.
 pub fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();

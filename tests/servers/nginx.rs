@@ -88,9 +88,9 @@ impl Nginx {
         Nginx { proc }
     }
 
-    /// A log file of its directory, as written so far.
+    /// A log file of its directory, once it has stopped growing.
     pub fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+        super::settled(|| std::fs::read_to_string(self.path(name)).unwrap_or_default())
     }
 
     /// A path in its directory.
