@@ -91,6 +91,7 @@ struct Run {
     non_2xx: u64,
     errors: u64,
     agent_cpu_s: f64,
+    front_cpu_s: f64,
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -176,10 +177,14 @@ fn main() {
         AGENT_HTTP,
     ]);
     let e = ngx_dir.join("emit");
+    // Kept-alive connections to the origin, as HAProxy's are.
     let fronts = format!(
         "    include {e}/rctl-http.conf;
-    server {{ listen {EDGE}:8004; include {e}/rctl-server.conf; location / {{ proxy_pass http://{origin}; }} }}
-    server {{ listen {EDGE}:8005; location / {{ proxy_pass http://{origin}; }} }}
+    upstream origin {{ server {origin}; keepalive 64; }}
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    server {{ listen {EDGE}:8004; include {e}/rctl-server.conf; location / {{ proxy_pass http://origin; }} }}
+    server {{ listen {EDGE}:8005; location / {{ proxy_pass http://origin; }} }}
 ",
         e = e.display()
     );
@@ -190,18 +195,27 @@ fn main() {
     let secs = env("RCTL_BENCH_SECS", 8);
     let rounds = env("RCTL_BENCH_ROUNDS", 3);
     let agent_pid = agent.proc.pid();
+    let hap_pid = _hap.proc.pid();
+    let ngx_pids = servers::group(_ngx.proc.pid());
+    let front = |c: &Config| -> Vec<u32> {
+        if c.name.starts_with("haproxy") {
+            vec![hap_pid]
+        } else {
+            ngx_pids.clone()
+        }
+    };
     // Warm-up: connections, caches, the limiter's keys.
     for c in CONFIGS {
-        wrk(c.port, 32, 1, agent_pid);
+        wrk(c.port, 32, 1, agent_pid, &front(c));
     }
     let mut loaded: Vec<Vec<Run>> = vec![Vec::new(); CONFIGS.len()];
     let mut idle: Vec<Vec<Run>> = vec![Vec::new(); CONFIGS.len()];
     for round in 0..rounds {
         for (i, c) in CONFIGS.iter().enumerate() {
-            let r = wrk(c.port, 32, secs, agent_pid);
+            let r = wrk(c.port, 32, secs, agent_pid, &front(c));
             eprintln!("round {round} {:<15} 32 conns: {r:?}", c.name);
             loaded[i].push(r);
-            let r = wrk(c.port, 1, secs.div_ceil(2), agent_pid);
+            let r = wrk(c.port, 1, secs.div_ceil(2), agent_pid, &front(c));
             eprintln!("round {round} {:<15}  1 conn:  {r:?}", c.name);
             idle[i].push(r);
         }
@@ -351,9 +365,11 @@ backend st_rerender
     stick-table type integer size 1m expire 10m store http_req_rate(1m)
 ";
 
-/// One wrk run against the front on `port`.
-fn wrk(port: u16, conns: u32, secs: u64, agent_pid: u32) -> Run {
-    let cpu0 = cpu_seconds(agent_pid);
+/// One wrk run against the front on `port` (whose processes are
+/// `front`).
+fn wrk(port: u16, conns: u32, secs: u64, agent_pid: u32, front: &[u32]) -> Run {
+    let cpu = || front.iter().map(|p| cpu_seconds(*p)).sum::<f64>();
+    let (cpu0, front0) = (cpu_seconds(agent_pid), cpu());
     let mut c = on_cpu(1, "wrk");
     c.args([
         "-t1",
@@ -373,6 +389,7 @@ fn wrk(port: u16, conns: u32, secs: u64, agent_pid: u32) -> Run {
     );
     let mut r = parse_wrk(&out);
     r.agent_cpu_s = cpu_seconds(agent_pid) - cpu0;
+    r.front_cpu_s = cpu() - front0;
     r
 }
 
@@ -420,7 +437,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {
     let index = |name: &str| CONFIGS.iter().position(|c| c.name == name).unwrap();
     let mut s = String::from(
-        "| configuration | requests/s (32 conns) | vs baseline | p50 | p99 | unloaded p50 | unloaded p99 | p99 added, unloaded | agent CPU/request |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| configuration | requests/s (32 conns) | vs baseline | p50 | p99 | unloaded p50 | unloaded p99 | p99 added, unloaded | front CPU/request | agent CPU/request |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (i, c) in CONFIGS.iter().enumerate() {
         let b = index(c.baseline);
@@ -437,8 +454,9 @@ fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {
         );
         let m = |v: &[Run], f: fn(&Run) -> f64| median(v.iter().map(f).collect());
         let cpu = m(&loaded[i], |r| r.agent_cpu_s / r.requests.max(1.0) * 1e6);
+        let front = m(&loaded[i], |r| r.front_cpu_s / r.requests.max(1.0) * 1e6);
         s.push_str(&format!(
-            "| {} | {:.0} | {:.0}% | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {} | {} |\n",
+            "| {} | {:.0} | {:.0}% | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {} | {:.1} µs | {} |\n",
             c.name,
             m(&loaded[i], |r| r.rps),
             ratio * 100.0,
@@ -451,6 +469,7 @@ fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {
             } else {
                 format!("{added:+.0} µs")
             },
+            front,
             if cpu > 0.05 {
                 format!("{cpu:.1} µs")
             } else {
