@@ -6,6 +6,8 @@ mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
 mod gen;
+#[path = "../compiler/benches/support/realistic.rs"]
+mod realistic;
 
 #[path = "../dataplane/benches/support/capgen.rs"]
 mod capgen;
@@ -25,6 +27,7 @@ mod host_state;
 mod hostile;
 mod invariants;
 mod language;
+mod limits;
 mod netns;
 mod xdp;
 mod xdp_clock;

@@ -286,6 +286,9 @@ pub enum RuleProp {
     Enabled(Word),
     /// `shadow`
     Shadow,
+    /// `allow_undecided`: accept this allow even if the compiler cannot
+    /// decide whether it wins over every earlier enforcing rule.
+    AllowUndecided,
     /// `comment "…"`
     Comment(Word),
     /// An action.

@@ -66,6 +66,9 @@ pub mod code {
     pub const LIMIT: &str = "E0040";
     /// An allow is evaluated after an enforcing rule that can match its traffic.
     pub const EXEMPTION_CONFLICT: &str = "E0050";
+    /// Whether an allow wins over an earlier enforcing rule could not be
+    /// decided within the analysis budget.
+    pub const EXEMPTION_UNDECIDED: &str = "E0051";
     /// An invalid test block.
     pub const BAD_TEST: &str = "E0060";
     /// A CIDR has host bits set.
@@ -76,6 +79,8 @@ pub mod code {
     pub const UNREACHABLE: &str = "W0103";
     /// An ipblock with no address.
     pub const EMPTY_SET: &str = "W0104";
+    /// An undecided exemption accepted with `allow_undecided`.
+    pub const EXEMPTION_UNPROVEN: &str = "W0105";
 }
 
 /// A span with a message: the primary label gets carets, secondary ones dashes.

@@ -232,6 +232,7 @@ impl Printer<'_> {
             .replace("{  }", "{}"),
             RuleProp::Enabled(w) => format!("enabled {}", w.text.to_ascii_lowercase()),
             RuleProp::Shadow => "shadow".into(),
+            RuleProp::AllowUndecided => "allow_undecided".into(),
             RuleProp::Comment(w) => format!("comment {}", self.w(w)),
             RuleProp::Action(a) => match a {
                 ActionDecl::Allow => "allow".into(),

@@ -294,6 +294,7 @@ impl Builder<'_> {
             Rule::sites => RuleProp::Sites(self.words(p)),
             Rule::enabled => RuleProp::Enabled(self.first_word(p)),
             Rule::shadow => RuleProp::Shadow,
+            Rule::allow_undecided => RuleProp::AllowUndecided,
             Rule::comment_prop => RuleProp::Comment(self.first_word(p)),
             Rule::allow => RuleProp::Action(ActionDecl::Allow),
             Rule::log => RuleProp::Action(ActionDecl::Log),
@@ -608,6 +609,7 @@ fn friendly(r: Rule) -> Option<&'static str> {
         | Rule::sites
         | Rule::enabled
         | Rule::shadow
+        | Rule::allow_undecided
         | Rule::comment_prop => "a rule property (`when`, `priority`, `sites`, …)",
         Rule::allow | Rule::log | Rule::drop | Rule::kw_deny | Rule::deny | Rule::throttle => {
             "an action (`allow`, `deny`, `throttle`, `log`, `drop`)"

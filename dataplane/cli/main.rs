@@ -141,8 +141,10 @@ enum Command {
         /// Evaluate this site's rules.
         #[arg(long)]
         site: Option<String>,
-        /// Send the request this many times at once (to see limits act).
-        #[arg(long, default_value_t = 1)]
+        /// Send the request this many times at once (to see limits act);
+        /// at most 1,000,000.
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(eval::MAX_COUNT)))]
         count: u32,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -111,6 +111,14 @@ impl NaiveEngine {
         }
     }
 
+    /// Whether rule `i`'s condition holds for a request, on its own: no
+    /// order, site, shadow or limit. For oracles that reason about rules
+    /// one by one.
+    pub fn rule_matches(&self, i: usize, req: &Request<'_>) -> bool {
+        let f = Fields::new(req);
+        self.eval(&self.core.rule(i).cond, &f)
+    }
+
     /// Decides a request by testing every rule in order.
     pub fn decide_request(&self, req: &Request<'_>) -> Decision {
         let f = Fields::new(req);

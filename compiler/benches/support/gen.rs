@@ -1,5 +1,6 @@
 //! Generates a large, realistic ruleset for benchmarks: 100,000 CIDRs in 50
-//! ipblock list files, 1,000 patterns and 1,000 rules.
+//! ipblock list files, 1,000 patterns and 1,000 rules. The packet plane's
+//! part stays within the XDP program's tables at any size.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -23,7 +24,8 @@ impl Rng {
     }
 }
 
-const UAS: &[&str] = &[
+/// User-Agents of clients that rules single out.
+pub const UAS: &[&str] = &[
     "python-requests",
     "Go-http-client",
     "curl",
@@ -70,11 +72,14 @@ pub fn write_ruleset(
     let mut rng = Rng::new(0x5eed);
     std::fs::create_dir_all(dir.join("lists")).unwrap();
     let mut src = String::new();
+    // Each block draws from its own first octet (IPv4) or first 16 bits
+    // (IPv6), so blocks are disjoint, as providers' ranges are.
+    let (span4, span6) = (223 / blocks.max(1) as u64, 0x1000 / blocks.max(1) as u64);
     for b in 0..blocks {
         let mut list = String::from("# generated\n");
         for _ in 0..cidrs_per_block {
             if rng.below(10) == 0 {
-                let hi = rng.next_u64() as u16 | 0x2000;
+                let hi = 0x2000 + (b as u64 * span6 + rng.below(span6)) as u16;
                 let _ = writeln!(
                     list,
                     "{hi:x}:{:x}:{:x}::/{}",
@@ -83,7 +88,8 @@ pub fn write_ruleset(
                     32 + rng.below(33)
                 );
             } else {
-                let a = rng.next_u64() as u32;
+                let first = 1 + b as u64 * span4 + rng.below(span4);
+                let a = (rng.next_u64() as u32 & 0x00ff_ffff) | (first as u32) << 24;
                 let len = 16 + rng.below(17) as u32;
                 let net = a & (u32::MAX << (32 - len));
                 let _ = writeln!(list, "{}/{len}", std::net::Ipv4Addr::from(net));
@@ -113,7 +119,7 @@ pub fn write_ruleset(
         let (prio, when, action) = match r % 10 {
             0 => (
                 1,
-                format!("ipblock@gen/b{b} and header(\"x-trusted-{r}\") present"),
+                format!("ipblock@gen/b{b} and port in {{ 80, 443 }} and header(\"x-trusted-{r}\") present"),
                 "allow".to_string(),
             ),
             1..=4 => (
@@ -127,9 +133,17 @@ pub fn write_ruleset(
                 format!("throttle {} requests per 1m by ip", 10 + r),
             ),
             8 => (300, format!("pattern@gen/p{p}"), "log".to_string()),
+            // The packet plane holds a few dozen terms: the first drops are
+            // address and port rules (first of all, in XDP), the rest read
+            // the path too (user space).
+            _ if r < 300 => (
+                0,
+                format!("ipblock@gen/b{b} and port == {}", 1000 + r),
+                "drop".to_string(),
+            ),
             _ => (
                 5,
-                format!("ipblock@gen/b{b} and port == {}", 1000 + r),
+                format!("ipblock@gen/b{b} and path starts_with \"/x{r}/\""),
                 "drop".to_string(),
             ),
         };
