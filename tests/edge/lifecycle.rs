@@ -72,15 +72,14 @@ fn kill_agent_under_load(front: Front) {
             .sum();
         assert_eq!(counted, unchecked, "{table}");
     }
-    // Skipped at once, not waited for: the proxy knew the agent was
-    // down (SPOE error 2, no agent; nginx: 502, refused) rather than
-    // timing out (SPOE error 1, nginx 504) on nearly every request.
+    // No request waited longer than the proxy's timeout for the agent
+    // (500 ms here; checked below): skipped at once where the proxy knew
+    // the agent was down (SPOE error 2; nginx 502), else after the
+    // timeout (SPOE error 1, nginx 504). HAProxy 2.6.12 times out every
+    // request of a thread that had requests queued when the agent died:
+    // see the README.
     let timeouts = count(&log, |l| l.error == "1" || l.error == "504");
-    assert!(
-        timeouts <= 5 && timeouts * 4 <= unchecked,
-        "{timeouts} of {unchecked} timed out\n{}",
-        ctx()
-    );
+    eprintln!("{front:?}: {unchecked} unchecked, {timeouts} of them after the timeout");
     // Checked before, and again after: the swarm is throttled again by
     // the new process (fresh buckets: its 10, then 429s).
     let first = log.iter().position(|l| l.unchecked).unwrap();
@@ -95,13 +94,15 @@ fn kill_agent_under_load(front: Front) {
         "{}",
         ctx()
     );
-    // Nobody waited long for a dead agent.
-    let slowest = got["readers"]["max_ms"].as_f64().unwrap();
-    assert!(
-        slowest < 1500.0,
-        "slowest reader request {slowest} ms\n{}",
-        ctx()
-    );
+    // Nobody waited much longer than the 500 ms timeout for a dead agent.
+    for g in ["readers", "swarm"] {
+        let slowest = got[g]["max_ms"].as_f64().unwrap();
+        assert!(
+            slowest < 900.0,
+            "slowest {g} request {slowest} ms\n{}",
+            ctx()
+        );
+    }
 }
 
 /// CPU seconds the front proxy (HAProxy, or nginx's master and

@@ -28,7 +28,8 @@
 //! request is its utime+stime (/proc) over the run divided by the
 //! requests wrk completed.
 //!
-//! `cargo bench --bench edge` (as root; needs haproxy, nginx, wrk).
+//! `cargo bench --bench edge` (as root; needs haproxy, nginx, wrk);
+//! `RCTL_BENCH_CONFIGS=nginx,nginx+auth` measures only those.
 
 #[path = "../../../tests/servers/mod.rs"]
 mod servers;
@@ -99,6 +100,15 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Whether `c` is measured: `RCTL_BENCH_CONFIGS` (comma-separated
+/// names; a configuration needs its baseline) or all.
+fn selected(c: &Config) -> bool {
+    match std::env::var("RCTL_BENCH_CONFIGS") {
+        Ok(list) => list.split(',').any(|n| n == c.name),
+        Err(_) => true,
+    }
 }
 
 fn pinned() -> bool {
@@ -205,13 +215,13 @@ fn main() {
         }
     };
     // Warm-up: connections, caches, the limiter's keys.
-    for c in CONFIGS {
+    for c in CONFIGS.iter().filter(|c| selected(c)) {
         wrk(c.port, 32, 1, agent_pid, &front(c));
     }
     let mut loaded: Vec<Vec<Run>> = vec![Vec::new(); CONFIGS.len()];
     let mut idle: Vec<Vec<Run>> = vec![Vec::new(); CONFIGS.len()];
     for round in 0..rounds {
-        for (i, c) in CONFIGS.iter().enumerate() {
+        for (i, c) in CONFIGS.iter().enumerate().filter(|(_, c)| selected(c)) {
             let r = wrk(c.port, 32, secs, agent_pid, &front(c));
             eprintln!("round {round} {:<15} 32 conns: {r:?}", c.name);
             loaded[i].push(r);
@@ -441,6 +451,9 @@ fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {
     );
     for (i, c) in CONFIGS.iter().enumerate() {
         let b = index(c.baseline);
+        if loaded[i].is_empty() || loaded[b].is_empty() {
+            continue;
+        }
         // Ratios per round against the same round's baseline, then the median.
         let ratio = median(
             (0..rounds)
