@@ -221,3 +221,38 @@ fn without_an_agent_nginx_serves_everything_and_logs_it_unchecked() {
         .count();
     assert_eq!(unchecked, 20, "{front_log}");
 }
+
+#[test]
+fn odd_header_names_reach_the_agent_through_haproxy() {
+    if !super::stack::available() {
+        return;
+    }
+    use super::stack::{compile, Front, Stack};
+    // Each name needs its own quoting in HAProxy's configuration: `'` is
+    // a quote to its sample-argument parser, `#` starts a comment and `$`
+    // a variable to its line parser.
+    let names = ["x'y", "a#b", "c$d", "e!%&*+.^_`|~9"];
+    let dir = tempdir("odd-headers");
+    let mut src = String::new();
+    for (i, n) in names.iter().enumerate() {
+        src.push_str(&format!(
+            "rule odd{i} {{ when header(\"{n}\") == \"v{i}\" deny {} \"odd {i}\" }}\n",
+            451 + i
+        ));
+    }
+    let rules = dir.join("odd.rctl");
+    std::fs::write(&rules, src).unwrap();
+    let art = compile(&dir, "odd", &[rules]);
+    let s = Stack::start(Front::Haproxy, &art, &[], &["--timeout-ms", "500"]);
+    for (i, n) in names.iter().enumerate() {
+        let v = format!("v{i}");
+        assert_eq!(
+            get(s.front, "/", &[(n, &v)]),
+            451 + i as u16,
+            "{n}\n{}",
+            s.logs()
+        );
+        assert_eq!(get(s.front, "/", &[(n, "other")]), 200, "{n}");
+    }
+    assert_eq!(get(s.front, "/", &[]), 200);
+}
