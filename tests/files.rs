@@ -559,3 +559,59 @@ fn fmt_does_not_write_through_a_symlink() {
     let r = run(&["fmt", s(&link)]);
     assert_eq!(r.code, Some(0), "already formatted: {}", r.err);
 }
+
+/// Artifacts are binary inputs every command reads whole: `/dev/zero`, a
+/// FIFO or a directory given as one is refused at once, never read (before,
+/// `rctl apply /dev/zero` and `rctl serve --artifact /dev/urandom` read
+/// until the memory ran out).
+#[test]
+fn artifacts_and_objects_are_read_only_from_regular_files() {
+    let dir = tempdir("artifact-inputs");
+    let fifo = dir.join("pipe.rctlc");
+    mkfifo(&fifo);
+    let state = |n: &str| dir.join(n).display().to_string();
+    let (run_dir, state_dir, bpffs) = (state("run"), state("state"), state("bpffs"));
+    write(
+        &dir.join("ok.rctl"),
+        "rule r { when path == \"/x\" deny }\n",
+    );
+    let ok = state("ok.rctlc");
+    let r = run(&["compile", s(&dir.join("ok.rctl")), "-o", &ok]);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    for input in ["/dev/zero", "/dev/urandom", s(&fifo)] {
+        let runs: Vec<Vec<&str>> = vec![
+            vec![
+                "apply",
+                input,
+                "--iface",
+                "lo",
+                "--run-dir",
+                &run_dir,
+                "--state-dir",
+                &state_dir,
+                "--bpffs",
+                &bpffs,
+            ],
+            vec!["serve", "--artifact", input, "--http", "127.0.0.1:0"],
+            vec![
+                "apply",
+                &ok,
+                "--iface",
+                "lo",
+                "--object",
+                input,
+                "--run-dir",
+                &run_dir,
+                "--state-dir",
+                &state_dir,
+                "--bpffs",
+                &bpffs,
+            ],
+        ];
+        for args in runs {
+            let r = run(&args);
+            assert_ne!(r.code, Some(0), "{args:?}: {}", r.err);
+            assert!(r.err.contains("not a regular file"), "{args:?}: {}", r.err);
+        }
+    }
+}
