@@ -356,6 +356,37 @@ impl Walker<'_> {
     }
 }
 
+/// Largest binary input rctl reads whole: a compiled artifact or the XDP
+/// object (an artifact holding every limit's worth of prefixes and
+/// regexes is far smaller).
+pub const MAX_BINARY_BYTES: usize = 1 << 30;
+
+/// Reads a compiled artifact or another binary input whole: regular files
+/// only (a device, FIFO or socket is refused without being read, as rule
+/// files are), and at most `max_bytes`, a limit held while reading. The
+/// error says which, as an [`std::io::Error`] for the caller's context.
+pub fn read_binary(path: &Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    let file = open_regular(path, None).map_err(|e| match e {
+        LoadError::Io(e) => e,
+        LoadError::NotRegular(kind) => Error::new(
+            ErrorKind::InvalidInput,
+            format!("it is {kind}, not a regular file (devices, FIFOs and sockets are never read)"),
+        ),
+        other => Error::other(format!("{other:?}")),
+    })?;
+    let limit = max_bytes as u64;
+    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len()).min(limit) as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() > max_bytes {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("it is larger than the {} MiB limit", max_bytes >> 20),
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,35 +428,4 @@ mod tests {
         assert!(!r.contains(Path::new("/tmpx/y")));
         assert!(!r.contains(Path::new("/etc/passwd")));
     }
-}
-
-/// Largest binary input rctl reads whole: a compiled artifact or the XDP
-/// object (an artifact holding every limit's worth of prefixes and
-/// regexes is far smaller).
-pub const MAX_BINARY_BYTES: usize = 1 << 30;
-
-/// Reads a compiled artifact or another binary input whole: regular files
-/// only (a device, FIFO or socket is refused without being read, as rule
-/// files are), and at most `max_bytes`, a limit held while reading. The
-/// error says which, as an [`std::io::Error`] for the caller's context.
-pub fn read_binary(path: &Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind};
-    let file = open_regular(path, None).map_err(|e| match e {
-        LoadError::Io(e) => e,
-        LoadError::NotRegular(kind) => Error::new(
-            ErrorKind::InvalidInput,
-            format!("it is {kind}, not a regular file (devices, FIFOs and sockets are never read)"),
-        ),
-        other => Error::other(format!("{other:?}")),
-    })?;
-    let limit = max_bytes as u64;
-    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len()).min(limit) as usize);
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() > max_bytes {
-        return Err(Error::new(
-            ErrorKind::InvalidData,
-            format!("it is larger than the {} MiB limit", max_bytes >> 20),
-        ));
-    }
-    Ok(bytes)
 }
