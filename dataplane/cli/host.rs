@@ -44,7 +44,8 @@ fn object(flag: Option<PathBuf>) -> Result<Vec<u8>> {
     let path = flag.or_else(|| std::env::var_os("RCTL_XDP_OBJECT").map(PathBuf::from));
     match (path, embedded::OBJECT) {
         (Some(p), _) => {
-            std::fs::read(&p).with_context(|| format!("reading the XDP object {}", p.display()))
+            rctl_compiler::files::read_binary(&p, rctl_compiler::files::MAX_BINARY_BYTES)
+                .with_context(|| format!("reading the XDP object {}", p.display()))
         }
         (None, Some(b)) => Ok(b.to_vec()),
         (None, None) => bail!(

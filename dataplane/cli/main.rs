@@ -387,7 +387,9 @@ type LoadedRuleset = (rctl_compiler::ir::Ruleset, IpblockSizes, Vec<PathBuf>);
 /// `None` if the sources have errors.
 fn load_ruleset(paths: &[PathBuf], opts: &Options) -> Result<Option<LoadedRuleset>> {
     if is_artifact(paths) {
-        let bytes = std::fs::read(&paths[0])?;
+        let bytes =
+            rctl_compiler::files::read_binary(&paths[0], rctl_compiler::files::MAX_BINARY_BYTES)
+                .with_context(|| format!("reading {}", paths[0].display()))?;
         let rs = artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
         let sizes = rs
             .ipsets

@@ -133,8 +133,11 @@ impl Server {
     /// Loads the artifact and binds every listener.
     pub async fn bind(config: Config) -> Result<Server, ServeError> {
         let shown = config.artifact.display().to_string();
-        let bytes =
-            std::fs::read(&config.artifact).map_err(|e| fail(format!("reading {shown}: {e}")))?;
+        let bytes = rctl_compiler::files::read_binary(
+            &config.artifact,
+            rctl_compiler::files::MAX_BINARY_BYTES,
+        )
+        .map_err(|e| fail(format!("reading {shown}: {e}")))?;
         let (first, _, warnings) = control::build(
             &bytes,
             config.site.as_deref(),
