@@ -77,6 +77,10 @@ enum Command {
         /// Treat warnings as errors.
         #[arg(long)]
         deny_warnings: bool,
+        /// Print, on stdout, a `test` block for each exemption conflict: a
+        /// request both rules match, ready to paste into a rule file.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -431,10 +435,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check {
             paths,
             deny_warnings,
+            witness,
             limits,
         } => {
             let c = compile(&paths, &limits.options());
             let failed = report(&c.sources, &c.diagnostics, deny_warnings);
+            if witness {
+                let tests: Vec<&str> = c
+                    .diagnostics
+                    .sorted()
+                    .into_iter()
+                    .filter_map(|d| d.witness.as_deref())
+                    .collect();
+                print(&tests.join("\n"), Format::Text)?;
+            }
             if let (false, Some(rs)) = (failed, &c.ruleset) {
                 let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
                 let _ = writeln!(
