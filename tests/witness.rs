@@ -228,3 +228,26 @@ fn the_updater_after_a_throttle_it_cannot_match_is_no_conflict() {
         "{stdout}"
     );
 }
+
+#[test]
+fn explain_prints_a_request_that_reaches_each_rule() {
+    let out = rctl(&["explain", "--witness", root().join("rules").to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}:\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("wdqs_updater_exempt").contains("reached by GET")
+            && line("wdqs_updater_exempt").contains("\"wmf-streaming-updater-consumer/\""),
+        "{text}"
+    );
+    // The generic-client throttle is reached by a library User-Agent on
+    // a SPARQL path, from outside the updater's addresses.
+    let generic = line("wdqs_generic_clients");
+    assert!(generic.contains("/sparql") && !generic.contains("208.80."), "{generic}");
+    assert!(line("drop_bogons").contains("not asked"), "{text}");
+}

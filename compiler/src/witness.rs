@@ -37,7 +37,7 @@ use crate::ir::{Atom, Cond, IpSet, Proto, StrField, StrOp};
 use crate::strlang::{self, Dfa, Found, Langs};
 use crate::value::query_param;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::rc::Rc;
@@ -94,6 +94,7 @@ enum Value {
 /// Finds witnesses; remembers DFAs and per-field answers across calls.
 pub struct Solver {
     langs: Langs,
+    atom_dfas: HashMap<u32, Result<Rc<Dfa>, String>>,
     memo: HashMap<Vec<Lit>, Value>,
     /// Product states one string search may visit.
     pub max_states: usize,
@@ -110,6 +111,7 @@ impl Default for Solver {
     fn default() -> Self {
         Solver {
             langs: Langs::default(),
+            atom_dfas: HashMap::new(),
             memo: HashMap::new(),
             max_states: MAX_STATES,
             packets: false,
@@ -142,23 +144,18 @@ fn readable(f: &StrField) -> &'static str {
     }
 }
 
-/// A test as a language: a finite set, or a DFA's pattern.
-enum Test {
-    Set(Vec<String>),
-    Pattern(String),
+/// A test as a language: a finite set, or a pattern (by its atom).
+enum Test<'a> {
+    Set(&'a [String]),
+    Pattern(u32),
 }
 
-fn test_of(op: &StrOp) -> Test {
+fn test_of(a: u32, op: &StrOp) -> Test<'_> {
     match op {
-        StrOp::Eq(v) => Test::Set(vec![v.clone()]),
-        StrOp::In(vs) => Test::Set(vs.clone()),
-        other => Test::Pattern(crate::scan::pattern(other).unwrap_or_default()),
+        StrOp::Eq(v) => Test::Set(std::slice::from_ref(v)),
+        StrOp::In(vs) => Test::Set(vs),
+        _ => Test::Pattern(a),
     }
-}
-
-fn set_pattern(vs: &[String]) -> String {
-    let alts: Vec<String> = vs.iter().map(|v| regex_syntax::escape(v)).collect();
-    format!(r"\A(?:{})\z", alts.join("|"))
 }
 
 impl Solver {
@@ -287,7 +284,7 @@ impl Solver {
                 }
                 Atom::Str { op, .. } => {
                     positive |= !neg;
-                    tests.push((test_of(op), !neg));
+                    tests.push((test_of(a, op), !neg));
                 }
                 _ => {}
             }
@@ -300,7 +297,8 @@ impl Solver {
                 Value::Absent
             };
         }
-        // With a finite positive set, try its values one by one.
+        // Finite sets are never compiled: a finite positive set is tried
+        // value by value, and the negated ones are excluded values.
         let finite = tests
             .iter()
             .filter_map(|(t, must)| match (t, must) {
@@ -310,20 +308,21 @@ impl Solver {
             .min_by_key(|vs| vs.len())
             .map(|vs| {
                 // Shortest first: the likeliest to read well.
-                let mut vs = vs.clone();
+                let mut vs = vs.to_vec();
                 vs.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
                 vs
             });
+        let mut excluded: HashSet<&str> = HashSet::new();
+        let mut required: Vec<&[String]> = Vec::new();
         let mut dfas: Vec<(Rc<Dfa>, bool)> = Vec::new();
         for (t, must) in &tests {
-            let p = match t {
-                Test::Set(_) if finite.is_some() => continue,
-                Test::Set(vs) => set_pattern(vs),
-                Test::Pattern(p) => p.clone(),
-            };
-            match self.langs.get(&p, false) {
-                Ok(d) => dfas.push((d, *must)),
-                Err(why) => return Value::Unknown(why),
+            match (t, must) {
+                (Test::Set(vs), true) => required.push(*vs),
+                (Test::Set(vs), false) => excluded.extend(vs.iter().map(String::as_str)),
+                (Test::Pattern(a), _) => match self.atom_dfa(atoms, *a) {
+                    Ok(d) => dfas.push((d, *must)),
+                    Err(why) => return Value::Unknown(why),
+                },
             }
         }
         for &(p, must) in domain(field) {
@@ -336,29 +335,20 @@ impl Solver {
             Ok(d) => d,
             Err(why) => return Value::Unknown(why),
         };
-        if let Some(values) = finite {
-            let sets: Vec<(&Vec<String>, bool)> = tests
-                .iter()
-                .filter_map(|(t, m)| match t {
-                    Test::Set(vs) => Some((vs, *m)),
-                    Test::Pattern(_) => None,
-                })
-                .collect();
+        let ok = |v: &str| {
+            !excluded.contains(v)
+                && required
+                    .iter()
+                    .all(|vs| vs.binary_search_by(|x| x.as_str().cmp(v)).is_ok())
+                && strlang::check(&dfas, v.as_bytes()) == Some(true)
+        };
+        if let Some(values) = &finite {
             let mut fallback = None;
-            for v in &values {
-                let b = v.as_bytes();
-                if !sets.iter().all(|(vs, m)| vs.contains(v) == *m) {
-                    continue;
+            for v in values.iter().filter(|v| ok(v)) {
+                if strlang::accepts(&nice, v.as_bytes()) == Some(true) {
+                    return Value::Is(v.as_bytes().to_vec(), true);
                 }
-                match strlang::check(&dfas, b) {
-                    None => return Value::Unknown("a regex gave up on a value".into()),
-                    Some(false) => continue,
-                    Some(true) => {}
-                }
-                if strlang::accepts(&nice, b) == Some(true) {
-                    return Value::Is(b.to_vec(), true);
-                }
-                fallback.get_or_insert_with(|| b.to_vec());
+                fallback.get_or_insert_with(|| v.as_bytes().to_vec());
             }
             return fallback.map_or(Value::Unsat, |v| Value::Is(v, false));
         }
@@ -369,20 +359,64 @@ impl Solver {
             StrField::Path => &["/"],
             _ => &[],
         };
-        for v in usual {
-            if strlang::check(&dfas, v.as_bytes()) == Some(true) {
-                return Value::Is(v.as_bytes().to_vec(), true);
-            }
+        if let Some(v) = usual.iter().find(|v| ok(v)) {
+            return Value::Is(v.as_bytes().to_vec(), true);
         }
         let mut readable_dfas = dfas.clone();
         readable_dfas.push((nice, true));
-        if let Found::Sat(v) = strlang::search(&readable_dfas, self.max_states) {
+        if let Found::Sat(v) = self.search_excluding(&mut readable_dfas, &excluded) {
             return Value::Is(v, true);
         }
-        match strlang::search(&dfas, self.max_states) {
+        match self.search_excluding(&mut dfas, &excluded) {
             Found::Sat(v) => Value::Is(v, false),
             Found::Unsat => Value::Unsat,
             Found::Unknown(why) => Value::Unknown(why),
+        }
+    }
+
+    /// The DFA of a string atom's pattern, built once.
+    fn atom_dfa(&mut self, atoms: &[Atom], a: u32) -> Result<Rc<Dfa>, String> {
+        if let Some(d) = self.atom_dfas.get(&a) {
+            return d.clone();
+        }
+        let d = match &atoms[a as usize] {
+            Atom::Str { op, .. } => match crate::scan::pattern(op) {
+                Some(p) => self.langs.get(&p, false),
+                None => Err("not a pattern".into()),
+            },
+            _ => Err("not a string test".into()),
+        };
+        self.atom_dfas.insert(a, d.clone());
+        d
+    }
+
+    /// A value the DFAs agree on that is none of `excluded`: the shortest,
+    /// or, if that one is excluded, one longer than every excluded value
+    /// (when the DFAs allow only values that short, undecided).
+    fn search_excluding(
+        &mut self,
+        dfas: &mut Vec<(Rc<Dfa>, bool)>,
+        excluded: &HashSet<&str>,
+    ) -> Found {
+        let found = strlang::search(dfas, self.max_states);
+        let Found::Sat(v) = &found else { return found };
+        if !std::str::from_utf8(v).is_ok_and(|v| excluded.contains(v)) {
+            return found;
+        }
+        let longest = excluded.iter().map(|v| v.len()).max().unwrap_or(0);
+        match self
+            .langs
+            .get(&format!(r"(?s-u)\A.{{{}}}", longest + 1), true)
+        {
+            Ok(d) => dfas.push((d, true)),
+            Err(why) => return Found::Unknown(why),
+        }
+        match strlang::search(dfas, self.max_states) {
+            Found::Unsat => Found::Unknown(format!(
+                "the values the tests allow are all at most {longest} bytes long, and {} are excluded",
+                excluded.len()
+            )),
+            other => other,
         }
     }
 }
@@ -428,10 +462,10 @@ impl Solver {
         let contains = |s: &u32, ip: IpAddr| {
             let p = &ipsets[*s as usize].prefixes;
             match ip {
-                IpAddr::V4(v) => p.contains_v4(u32::from(v)),
+                IpAddr::V4(v) => within(&p.v4, u32::from(v), 32),
                 IpAddr::V6(v) => match v.to_ipv4_mapped() {
-                    Some(v4) => p.contains_v4(u32::from(v4)),
-                    None => p.contains_v6(u128::from(v)),
+                    Some(v4) => within(&p.v4, u32::from(v4), 32),
+                    None => within(&p.v6, u128::from(v), 128),
                 },
             }
         };
@@ -454,13 +488,28 @@ impl Solver {
                     StrOp::Suffix(x) => v.ends_with(x.as_bytes()),
                     StrOp::Contains(x) => has(x),
                     StrOp::Regex { .. } => {
-                        let p = crate::scan::pattern(op)?;
-                        let d = self.langs.get(&p, false).ok()?;
+                        let d = self.atom_dfa(atoms, a).ok()?;
                         strlang::accepts(&d, &v)?
                     }
                 }
             }
         })
+    }
+}
+
+/// Whether `a` is in a sorted list of disjoint prefixes (binary search).
+fn within<T: Copy + Into<u128>>(prefixes: &[(T, u8)], a: T, width: u32) -> bool {
+    let a: u128 = a.into();
+    let i = prefixes.partition_point(|&(n, _)| n.into() <= a);
+    i > 0 && {
+        let (n, l) = prefixes[i - 1];
+        let host = width - u32::from(l);
+        let last = if host >= 128 {
+            u128::MAX
+        } else {
+            n.into() | ((1u128 << host) - 1)
+        };
+        a <= last
     }
 }
 

@@ -110,6 +110,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Also print, per rule, a request that reaches it (or the rules
+        /// that decide all of its traffic first), as text.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -572,9 +576,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             paths,
             site,
             format,
+            witness,
             limits,
         } => {
-            let Some((rs, sizes, _)) = load_ruleset(&paths, &limits.options())? else {
+            let opts = limits.options();
+            let Some((rs, sizes, _)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
             };
             warn_site(&rs, site.as_deref());
@@ -583,6 +589,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
             };
             print(&out, format)?;
+            if witness {
+                print(&explain::reaching(&rs, &opts), Format::Text)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Test {
