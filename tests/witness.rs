@@ -231,7 +231,11 @@ fn the_updater_after_a_throttle_it_cannot_match_is_no_conflict() {
 
 #[test]
 fn explain_prints_a_request_that_reaches_each_rule() {
-    let out = rctl(&["explain", "--witness", root().join("rules").to_str().unwrap()]);
+    let out = rctl(&[
+        "explain",
+        "--witness",
+        root().join("rules").to_str().unwrap(),
+    ]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let line = |name: &str| {
@@ -248,6 +252,9 @@ fn explain_prints_a_request_that_reaches_each_rule() {
     // The generic-client throttle is reached by a library User-Agent on
     // a SPARQL path, from outside the updater's addresses.
     let generic = line("wdqs_generic_clients");
-    assert!(generic.contains("/sparql") && !generic.contains("208.80."), "{generic}");
+    assert!(
+        generic.contains("/sparql") && !generic.contains("208.80."),
+        "{generic}"
+    );
     assert!(line("drop_bogons").contains("not asked"), "{text}");
 }
