@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addrs;
 pub mod analysis;
 pub mod artifact;
 pub mod ast;

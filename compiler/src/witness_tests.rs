@@ -1,4 +1,5 @@
 use super::*;
+use crate::cidr::PrefixSet;
 
 /// The engine's path normalisation (`value::normalize_path`), on bytes.
 fn normalize(p: &[u8]) -> Vec<u8> {
