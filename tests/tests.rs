@@ -29,6 +29,7 @@ mod invariants;
 mod language;
 mod limits;
 mod netns;
+mod witness;
 mod xdp;
 mod xdp_clock;
 mod xdp_race;

@@ -79,6 +79,10 @@ enum Command {
         /// Treat warnings as errors.
         #[arg(long)]
         deny_warnings: bool,
+        /// Print, on stdout, a `test` block for each exemption conflict: a
+        /// request both rules match, ready to paste into a rule file.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -108,6 +112,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Also print, per rule, a request that reaches it (or the rules
+        /// that decide all of its traffic first), as text.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -445,10 +453,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check {
             paths,
             deny_warnings,
+            witness,
             limits,
         } => {
             let c = compile(&paths, &limits.options());
             let failed = report(&c.sources, &c.diagnostics, deny_warnings);
+            if witness {
+                let tests: Vec<&str> = c
+                    .diagnostics
+                    .sorted()
+                    .into_iter()
+                    .filter_map(|d| d.witness.as_deref())
+                    .collect();
+                print(&tests.join("\n"), Format::Text)?;
+            }
             if let (false, Some(rs)) = (failed, &c.ruleset) {
                 let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
                 let _ = writeln!(
@@ -572,9 +590,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             paths,
             site,
             format,
+            witness,
             limits,
         } => {
-            let Some((rs, sizes, _)) = load_ruleset(&paths, &limits.options())? else {
+            let opts = limits.options();
+            let Some((rs, sizes, _)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
             };
             warn_site(&rs, site.as_deref());
@@ -583,6 +603,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
             };
             print(&out, format)?;
+            if witness {
+                print(&explain::reaching(&rs, &opts), Format::Text)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Test {
