@@ -1,6 +1,7 @@
 //! Integration tests: the language, its diagnostics, the artifact, the
 //! formatter and the `rctl` binary, on real inputs.
 
+mod servers;
 mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
@@ -18,6 +19,7 @@ mod corpus;
 mod diagnostics;
 mod dryrun;
 mod dryrun_memory;
+mod edge;
 mod files;
 mod format;
 mod generated;
@@ -28,6 +30,7 @@ mod language;
 mod limits;
 mod netns;
 mod shared_throttle;
+mod witness;
 mod xdp;
 mod xdp_clock;
 mod xdp_race;

@@ -99,7 +99,10 @@ pub fn push(a: PushArgs) -> Result<ExitCode> {
         None => Target::All,
     };
     let bytes = match &a.artifact {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => Some(
+            rctl_compiler::files::read_binary(p, rctl_compiler::files::MAX_BINARY_BYTES)
+                .with_context(|| format!("reading {}", p.display()))?,
+        ),
         None => None,
     };
     if !(1..=1_400_000).contains(&a.chunk_size) {

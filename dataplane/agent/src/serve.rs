@@ -141,8 +141,11 @@ impl Server {
         let shown = config.artifact.display().to_string();
         let bytes = match &config.artifact_bytes {
             Some(b) => b.clone(),
-            None => std::fs::read(&config.artifact)
-                .map_err(|e| fail(format!("reading {shown}: {e}")))?,
+            None => rctl_compiler::files::read_binary(
+                &config.artifact,
+                rctl_compiler::files::MAX_BINARY_BYTES,
+            )
+            .map_err(|e| fail(format!("reading {shown}: {e}")))?,
         };
         let (first, _, warnings) = control::build(
             &bytes,

@@ -182,9 +182,10 @@ fn recover(config: &AgentConfig, local: &Local) -> Result<Startup, FleetError> {
     let mut chosen = local.read("last-good").map(|(r, b)| (Some(r), b));
     if chosen.is_none() {
         if let Some(p) = &config.bootstrap {
-            let b = std::fs::read(p).map_err(|e| {
-                FleetError::new(ErrorKind::Io, format!("--artifact {}: {e}", p.display()))
-            })?;
+            let b = rctl_compiler::files::read_binary(p, rctl_compiler::files::MAX_BINARY_BYTES)
+                .map_err(|e| {
+                    FleetError::new(ErrorKind::Io, format!("--artifact {}: {e}", p.display()))
+                })?;
             let sha = rctl_compiler::artifact::content_hash(&b)
                 .map(|h| rctl_compiler::artifact::hex(&h))
                 .unwrap_or_default();
