@@ -31,6 +31,12 @@ command -v varnishd >/dev/null || missing="$missing varnish"
 [ -e /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_vsthrottle.so ] || missing="$missing varnish-modules"
 command -v wrk >/dev/null || missing="$missing wrk"
 python3 -c 'import requests' 2>/dev/null || missing="$missing python3-requests"
+# The fleet: etcd (a three-member cluster on loopback) and Redis (shared
+# limits) started by the fleet tests; etcd-client's build script runs protoc.
+command -v etcd >/dev/null || missing="$missing etcd-server"
+command -v etcdctl >/dev/null || missing="$missing etcd-client"
+command -v redis-server >/dev/null || missing="$missing redis-server"
+command -v protoc >/dev/null || missing="$missing protobuf-compiler"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq
