@@ -21,6 +21,7 @@ mod dryrun;
 mod dryrun_memory;
 mod edge;
 mod files;
+mod fleet;
 mod format;
 mod generated;
 mod host_state;

@@ -26,9 +26,11 @@
     reason = "the end-to-end tests of issue 11 use the rest once the agent is merged"
 )]
 
+pub mod etcd;
 pub mod haproxy;
 pub mod netns;
 pub mod nginx;
+pub mod redis;
 pub mod serve;
 
 use std::fs::File;

@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How long [`EtcdConfig::connect`] waits for each endpoint's answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How to reach etcd.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdConfig {
@@ -74,8 +77,9 @@ impl EtcdConfig {
         }
     }
 
-    /// Connects (lazily: a first request to an etcd that is down fails,
-    /// the connection does not).
+    /// Connects: with one endpoint lazily (a first request to an etcd
+    /// that is down fails, the connection does not); with several, to the
+    /// first that answers a read, tried from a random one.
     pub async fn connect(&self) -> Result<Client, FleetError> {
         if self.endpoints.is_empty() {
             return Err(FleetError::new(
@@ -129,9 +133,53 @@ impl EtcdConfig {
                 ));
             }
         }
-        Client::connect(&self.endpoints, Some(opts))
-            .await
-            .map_err(|e| FleetError::from(e).context("connecting to etcd"))
+        if self.endpoints.len() == 1 {
+            return Client::connect(&self.endpoints, Some(opts))
+                .await
+                .map_err(|e| FleetError::from(e).context("connecting to etcd"));
+        }
+        // etcd-client's balanced channel fails a request when the endpoint
+        // it picks is down (etcdv3/etcd-client#39): with one member of
+        // three killed, push, status and the agents failed. Each endpoint
+        // is tried on its own instead, from a random one (so hosts spread
+        // over the members), and the first that answers a linearizable
+        // read (it is in a majority with a leader) is used; a client that
+        // loses it later connects again through here.
+        let n = self.endpoints.len();
+        let start = {
+            use std::hash::{BuildHasher as _, Hasher as _};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish() as usize
+        };
+        let mut last = None;
+        for k in 0..n {
+            let e = &self.endpoints[(start + k) % n];
+            let tried = async {
+                let mut c = Client::connect([e], Some(opts.clone())).await?;
+                c.get(
+                    self.prefix.as_bytes(),
+                    Some(etcd_client::GetOptions::new().with_count_only()),
+                )
+                .await?;
+                Ok::<_, etcd_client::Error>(c)
+            };
+            match tokio::time::timeout(PROBE_TIMEOUT, tried).await {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(err)) => last = Some(FleetError::from(err).context(e)),
+                Err(_) => {
+                    last = Some(FleetError::new(
+                        ErrorKind::Unavailable,
+                        format!("{e}: no answer within {PROBE_TIMEOUT:?}"),
+                    ))
+                }
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| FleetError::new(ErrorKind::Unavailable, "no endpoint"))
+            .context(format!(
+                "connecting to etcd (none of {n} endpoints answered)"
+            )))
     }
 }
 

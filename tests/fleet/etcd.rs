@@ -1,0 +1,239 @@
+//! Distribution through etcd: push, convergence, rollback, and faults
+//! (a chunk corrupted by hand, another format version, the leader killed
+//! during a push, a majority stopped, an agent killed while it applies).
+
+use super::*;
+
+/// Every agent's own status, fleet status and the verdicts agree that
+/// each host runs `sha`; fleet status exits 0 (every host on target).
+fn converged(etcd: &str, agents: &[Agent], sha: &str, denied: &str) {
+    eventually(
+        Duration::from_secs(20),
+        || {
+            let (ok, v) = fleet_status(etcd);
+            ok && v["hosts"].as_array().is_some_and(|h| {
+                h.len() == agents.len()
+                    && h.iter()
+                        .all(|x| x["state"] == "ok" && x["artifact_sha256"] == sha)
+            })
+        },
+        || format!("fleet status: {}", fleet_status(etcd).1),
+    );
+    for a in agents {
+        assert_eq!(a.serving(), sha, "{} serves another artifact", a.host);
+        let r = a.check(denied, "192.0.2.1");
+        assert_eq!(r.status, 403, "{}: {denied} is not denied: {r:?}", a.host);
+    }
+}
+
+/// A cluster, five agents of two sites, and two rulesets A and B
+/// (denying /a and /b) compiled; A pushed and running everywhere.
+fn fleet_of_five(tag: &str) -> (PathBuf, Cluster, Vec<Agent>, [(PathBuf, String); 2]) {
+    let (dir, c) = cluster(tag);
+    let etcd = c.urls();
+    let a = denying(&dir, "a", "/a");
+    let b = denying(&dir, "b", "/b");
+    let o = push(&etcd, &[&a.0.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let agents: Vec<Agent> = (0..5)
+        .map(|i| {
+            let site = if i < 3 { "eqiad" } else { "esams" };
+            Agent::start(&dir, &format!("cp{i}"), site, &etcd, &[])
+        })
+        .collect();
+    converged(&etcd, &agents, &a.1, "/a");
+    (dir, c, agents, [a, b])
+}
+
+#[test]
+fn push_converges_on_five_agents_and_rolls_back() {
+    if !servers() {
+        return;
+    }
+    let (_dir, c, agents, [a, b]) = fleet_of_five("fleet-push");
+    let etcd = c.urls();
+    let o = push(&etcd, &[&b.0.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    converged(&etcd, &agents, &b.1, "/b");
+    for ag in &agents {
+        assert_eq!(ag.check("/a", "192.0.2.1").status, 200, "{}", ag.host);
+    }
+    let o = push(&etcd, &["--rollback"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    converged(&etcd, &agents, &a.1, "/a");
+    for ag in &agents {
+        assert_eq!(ag.check("/b", "192.0.2.1").status, 200, "{}", ag.host);
+    }
+}
+
+#[test]
+fn a_corrupt_chunk_or_another_format_is_never_applied() {
+    if !servers() {
+        return;
+    }
+    let (dir, c, agents, [a, b]) = fleet_of_five("fleet-corrupt");
+    let etcd = c.urls();
+    // B is pushed and runs, then one byte of its stored chunk is flipped
+    // by hand; A goes back in, and a rollback points at the corrupt B.
+    assert!(push(&etcd, &[&b.0.display().to_string()]).status.success());
+    converged(&etcd, &agents, &b.1, "/b");
+    let mut bytes = std::fs::read(&b.0).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    c.put(&format!("/rctl/artifacts/{}/chunk/000000", b.1), &bytes);
+    assert!(push(&etcd, &[&a.0.display().to_string()]).status.success());
+    converged(&etcd, &agents, &a.1, "/a");
+    let o = push(&etcd, &["--rollback"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Every host keeps A, and says why in fleet status (exit 1: none on target).
+    eventually(
+        Duration::from_secs(20),
+        || {
+            let (ok, v) = fleet_status(&etcd);
+            !ok && v["hosts"].as_array().is_some_and(|h| {
+                h.iter().all(|x| {
+                    x["state"] == "failed"
+                        && x["artifact_sha256"] == a.1.as_str()
+                        && x["target_sha256"] == b.1.as_str()
+                        && x["last_error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("chunk 0 of 1 has SHA-256"))
+                })
+            })
+        },
+        || format!("fleet status: {}", fleet_status(&etcd).1),
+    );
+    for ag in &agents {
+        assert_eq!(ag.serving(), a.1, "{} runs the corrupt artifact", ag.host);
+        assert_eq!(ag.check("/a", "192.0.2.1").status, 403);
+        let s = ag.status();
+        assert!(
+            s["fleet"]["last_error"].is_string(),
+            "{}: no error in its status: {s}",
+            ag.host
+        );
+    }
+    // Another format version: rctl push refuses it, and nothing moves.
+    let mut other = std::fs::read(&a.0).unwrap();
+    let v = version_offset(&other);
+    other[v] = other[v].wrapping_add(7);
+    let path = dir.join("other-version.rctlc");
+    std::fs::write(&path, &other).unwrap();
+    let o = push(&etcd, &[&path.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "pushed another format version");
+    assert!(err.contains("version"), "{err}");
+    for ag in &agents {
+        assert_eq!(ag.serving(), a.1, "{}", ag.host);
+    }
+    // Pushing B again stores its chunks again: every host takes it.
+    assert!(push(&etcd, &[&b.0.display().to_string()]).status.success());
+    converged(&etcd, &agents, &b.1, "/b");
+}
+
+/// Where the artifact's format version sits: right after the magic.
+fn version_offset(artifact: &[u8]) -> usize {
+    let magic = rctl_compiler::artifact::MAGIC;
+    assert!(artifact.starts_with(&magic));
+    magic.len()
+}
+
+#[test]
+fn the_leader_killed_during_a_push_and_a_majority_stopped() {
+    if !servers() {
+        return;
+    }
+    let (_dir, mut c, agents, [a, b]) = fleet_of_five("fleet-leader");
+    let etcd = c.urls();
+    // The push runs while the leader dies: with two members left it goes
+    // through (puts retry until a new leader answers), or it fails and
+    // nothing switched. Either way every host runs one whole pushed
+    // generation, and fleet status says which.
+    let leader = c.wait_leader(Duration::from_secs(10));
+    let pushing = {
+        let (etcd, path) = (etcd.clone(), b.0.display().to_string());
+        std::thread::spawn(move || push(&etcd, &[&path]))
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    c.kill(leader);
+    let o = pushing.join().unwrap();
+    if !o.status.success() {
+        eprintln!("push failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // What the pointer says is what every host must run (a failed push
+    // may have switched before its answer was lost).
+    let target = fleet_status(&etcd).1["all"]["sha256"].clone();
+    assert!(
+        !o.status.success() || target == b.1.as_str(),
+        "the push succeeded, the pointer says {target}"
+    );
+    let (sha, denied) = if target == b.1.as_str() {
+        (&b.1, "/b")
+    } else {
+        assert_eq!(target, a.1.as_str());
+        (&a.1, "/a")
+    };
+    converged(&etcd, &agents, sha, denied);
+    c.restart(leader);
+
+    // A majority stopped: nothing can be pushed or read, and every host
+    // keeps enforcing what it runs.
+    let (x, y) = ((leader + 1) % 3, (leader + 2) % 3);
+    c.kill(x);
+    c.kill(y);
+    let o = push(&etcd, &[&a.0.display().to_string()]);
+    assert!(!o.status.success(), "pushed without a quorum");
+    for ag in &agents {
+        assert_eq!(ag.serving(), *sha, "{}", ag.host);
+        assert_eq!(ag.check(denied, "192.0.2.1").status, 403, "{}", ag.host);
+    }
+    c.restart(x);
+    c.restart(y);
+    c.wait_leader(Duration::from_secs(30));
+    let o = push(&etcd, &[&a.0.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    converged(&etcd, &agents, &a.1, "/a");
+}
+
+#[test]
+fn an_agent_killed_while_it_applies_restarts_on_its_last_good_generation() {
+    if !servers() {
+        return;
+    }
+    let (_dir, c, mut agents, [a, b]) = fleet_of_five("fleet-kill");
+    let etcd = c.urls();
+    // Nothing answers here: the restarted agent must enforce from its disk.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..6 {
+        let next = if round % 2 == 0 { &b } else { &a };
+        let pushing = {
+            let (etcd, path) = (etcd.clone(), next.0.display().to_string());
+            std::thread::spawn(move || push(&etcd, &[&path]))
+        };
+        // Kill it at different points of its fetch and apply.
+        std::thread::sleep(Duration::from_millis(5 + 15 * round));
+        let victim = &mut agents[0];
+        victim.restart(&nowhere);
+        assert!(pushing.join().unwrap().status.success());
+        // Before etcd answers it runs a whole generation that was pushed.
+        let runs = victim.serving();
+        assert!(runs == a.1 || runs == b.1, "runs {runs}");
+        let denied = if runs == a.1 { "/a" } else { "/b" };
+        let other = if runs == a.1 { "/b" } else { "/a" };
+        assert_eq!(victim.check(denied, "192.0.2.1").status, 403);
+        assert_eq!(victim.check(other, "192.0.2.1").status, 200);
+        let s = victim.status();
+        assert_ne!(s["fleet"]["etcd"]["connected"], true, "{s}");
+        seen.insert(runs);
+        // Back with etcd, it converges with the others.
+        victim.restart(&etcd);
+        converged(
+            &etcd,
+            &agents,
+            &next.1,
+            if round % 2 == 0 { "/b" } else { "/a" },
+        );
+    }
+    eprintln!("generations found on disk after the kills: {seen:?}");
+}
