@@ -5,6 +5,7 @@
 //! over its control socket, and the verdicts its check endpoint gives.
 
 mod etcd;
+mod redis;
 
 use crate::agent::{Conn, Resp};
 use crate::servers::etcd::Cluster;
