@@ -120,6 +120,25 @@ fn bench(c: &mut Criterion) {
             limiter.hit(&keys[t as usize % keys.len()], t * 1_000)
         })
     });
+    // The same hits on a `shared` throttle's limiter, online with four
+    // hosts: the mirror's weighted charge, the key's deltas kept for the
+    // next sync, and a drain (what the sync task takes) every 10,000 hits
+    // counted in. Target: at most 1.2x the local limiter.
+    let shared = Limiter::new_shared(100, 1_000, 100, 60_000, 1 << 20);
+    let handle = shared.shared().expect("a shared limiter");
+    handle.set_online(true);
+    handle.set_new_key_weight(4);
+    let mut deltas = Vec::new();
+    g.bench_function("shared_hit_100k_keys", |b| {
+        b.iter(|| {
+            t += 1;
+            if t.is_multiple_of(10_000) {
+                handle.drain(t * 1_000, &mut deltas);
+                deltas.clear();
+            }
+            shared.hit(&keys[t as usize % keys.len()], t * 1_000)
+        })
+    });
     g.finish();
     let big = Limiter::new(100, 1_000, 100, 0, 1 << 20);
     for k in 0..1_000_000u32 {
