@@ -38,7 +38,7 @@ fn main() {
         convergence(&dir.join("convergence"));
     }
     if only.is_empty() || only == "accuracy" {
-        for sync in [50, 100, 500] {
+        for sync in sync_list() {
             accuracy(&dir.join(format!("accuracy-{sync}")), sync);
         }
     }
@@ -96,7 +96,9 @@ fn agent(dir: &Path, host: &str, etcd: &str, extra: &[&str]) -> (Proc, SocketAdd
     .arg(d.join("state"))
     .arg("--run-dir")
     .arg(d.join("run"))
-    .args(["--no-control", "--http", &http.to_string()])
+    .arg("--control")
+    .arg(d.join("run/agent.sock"))
+    .args(["--http", &http.to_string()])
     .args(extra);
     let mut p = Proc::spawn("rctl-agent", &d, cmd);
     p.wait_ready("ready", Duration::from_secs(60), |p| {
@@ -189,7 +191,7 @@ fn convergence(dir: &Path) {
 fn check(s: &mut BufReader<TcpStream>, path: &str, ip: &str) -> u16 {
     write!(
         s.get_mut(),
-        "GET /check{path} HTTP/1.1\r\nHost: b\r\nX-Real-Ip: {ip}\r\n\r\n"
+        "GET /check{path} HTTP/1.1\r\nHost: agent.test\r\nX-Real-Ip: {ip}\r\n\r\n"
     )
     .unwrap();
     let mut line = String::new();
@@ -241,8 +243,26 @@ fn accuracy(dir: &Path, sync_ms: u64) {
             )
         })
         .collect();
-    // Every agent runs the ruleset and has synced with the others.
-    std::thread::sleep(Duration::from_secs(3));
+    // Every agent runs the ruleset and syncs with Redis, which sees four.
+    let start = Instant::now();
+    for i in 0..H {
+        let sock = dir.join(format!("cp{i}/run/agent.sock"));
+        loop {
+            let o = Command::new(RCTL)
+                .args(["status", "--format", "json", "--agent"])
+                .arg(&sock)
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let s = &v["agent"]["status"];
+            let sh = &s["fleet"]["shared"];
+            if sh["online"] == true && sh["hosts"] == H as u64 && s["rules"] == 1 {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "not online: {v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let per_host = 10 * N / H as u64;
     let gap = Duration::from_micros(1_000_000 / per_host);
     let mut runs = Vec::new();
@@ -261,7 +281,8 @@ fn accuracy(dir: &Path, sync_ms: u64) {
                         if let Some(d) = at.checked_duration_since(Instant::now()) {
                             std::thread::sleep(d);
                         }
-                        match check(&mut s, &path, "198.51.100.7") {
+                        let ip = format!("198.51.100.{}", 1 + k % 200);
+                        match check(&mut s, &path, &ip) {
                             200 => ok += 1,
                             429 => {}
                             other => panic!("status {other}"),
@@ -271,7 +292,11 @@ fn accuracy(dir: &Path, sync_ms: u64) {
                 })
             })
             .collect();
-        let admitted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let each: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        if std::env::var_os("RCTL_BENCH_VERBOSE").is_some() {
+            eprintln!("run {run}: admitted per host {each:?}");
+        }
+        let admitted: u64 = each.iter().sum();
         runs.push(admitted as f64 / (BURST + N * T) as f64);
     }
     let mean = runs.iter().sum::<f64>() / runs.len() as f64;
@@ -285,4 +310,12 @@ fn accuracy(dir: &Path, sync_ms: u64) {
     );
     drop(agents);
     drop(redis);
+}
+
+/// The sync intervals the accuracy bench runs (`RCTL_BENCH_SYNC=100,500`).
+fn sync_list() -> Vec<u64> {
+    std::env::var("RCTL_BENCH_SYNC")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![50, 100, 500])
 }
