@@ -121,11 +121,12 @@ fn bench(c: &mut Criterion) {
     let ips: Vec<IpAddr> = (0..4096)
         .map(|_| IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)))
         .collect();
-    let mut i = 0usize;
+    let (mut i, mut t) = (0usize, 0u64);
     let mut g = c.benchmark_group("packet");
     g.bench_function("compiled_100k_prefixes", |b| {
         b.iter(|| {
             i = (i + 1) % ips.len();
+            t += 1;
             engine.decide_packet_with(
                 &Packet {
                     src: ips[i],
@@ -133,7 +134,7 @@ fn bench(c: &mut Criterion) {
                     proto: Proto::Tcp,
                     dst_port: 443,
                     syn: i.is_multiple_of(8),
-                    time_ns: i as u64,
+                    time_ns: t,
                 },
                 &mut scratch,
             )
