@@ -27,6 +27,7 @@ fn field(f: &StrField) -> &'static str {
         StrField::Host => "http.host",
         StrField::Path => "http.path",
         StrField::Query => "http.query",
+        StrField::Url => "http.url",
         StrField::Header(h) if h == "user-agent" => "http.ua",
         StrField::Header(h) if h == "referer" => "http.referer",
         StrField::Header(_) => "http.other",
@@ -116,7 +117,7 @@ fn cond(rs: &Ruleset, c: &Cond) -> String {
 impl Wirefilter {
     pub fn new(rs: &Ruleset) -> Self {
         let scheme: &'static Scheme = Box::leak(Box::new(Scheme! {
-            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes,
+            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes, http.url: Bytes,
             http.ua: Bytes, http.referer: Bytes, http.other: Bytes,
             q.action: Bytes, q.other: Bytes, ip.src: Ip, port: Int,
         }));
@@ -154,6 +155,7 @@ impl Wirefilter {
         ctx.set_field_value("http.host", r.host).ok()?;
         ctx.set_field_value("http.path", path).ok()?;
         ctx.set_field_value("http.query", query).ok()?;
+        ctx.set_field_value("http.url", r.target.as_str()).ok()?;
         ctx.set_field_value("http.ua", header("user-agent")).ok()?;
         ctx.set_field_value("http.referer", header("referer"))
             .ok()?;
