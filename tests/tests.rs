@@ -23,6 +23,7 @@ mod format;
 mod generated;
 mod host_state;
 mod hostile;
+mod import;
 mod invariants;
 mod language;
 mod limits;

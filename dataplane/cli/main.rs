@@ -7,6 +7,7 @@ mod explain;
 mod format;
 mod host;
 mod html;
+mod import;
 mod output;
 mod serve;
 mod term;
@@ -272,6 +273,9 @@ enum Command {
     /// for nginx and Envoy, metrics, the matched-request log; switched by
     /// `rctl apply` through its control socket.
     Serve(serve::ServeArgs),
+    /// Import another tool's rules: `rctl import requestctl DIR|DUMP -o OUTDIR`.
+    #[command(subcommand)]
+    Import(import::ImportSource),
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug {
         /// ast, ir or plan.
@@ -428,6 +432,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     };
     match cli.command {
+        Command::Import(src) => import::run(src),
         Command::Check {
             paths,
             deny_warnings,
