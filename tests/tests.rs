@@ -1,6 +1,7 @@
 //! Integration tests: the language, its diagnostics, the artifact, the
 //! formatter and the `rctl` binary, on real inputs.
 
+mod servers;
 mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
@@ -27,6 +28,7 @@ mod import;
 mod invariants;
 mod language;
 mod limits;
+mod native;
 mod netns;
 mod xdp;
 mod xdp_clock;

@@ -155,10 +155,15 @@ fn arg(s: &str) -> Result<String, String> {
 }
 
 fn header_name(h: &str) -> Result<&str, String> {
-    if !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+    if !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
         Ok(h)
     } else {
-        Err(format!("header {h:?}: only letters, digits, - _ and . fit in a fetch's argument"))
+        Err(format!(
+            "header {h:?}: only letters, digits, - _ and . fit in a fetch's argument"
+        ))
     }
 }
 
@@ -187,7 +192,9 @@ impl Writer<'_> {
             StrField::Url => "url".into(),
             StrField::Header(h) => format!("req.fhdr({},1)", header_name(h)?),
             StrField::QueryParam(p) => {
-                return Err(format!("query({p:?}): HAProxy matches parameter names as sent, rctl decodes them"))
+                return Err(format!(
+                    "query({p:?}): HAProxy matches parameter names as sent, rctl decodes them"
+                ))
             }
         })
     }
@@ -216,17 +223,31 @@ impl Writer<'_> {
                         }
                         s
                     }
-                    StrOp::Prefix(v) => format!("{f} -m reg {}", arg(&format!("\\A{}", literal(v.as_bytes())))?),
-                    StrOp::Suffix(v) => format!("{f} -m reg {}", arg(&format!("{}\\z", literal(v.as_bytes())))?),
+                    StrOp::Prefix(v) => format!(
+                        "{f} -m reg {}",
+                        arg(&format!("\\A{}", literal(v.as_bytes())))?
+                    ),
+                    StrOp::Suffix(v) => format!(
+                        "{f} -m reg {}",
+                        arg(&format!("{}\\z", literal(v.as_bytes())))?
+                    ),
                     StrOp::Contains(v) => format!("{f} -m reg {}", arg(&literal(v.as_bytes()))?),
                     StrOp::Regex { pattern, ci } => {
-                        let p = to_pcre(pattern, *ci).map_err(|e| format!("regex {pattern:?}: {}", e.0))?;
+                        let p = to_pcre(pattern, *ci)
+                            .map_err(|e| format!("regex {pattern:?}: {}", e.0))?;
                         format!("{f} -m reg {}", arg(&p)?)
                     }
                 }
             }
-            Atom::Present(StrField::Header(h)) => format!("req.fhdr({},1) -m found", header_name(h)?),
-            Atom::Present(f) => return Err(format!("`{} present`: HAProxy does not decode parameter names", f.display())),
+            Atom::Present(StrField::Header(h)) => {
+                format!("req.fhdr({},1) -m found", header_name(h)?)
+            }
+            Atom::Present(f) => {
+                return Err(format!(
+                    "`{} present`: HAProxy does not decode parameter names",
+                    f.display()
+                ))
+            }
             Atom::Ip(s) => format!("src,map_ip({}) -m found", self.map(*s)),
             Atom::DstIp(s) => format!("dst,map_ip({}) -m found", self.map(*s)),
             Atom::Port(r) => {
@@ -240,7 +261,12 @@ impl Writer<'_> {
                 }
                 s
             }
-            Atom::Proto(p) => (if p.contains(&Proto::Tcp) { "always_true" } else { "always_false" }).into(),
+            Atom::Proto(p) => (if p.contains(&Proto::Tcp) {
+                "always_true"
+            } else {
+                "always_false"
+            })
+            .into(),
         })
     }
 
@@ -267,7 +293,11 @@ impl Writer<'_> {
                 let n = self.acl(a)?;
                 parts.push(if neg { format!("!{n}") } else { n });
             }
-            out.push(if parts.is_empty() { "TRUE".into() } else { parts.join(" ") });
+            out.push(if parts.is_empty() {
+                "TRUE".into()
+            } else {
+                parts.join(" ")
+            });
         }
         Ok(out)
     }
@@ -290,9 +320,50 @@ impl Writer<'_> {
                 "var(txn.rctl_path)".into()
             }
             Key::Prefix { v4, v6 } => format!("src,ipmask({v4},{v6})"),
-            Key::Query(q) => return Err(format!("`by query({q:?})`: HAProxy does not decode query parameters")),
+            Key::Query(q) => {
+                return Err(format!(
+                    "`by query({q:?})`: HAProxy does not decode query parameters"
+                ))
+            }
         })
     }
+}
+
+/// `::ffff:0:0/96`, where HAProxy's address patterns also match IPv4
+/// sources (as mapped addresses).
+const MAPPED: (u128, u8) = (0xffff_0000_0000, 96);
+
+/// An IPv6 prefix without the IPv4-mapped range: HAProxy would match every
+/// IPv4 client against `::ffff:0.0.0.0/96`, where rctl keeps the families
+/// apart. A prefix inside the range goes; one around it is split into the
+/// prefixes that cover the rest.
+fn without_mapped(n: u128, l: u8) -> Vec<(u128, u8)> {
+    let mask = |len: u8| {
+        if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(len))
+        }
+    };
+    let (mn, ml) = MAPPED;
+    if l >= ml {
+        // Inside the range, or disjoint from it.
+        return if n & mask(ml) == mn {
+            vec![]
+        } else {
+            vec![(n, l)]
+        };
+    }
+    if mn & mask(l) != n {
+        return vec![(n, l)];
+    }
+    // n/l contains the range: one sibling prefix per bit from l+1 to 96.
+    (l + 1..=ml)
+        .map(|len| {
+            let bit = 1u128 << (128 - u32::from(len));
+            ((mn & mask(len)) ^ bit, len)
+        })
+        .collect()
 }
 
 /// Writes the HAProxy configuration for a ruleset.
@@ -305,7 +376,8 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
         uses_host: false,
         uses_path: false,
     };
-    let (mut lines, mut sections, mut notes, mut refused) = (String::new(), String::new(), Vec::new(), Vec::new());
+    let (mut lines, mut sections, mut notes, mut refused) =
+        (String::new(), String::new(), Vec::new(), Vec::new());
     let mut tracked = 0usize;
     for r in &rs.rules {
         if !r.enabled || !r.applies_to(o.site.as_deref()) {
@@ -320,7 +392,10 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
             );
             let verb = match (&r.action, r.shadow) {
                 (Action::Throttle(t), _) if t.unit != Unit::Requests => {
-                    notes.push(format!("{}: packet and connection limits are the XDP program's; not in HAProxy", r.name));
+                    notes.push(format!(
+                        "{}: packet and connection limits are the XDP program's; not in HAProxy",
+                        r.name
+                    ));
                     return Ok(String::new());
                 }
                 (Action::Log, _) | (_, true) => tag.clone(),
@@ -354,7 +429,10 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
                     for c in &conds {
                         let _ = writeln!(s, "http-request track-sc{sc} {key} table {table} if {c}");
                     }
-                    let retry = t.period_ms.div_ceil(1000 * u64::from(t.limit.max(1))).max(1);
+                    let retry = t
+                        .period_ms
+                        .div_ceil(1000 * u64::from(t.limit.max(1)))
+                        .max(1);
                     format!(
                         "http-request return status {} content-type text/plain string {} hdr Retry-After {retry} if {{ sc{sc}_http_req_rate({table}) gt {} }}",
                         t.status,
@@ -381,10 +459,14 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
     if !refused.is_empty() && !o.skip_unsupported {
         return Err(refused);
     }
-    let mut front = String::from("# Written by `rctl emit haproxy`: lines for the frontend rctl protects.\n");
+    let mut front =
+        String::from("# Written by `rctl emit haproxy`: lines for the frontend rctl protects.\n");
     if let Some(h) = &o.client_ip_header {
         let h = header_name(h).map_err(|e| vec![("--client-ip-header".into(), e)])?;
-        let _ = writeln!(front, "http-request set-src req.hdr_ip({h},1) if {{ req.hdr_ip({h},1) -m found }}");
+        let _ = writeln!(
+            front,
+            "http-request set-src req.hdr_ip({h},1) if {{ req.hdr_ip({h},1) -m found }}"
+        );
     }
     if w.uses_host {
         // Lower case, then the port off a name (no other colon) or
@@ -401,13 +483,19 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
     front.push_str(&lines);
     let mut files = vec![
         (FRONTEND_FILE.to_string(), front),
-        (SECTIONS_FILE.to_string(), format!("# Written by `rctl emit haproxy`: the throttles' stick tables.\n\n{}{sections}", if w.uses_path {
-            // normalize-uri (to read the path as rctl normalises it) is
-            // experimental in HAProxy 2.6.
-            "global\n    expose-experimental-directives\n\n"
-        } else {
-            ""
-        })),
+        (
+            SECTIONS_FILE.to_string(),
+            format!(
+                "# Written by `rctl emit haproxy`: the throttles' stick tables.\n\n{}{sections}",
+                if w.uses_path {
+                    // normalize-uri (to read the path as rctl normalises it) is
+                    // experimental in HAProxy 2.6.
+                    "global\n    expose-experimental-directives\n\n"
+                } else {
+                    ""
+                }
+            ),
+        ),
     ];
     for (set, file) in &w.maps {
         let mut m = String::new();
@@ -417,7 +505,9 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
                 let _ = writeln!(m, "{}/{l} 1", std::net::Ipv4Addr::from(n));
             }
             for &(n, l) in &s.prefixes.v6 {
-                let _ = writeln!(m, "{}/{l} 1", std::net::Ipv6Addr::from(n));
+                for (n, l) in without_mapped(n, l) {
+                    let _ = writeln!(m, "{}/{l} 1", std::net::Ipv6Addr::from(n));
+                }
             }
         }
         files.push((file.clone(), m));
@@ -432,6 +522,26 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv4_mapped_addresses_are_left_out_of_maps() {
+        assert!(without_mapped(MAPPED.0, 96).is_empty());
+        assert_eq!(
+            without_mapped(0x2001_0db8 << 96, 32),
+            vec![(0x2001_0db8 << 96, 32)]
+        );
+        // ::/80 holds ::ffff:0:0/96: what is left is 16 prefixes.
+        let rest = without_mapped(0, 80);
+        assert_eq!(rest.len(), 16);
+        let size: u128 = rest
+            .iter()
+            .map(|&(_, l)| 1u128 << (128 - u32::from(l)))
+            .sum();
+        assert_eq!(size, (1u128 << 48) - (1u128 << 32));
+        assert!(rest
+            .iter()
+            .all(|&(n, l)| (n >> (128 - u32::from(l))) != (MAPPED.0 >> (128 - u32::from(l)))));
+    }
 
     #[test]
     fn conditions_flatten_to_or_of_and() {
@@ -451,7 +561,11 @@ mod tests {
         );
         let contradiction = Cond::And(vec![Cond::Atom(0), Cond::Not(Box::new(Cond::Atom(0)))]);
         assert!(dnf(&contradiction, 64).unwrap().is_empty());
-        let wide = Cond::And((0..10).map(|i| Cond::Or(vec![Cond::Atom(2 * i), Cond::Atom(2 * i + 1)])).collect());
+        let wide = Cond::And(
+            (0..10)
+                .map(|i| Cond::Or(vec![Cond::Atom(2 * i), Cond::Atom(2 * i + 1)]))
+                .collect(),
+        );
         assert!(dnf(&wide, 64).is_none());
     }
 }

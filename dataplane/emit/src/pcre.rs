@@ -201,9 +201,18 @@ mod tests {
 
     #[test]
     fn byte_patterns_print_as_bytes() {
-        assert_eq!(to_pcre("(?-u)^/w/api\\.php", false).unwrap(), "\\A/w/api\\x2Ephp");
-        assert_eq!(to_pcre("(?-u)[?&]q=\\w{12}", false).unwrap(), "[\\x26\\x3F]q\\x3D(?:[0-9A-Z\\x5Fa-z]){12}");
-        assert_eq!(to_pcre("(?-u).", false).unwrap(), "[\\x00-\\x09\\x0B-\\xFF]");
+        assert_eq!(
+            to_pcre("(?-u)^/w/api\\.php", false).unwrap(),
+            "\\A/w/api\\x2Ephp"
+        );
+        assert_eq!(
+            to_pcre("(?-u)[?&]q=\\w{12}", false).unwrap(),
+            "[\\x26\\x3F]q\\x3D(?:[0-9A-Z\\x5Fa-z]){12}"
+        );
+        assert_eq!(
+            to_pcre("(?-u).", false).unwrap(),
+            "[\\x00-\\x09\\x0B-\\xFF]"
+        );
     }
 
     #[test]
@@ -211,7 +220,10 @@ mod tests {
         // `.` in Unicode mode: any valid UTF-8 character but \n.
         let p = to_pcre("^.$", false).unwrap();
         assert!(p.starts_with("\\A(?:[\\x00-\\x09\\x0B-\\x7F]|"), "{p}");
-        assert!(p.contains("|\\xF0[\\x90-\\xBF][\\x80-\\xBF][\\x80-\\xBF]|"), "{p}");
+        assert!(
+            p.contains("|\\xF0[\\x90-\\xBF][\\x80-\\xBF][\\x80-\\xBF]|"),
+            "{p}"
+        );
         // Case folding is already in the class: k also matches KELVIN SIGN.
         let k = to_pcre("k", true).unwrap();
         assert!(k.contains("\\xE2\\x84\\xAA"), "{k}");

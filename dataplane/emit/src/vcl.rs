@@ -30,7 +30,9 @@
 //! vsthrottle` is exact.
 
 use crate::pcre::{literal, to_pcre};
-use rctl_compiler::ir::{Action, Atom, Bucket, Cond, Key, Proto, Rule, Ruleset, StrField, StrOp, Unit};
+use rctl_compiler::ir::{
+    Action, Atom, Bucket, Cond, Key, Proto, Rule, Ruleset, StrField, StrOp, Unit,
+};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -89,7 +91,9 @@ pub struct Vcl {
 /// A VCL string literal (`"…"`, or `{"…"}` when it holds a quote).
 fn string(s: &str) -> Result<String, String> {
     if s.chars().any(|c| c.is_control()) {
-        return Err(format!("{s:?} has a control character, which VCL strings cannot hold"));
+        return Err(format!(
+            "{s:?} has a control character, which VCL strings cannot hold"
+        ));
     }
     if !s.contains('"') {
         Ok(format!("\"{s}\""))
@@ -102,10 +106,15 @@ fn string(s: &str) -> Result<String, String> {
 
 /// The VCL name of a header, if VCL can write it (`req.http.NAME`).
 fn header(h: &str) -> Result<String, String> {
-    if !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    if !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
         Ok(format!("req.http.{h}"))
     } else {
-        Err(format!("header {h:?}: VCL writes only letters, digits, - and _ in header names"))
+        Err(format!(
+            "header {h:?}: VCL writes only letters, digits, - and _ in header names"
+        ))
     }
 }
 
@@ -181,7 +190,8 @@ impl Writer<'_> {
                     StrOp::Suffix(v) => format!("{f} ~ \"{}\\z\"", literal(v.as_bytes())),
                     StrOp::Contains(v) => format!("{f} ~ \"{}\"", literal(v.as_bytes())),
                     StrOp::Regex { pattern, ci } => {
-                        let p = to_pcre(pattern, *ci).map_err(|e| format!("regex {pattern:?}: {}", e.0))?;
+                        let p = to_pcre(pattern, *ci)
+                            .map_err(|e| format!("regex {pattern:?}: {}", e.0))?;
                         format!("{f} ~ \"{p}\"")
                     }
                 };
@@ -191,7 +201,12 @@ impl Writer<'_> {
                 }
             }
             Atom::Present(StrField::Header(h)) => header(h)?,
-            Atom::Present(f) => return Err(format!("`{} present`: VCL cannot decode query parameters", f.display())),
+            Atom::Present(f) => {
+                return Err(format!(
+                    "`{} present`: VCL cannot decode query parameters",
+                    f.display()
+                ))
+            }
             Atom::Ip(s) => format!("{} ~ {}", self.client(), self.acl(*s)),
             Atom::DstIp(s) => format!("server.ip ~ {}", self.acl(*s)),
             Atom::Port(r) => {
@@ -208,7 +223,12 @@ impl Writer<'_> {
                 format!("({})", parts.join(" || "))
             }
             // Requests come over TCP.
-            Atom::Proto(p) => (if p.contains(&Proto::Tcp) { "true" } else { "false" }).into(),
+            Atom::Proto(p) => (if p.contains(&Proto::Tcp) {
+                "true"
+            } else {
+                "false"
+            })
+            .into(),
         })
     }
 
@@ -222,7 +242,11 @@ impl Writer<'_> {
             }
             Cond::Not(x) => format!("!({})", self.cond(x)?),
             Cond::And(v) | Cond::Or(v) => {
-                let sep = if matches!(c, Cond::And(_)) { " && " } else { " || " };
+                let sep = if matches!(c, Cond::And(_)) {
+                    " && "
+                } else {
+                    " || "
+                };
                 let mut parts = Vec::new();
                 for x in v {
                     parts.push(self.cond(x)?);
@@ -249,9 +273,17 @@ impl Writer<'_> {
                     }
                     header(h)?
                 }
-                Key::Path => return Err("`by path`: VCL keys the raw URL, rctl the normalised path".into()),
-                Key::Prefix { .. } => return Err("`by prefix(…)`: VCL cannot mask an address into a key".into()),
-                Key::Query(q) => return Err(format!("`by query({q:?})`: VCL cannot decode a query parameter")),
+                Key::Path => {
+                    return Err("`by path`: VCL keys the raw URL, rctl the normalised path".into())
+                }
+                Key::Prefix { .. } => {
+                    return Err("`by prefix(…)`: VCL cannot mask an address into a key".into())
+                }
+                Key::Query(q) => {
+                    return Err(format!(
+                        "`by query({q:?})`: VCL cannot decode a query parameter"
+                    ))
+                }
             };
             let _ = write!(k, " + \" \" + {part}");
         }
@@ -269,7 +301,10 @@ impl Writer<'_> {
             (Action::Log, _) | (_, true) => tag,
             (Action::Allow, false) => "return;".into(),
             (Action::Drop, false) => {
-                return Err("drop: Varnish answers every request it reads; it cannot close without one".into())
+                return Err(
+                    "drop: Varnish answers every request it reads; it cannot close without one"
+                        .into(),
+                )
             }
             (Action::Deny { status, reason }, false) => {
                 format!("return (synth({status}, {}));", string(reason)?)
@@ -283,7 +318,8 @@ impl Writer<'_> {
                             "{}: rctl's default bucket (GCRA) is written as vsthrottle's with the same burst ({}) and rate; both admit the burst at once and ban alike, but vsthrottle refills by whole tokens from the last take (use `bucket vsthrottle` for exactly Varnish's admission)",
                             r.name, t.burst
                         ));
-                        let p = u128::from(t.period_ms) * u128::from(t.burst) / u128::from(t.limit.max(1));
+                        let p = u128::from(t.period_ms) * u128::from(t.burst)
+                            / u128::from(t.limit.max(1));
                         (t.burst, p.max(1).min(u128::from(u64::MAX)) as u64)
                     }
                 };
@@ -326,7 +362,8 @@ fn acl_text(name: &str, set: &rctl_compiler::ir::IpSet) -> String {
 /// unreserved character decoded, then every other escape's hex in upper
 /// case.
 fn normalise_path() -> String {
-    let mut s = String::from("        set req.http.X-Rctl-Path = regsub(req.url, \"\\?.*\\z\", \"\");\n");
+    let mut s =
+        String::from("        set req.http.X-Rctl-Path = regsub(req.url, \"\\?.*\\z\", \"\");\n");
     let unreserved = (b'0'..=b'9')
         .chain(b'A'..=b'Z')
         .chain(b'a'..=b'z')
@@ -378,7 +415,10 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Vcl, Vec<(String, String)>> {
         }
         if let Action::Throttle(t) = &r.action {
             if t.unit != Unit::Requests {
-                notes.push(format!("{}: packet and connection limits are the XDP program's; not in VCL", r.name));
+                notes.push(format!(
+                    "{}: packet and connection limits are the XDP program's; not in VCL",
+                    r.name
+                ));
                 continue;
             }
         }
