@@ -86,7 +86,7 @@ const IPS: &[&str] = &[
     "192.0.2.1",
 ];
 
-fn random_condition(r: &mut Rng, depth: u32) -> String {
+pub(crate) fn random_condition(r: &mut Rng, depth: u32) -> String {
     if depth > 2 || r.next() % 3 == 0 {
         return match r.next() % 16 {
             0 => format!("path == \"{}\"", r.pick(PATHS)),
@@ -159,12 +159,12 @@ fn random_condition(r: &mut Rng, depth: u32) -> String {
     }
 }
 
-fn random_ruleset(r: &mut Rng, rules: usize) -> String {
+pub(crate) fn random_ruleset(r: &mut Rng, rules: usize) -> String {
     random_rules(r, rules).concat()
 }
 
 /// Random rules, one string each.
-fn random_rules(r: &mut Rng, rules: usize) -> Vec<String> {
+pub(crate) fn random_rules(r: &mut Rng, rules: usize) -> Vec<String> {
     let mut src = Vec::new();
     for i in 0..rules {
         let action = match r.next() % 7 {
@@ -202,7 +202,7 @@ fn random_rules(r: &mut Rng, rules: usize) -> Vec<String> {
 
 /// Rules whose conditions are one or two address tests, over sets that
 /// overlap each other in every way: equal, nested, in part, not at all.
-fn address_rules(r: &mut Rng, rules: usize) -> Vec<String> {
+pub(crate) fn address_rules(r: &mut Rng, rules: usize) -> Vec<String> {
     const SETS: &[&str] = &[
         "198.51.100.0/24",
         "198.51.100.0/25",
@@ -232,7 +232,7 @@ fn address_rules(r: &mut Rng, rules: usize) -> Vec<String> {
 }
 
 /// A random request.
-fn random_request<'a>(
+pub(crate) fn random_request<'a>(
     r: &mut Rng,
     headers: &'a mut Vec<(&'static [u8], &'static [u8])>,
     target: &'a mut String,
@@ -330,38 +330,40 @@ fn no_exemption_the_compiler_accepts_is_preempted_on_random_traffic() {
 
 /// The compiler's promise about exemptions, checked on traffic by an
 /// independent route: when it reported no conflict, no request that an
-/// allow matches is matched by an enforcing rule evaluated before it
-/// (each rule's match computed on its own by the reference evaluator,
-/// not by any evaluator's decision path). Returns the requests on which
-/// an allow matched with enforcing rules before it.
-fn no_allow_is_preempted(
+/// allow matches reaches an enforcing rule evaluated before it. Walking
+/// the rules before the allow in order, the first active one that matches
+/// the request and decides or limits (allow, deny, drop, throttle) must be
+/// an allow, when there is one (each rule's match computed on its own by
+/// the reference evaluator, not by any evaluator's decision path). Returns
+/// the requests on which an allow matched with enforcing rules before it.
+pub(crate) fn no_allow_is_preempted(
     rs: &rctl_compiler::ir::Ruleset,
     naive: &NaiveEngine,
     req: &rctl_dataplane::Request<'_>,
     src: &str,
 ) -> usize {
     use rctl_compiler::ir::Action;
-    let enforcing = |r: &rctl_compiler::ir::Rule| {
-        r.enabled
-            && !r.shadow
-            && !r.is_packet_limit()
-            && !matches!(r.action, Action::Allow | Action::Log)
+    let acting = |r: &rctl_compiler::ir::Rule| {
+        r.enabled && !r.shadow && !r.is_packet_limit() && r.action != Action::Log
     };
     let mut checked = 0;
     for (a, allow) in rs.rules.iter().enumerate() {
         if !allow.enabled || allow.shadow || allow.action != Action::Allow {
             continue;
         }
-        let earlier: Vec<usize> = (0..a).filter(|&i| enforcing(&rs.rules[i])).collect();
-        if earlier.is_empty() || !naive.rule_matches(a, req) {
+        let earlier: Vec<usize> = (0..a).filter(|&i| acting(&rs.rules[i])).collect();
+        if earlier.iter().all(|&i| rs.rules[i].action == Action::Allow)
+            || !naive.rule_matches(a, req)
+        {
             continue;
         }
         checked += 1;
-        for i in earlier {
+        if let Some(&i) = earlier.iter().find(|&&i| naive.rule_matches(i, req)) {
             assert!(
-                !naive.rule_matches(i, req),
-                "`{}` matches a request that the allow `{}` after it matches, and no E0050 was reported\nruleset:\n{src}\nrequest: {req:?}",
+                rs.rules[i].action == Action::Allow,
+                "`{}` ({}) decides a request that the allow `{}` after it matches, and no E0050 was reported\nruleset:\n{src}\nrequest: {req:?}",
                 rs.rules[i].name,
+                rs.rules[i].action.kind(),
                 allow.name
             );
         }

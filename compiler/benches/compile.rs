@@ -9,6 +9,10 @@ mod gen;
 mod realistic;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rctl_compiler::check::check_rules;
+use rctl_compiler::diag::Diagnostics;
+use rctl_compiler::plan::SpannedRule;
+use rctl_compiler::source::Span;
 use rctl_compiler::{compile_paths, Options};
 use std::path::PathBuf;
 
@@ -108,6 +112,33 @@ fn scale(c: &mut Criterion, opts: &Options) {
         );
         g.bench_function(BenchmarkId::new("realistic_rules", rules), |b| {
             b.iter(|| compile_paths(&paths, opts))
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // The analysis alone (unreachable rules and exemption conflicts,
+    // decided exactly, with witnesses), on the rules of a compiled
+    // ruleset: what `check` adds to a compile.
+    for rules in [1_000, 10_000] {
+        let dir = workdir(&format!("analysis{rules}"));
+        realistic::write_realistic(&dir, rules);
+        let c = compile_paths(&[dir.join("rules.rctl")], opts);
+        let rs = c.ruleset.expect("must compile");
+        let spanned: Vec<SpannedRule> = rs
+            .rules
+            .iter()
+            .map(|r| SpannedRule {
+                rule: r.clone(),
+                name: Span::default(),
+                when: Span::default(),
+                allow_undecided: false,
+            })
+            .collect();
+        g.bench_function(BenchmarkId::new("analysis", rules), |b| {
+            b.iter(|| {
+                let mut d = Diagnostics::default();
+                check_rules(&spanned, &rs.atoms, &rs.ipsets, opts, &mut d);
+                d
+            })
         });
         let _ = std::fs::remove_dir_all(&dir);
     }

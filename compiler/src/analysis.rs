@@ -13,6 +13,7 @@
 //! cached: a ruleset asks about the same pairs over and over.
 
 use crate::ir::{Atom, Cond, IpSet, StrField, StrOp};
+use crate::witness::{Solution, Solver, Witness};
 use std::collections::HashMap;
 
 /// A literal: an atom index, possibly negated.
@@ -92,6 +93,22 @@ pub enum Overlap {
     Undecided,
 }
 
+/// The exact answer to "is there a request for which all these goals
+/// hold?" ([`Analyzer::solve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exact {
+    /// Yes: this one.
+    Sat(Box<Witness>),
+    /// No request.
+    Unsat,
+    /// Some combination of literals could not be decided exactly (a DFA
+    /// over its budget, fields that depend on each other), and no other
+    /// combination holds: why.
+    Unknown(String),
+    /// The search ran out of its step budget.
+    OutOfSteps,
+}
+
 /// Answers implication and contradiction questions about atoms.
 pub struct Analyzer<'a> {
     atoms: &'a [Atom],
@@ -102,6 +119,8 @@ pub struct Analyzer<'a> {
     regexes: HashMap<u32, Option<regex_automata::meta::Regex>>,
     implies: HashMap<(u32, u32), bool>,
     excludes: HashMap<(u32, u32), bool>,
+    /// Exact per-field answers and witnesses.
+    pub solver: Solver,
 }
 
 /// A work budget: each literal comparison and search step costs one.
@@ -140,7 +159,19 @@ impl<'a> Analyzer<'a> {
             regexes: HashMap::new(),
             implies: HashMap::new(),
             excludes: HashMap::new(),
+            solver: Solver::default(),
         }
+    }
+
+    /// Whether `c` holds for the witness, as the engine would decide
+    /// (`None`: a regex the analysis cannot run).
+    pub fn witness_holds(&mut self, c: &Cond, w: &Witness) -> Option<bool> {
+        self.solver.holds(self.atoms, self.ipsets, c, w)
+    }
+
+    /// Whether a conjunction of literals holds for some request, exactly.
+    pub fn solve_lits(&mut self, lits: &[Lit]) -> Solution {
+        self.solver.solve(self.atoms, self.ipsets, lits)
     }
 
     /// The predicate table.
@@ -411,6 +442,19 @@ impl<'a> Analyzer<'a> {
     pub fn overlap(&mut self, a: &Cond, b: &Cond, budget: &mut Budget) -> Overlap {
         Search::new(vec![(b, false), (a, false)]).run(self, budget)
     }
+
+    /// Whether some request satisfies every goal (a condition, or with
+    /// `true` its negation), exactly: the same search as
+    /// [`Analyzer::overlap`], where each complete branch (a conjunction of
+    /// literals no two of which exclude each other) is then decided field
+    /// by field ([`Solver`]); a branch that holds for no request is
+    /// abandoned like a contradictory one. The first branch that holds
+    /// gives the witness.
+    pub fn solve(&mut self, goals: Vec<(&Cond, bool)>, budget: &mut Budget) -> Exact {
+        let mut goals = goals;
+        goals.reverse();
+        Search::new(goals).exact(self, budget)
+    }
 }
 
 /// How much work one [`Analyzer::term_unsat`] may do.
@@ -470,6 +514,25 @@ impl Trail {
         }
     }
 
+    /// Whether a literal of the branch implies `l`.
+    fn implies(&self, an: &mut Analyzer<'_>, l: Lit, budget: &mut Budget) -> Option<bool> {
+        if self.seen.contains(&l) {
+            return Some(true);
+        }
+        let Some([pos, neg]) = self.by_class.get(&an.class(l.0)) else {
+            return Some(false);
+        };
+        for &k in pos.iter().chain(neg) {
+            if !budget.spend(1) {
+                return None;
+            }
+            if an.lit_implies(k, l) {
+                return Some(true);
+            }
+        }
+        Some(false)
+    }
+
     /// Whether `l` contradicts a literal of the branch.
     fn clashes(&self, an: &mut Analyzer<'_>, l: Lit, budget: &mut Budget) -> Option<bool> {
         let Some([pos, neg]) = self.by_class.get(&an.class(l.0)) else {
@@ -525,6 +588,31 @@ impl<'c> Search<'c> {
         }
     }
 
+    fn exact(mut self, an: &mut Analyzer<'_>, budget: &mut Budget) -> Exact {
+        let mut unknown = None;
+        loop {
+            match self.extend(an, budget) {
+                None => return Exact::OutOfSteps,
+                Some(true) => {
+                    if !budget.spend(self.trail.len() as u64 + 1) {
+                        return Exact::OutOfSteps;
+                    }
+                    match an.solve_lits(&self.trail.lits) {
+                        Solution::Sat(w) => return Exact::Sat(w),
+                        Solution::Unsat => {}
+                        Solution::Unknown(why) => {
+                            unknown.get_or_insert(why);
+                        }
+                    }
+                }
+                Some(false) => {}
+            }
+            if !self.backtrack(an, budget) {
+                return unknown.map_or(Exact::Unsat, Exact::Unknown);
+            }
+        }
+    }
+
     fn run(mut self, an: &mut Analyzer<'_>, budget: &mut Budget) -> Overlap {
         loop {
             match self.extend(an, budget) {
@@ -564,33 +652,32 @@ impl<'c> Search<'c> {
                 }
                 continue;
             }
-            // Only disjunctions are left: split the most constrained one.
+            // Only disjunctions are left. Those the branch already
+            // satisfies are dropped; the most constrained other is split.
+            let mut left = std::mem::take(&mut self.pending).into_iter();
+            let mut keep: Vec<Goal<'c>> = Vec::with_capacity(left.len());
             let mut best: Option<(usize, Vec<Goal<'c>>)> = None;
-            for (i, &g) in self.pending.iter().enumerate() {
-                let Shape::Any(v, n) = shape(g) else { continue };
-                let mut viable = Vec::new();
-                for x in v {
-                    let alt = (x, n);
-                    let keep = match shape(alt) {
-                        Shape::Const(b) => b,
-                        Shape::Lit(l) => !self.trail.clashes(an, l, budget)?,
-                        Shape::All(..) | Shape::Any(..) => true,
-                    };
-                    if keep {
-                        viable.push(alt);
-                    }
-                    if !budget.spend(1) {
-                        return None;
-                    }
-                }
+            while let Some(g) = left.next() {
+                let Shape::Any(v, n) = shape(g) else {
+                    keep.push(g);
+                    continue;
+                };
+                let Some(viable) = self.viable(an, v, n, budget)? else {
+                    continue;
+                };
                 if best.as_ref().is_none_or(|b| viable.len() < b.1.len()) {
                     let done = viable.len() <= 1;
-                    best = Some((i, viable));
+                    best = Some((keep.len(), viable));
+                    keep.push(g);
                     if done {
+                        keep.extend(left);
                         break;
                     }
+                } else {
+                    keep.push(g);
                 }
             }
+            self.pending = keep;
             let Some((i, mut viable)) = best else {
                 return Some(true);
             };
@@ -612,6 +699,39 @@ impl<'c> Search<'c> {
             }
             self.agenda.push(first);
         }
+    }
+
+    /// The alternatives of a disjunction that do not contradict the
+    /// branch; `None` when the branch already satisfies one of them.
+    fn viable(
+        &self,
+        an: &mut Analyzer<'_>,
+        v: &'c [Cond],
+        n: bool,
+        budget: &mut Budget,
+    ) -> Option<Option<Vec<Goal<'c>>>> {
+        let mut viable = Vec::new();
+        for x in v {
+            let alt = (x, n);
+            if !budget.spend(1) {
+                return None;
+            }
+            let keep = match shape(alt) {
+                Shape::Const(true) => return Some(None),
+                Shape::Const(false) => false,
+                Shape::Lit(l) => {
+                    if self.trail.implies(an, l, budget)? {
+                        return Some(None);
+                    }
+                    !self.trail.clashes(an, l, budget)?
+                }
+                Shape::All(..) | Shape::Any(..) => true,
+            };
+            if keep {
+                viable.push(alt);
+            }
+        }
+        Some(Some(viable))
     }
 
     /// Moves to the next untried alternative; `false` when none is left.

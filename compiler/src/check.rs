@@ -23,12 +23,14 @@
 //!   [`crate::Options::max_dnf_terms`] terms are not checked (a missed
 //!   warning, never a wrong one).
 
-use crate::analysis::{dnf, Analyzer, Budget, Lit, Overlap, Term};
+use crate::analysis::{dnf, Analyzer, Budget, Overlap, Term};
 use crate::diag::{code, Diagnostic, Diagnostics};
-use crate::ir::{Action, Atom, Cond, IpSet, Rule, StrOp};
+use crate::ir::{Action, Atom, IpSet, Rule, StrOp};
 use crate::plan::SpannedRule;
+use crate::proof::{self, Conflict, Deciders, Reach};
+use crate::summary::{Enforcers, Summary};
 use crate::Options;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 fn sites_cover(outer: &Rule, inner: &Rule) -> bool {
     outer.sites.is_empty()
@@ -52,8 +54,11 @@ pub fn check_rules(
     diags: &mut Diagnostics,
 ) {
     let mut an = Analyzer::new(atoms, ipsets);
-    unreachable(rules, &mut an, opts, diags);
-    exemptions(rules, &mut an, opts, diags);
+    let warned = unreachable(rules, &mut an, opts, diags);
+    let refs: Vec<&Rule> = rules.iter().map(|r| &r.rule).collect();
+    let deciders = Deciders::new(&an, &refs);
+    covered(rules, &refs, &deciders, &warned, &mut an, opts, diags);
+    exemptions(rules, &refs, &deciders, &mut an, opts, diags);
 }
 
 // ------------------------------------------------------------ unreachable
@@ -223,13 +228,15 @@ impl Implied {
 /// is not checked: a warning may be missed, never given wrongly.
 const CANDIDATE_BUDGET: u64 = 1 << 20;
 
-/// Warns about rules that an earlier terminal rule always decides first.
+/// Warns about rules that one earlier terminal rule always decides first;
+/// returns the rules warned about.
 fn unreachable(
     rules: &[SpannedRule],
     an: &mut Analyzer<'_>,
     opts: &Options,
     diags: &mut Diagnostics,
-) {
+) -> HashSet<usize> {
+    let mut warned = HashSet::new();
     let forms: Vec<Option<Vec<Term>>> = rules
         .iter()
         .map(|r| {
@@ -347,334 +354,81 @@ fn unreachable(
                         .secondary(earlier.name, format!("`{}` ({}) matches all of its traffic first", e.name, e.action.kind()))
                         .hint("give it a lower priority number than the earlier rule, or narrow the earlier rule"),
                 );
+                warned.insert(j);
                 break;
             }
         }
+    }
+    warned
+}
+
+/// Warns about the rules no request reaches, though no one earlier rule
+/// covers them: several do together ([`proof::reach`]), or the condition
+/// holds for no request.
+fn covered(
+    rules: &[SpannedRule],
+    refs: &[&Rule],
+    deciders: &Deciders,
+    warned: &HashSet<usize>,
+    an: &mut Analyzer<'_>,
+    opts: &Options,
+    diags: &mut Diagnostics,
+) {
+    for (j, later) in rules.iter().enumerate() {
+        let l = &later.rule;
+        if warned.contains(&j) || !proof::asked(an, l) {
+            continue;
+        }
+        let d = match proof::reach(an, refs, deciders, j, opts) {
+            Reach::Covered(by) => {
+                let mut d = Diagnostic::warning(
+                    code::UNREACHABLE,
+                    format!("rule `{}` is unreachable", l.name),
+                )
+                .primary(later.name, "never decides anything");
+                for &i in by.iter().take(4) {
+                    let e = &rules[i].rule;
+                    d = d.secondary(
+                        rules[i].name,
+                        format!(
+                            "`{}` ({}) decides part of its traffic first",
+                            e.name,
+                            e.action.kind()
+                        ),
+                    );
+                }
+                let names: Vec<String> = by
+                    .iter()
+                    .map(|&i| format!("`{}`", rules[i].rule.name))
+                    .collect();
+                d.note(format!(
+                    "together, {} decide every request it matches before it",
+                    names.join(", ")
+                ))
+                .hint("give it a lower priority number than those rules, or narrow them")
+            }
+            Reach::NeverMatches => Diagnostic::warning(
+                code::UNREACHABLE,
+                format!(
+                    "rule `{}` is unreachable: its condition holds for no request",
+                    l.name
+                ),
+            )
+            .primary(later.when, "no request satisfies all of this")
+            .hint("look for tests on one field that exclude each other"),
+            Reach::Reached { .. } | Reach::Unknown(_) => continue,
+        };
+        diags.push(d);
     }
 }
 
 // ------------------------------------------------------------ exemptions
 
-/// What a condition needs of one string field: one of a few values, or a
-/// prefix. (A field absent from a [`Summary`] may have any value.)
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Need {
-    Values(BTreeSet<String>),
-    Prefix(String),
-}
-
-/// A summary of what every request a condition matches must have: an
-/// over-approximation, so two disjoint summaries prove two conditions
-/// disjoint.
-#[derive(Debug, Clone, Default)]
-struct Summary {
-    /// The condition never holds.
-    never: bool,
-    /// Per field class.
-    fields: BTreeMap<u32, Need>,
-    /// Address atoms (client or destination) that must hold.
-    ip_in: BTreeSet<u32>,
-    /// Address atoms that must not hold.
-    ip_out: BTreeSet<u32>,
-}
-
-/// Value sets larger than this are widened to their common prefix.
-const MAX_VALUES: usize = 4096;
-
-fn common_prefix<'s>(a: &'s str, b: &str) -> &'s str {
-    let n = a
-        .char_indices()
-        .zip(b.chars())
-        .find(|((_, x), y)| x != y)
-        .map_or(a.len().min(b.len()), |((i, _), _)| i);
-    &a[..n]
-}
-
-/// The longest common prefix of `p` and every value.
-fn lcp(p: &str, values: &BTreeSet<String>) -> String {
-    values
-        .iter()
-        .fold(p.to_string(), |p, x| common_prefix(&p, x).to_string())
-}
-
-fn widen(n: Need) -> Option<Need> {
-    match n {
-        Need::Values(v) if v.len() > MAX_VALUES => {
-            let p = lcp(v.first()?, &v);
-            (!p.is_empty()).then_some(Need::Prefix(p))
-        }
-        Need::Prefix(p) if p.is_empty() => None,
-        n => Some(n),
-    }
-}
-
-impl Summary {
-    fn never() -> Self {
-        Summary {
-            never: true,
-            ..Summary::default()
-        }
-    }
-
-    fn of(an: &Analyzer<'_>, c: &Cond, neg: bool) -> Summary {
-        match (c, neg) {
-            (Cond::True, false) | (Cond::False, true) => Summary::default(),
-            (Cond::True, true) | (Cond::False, false) => Summary::never(),
-            (Cond::Not(x), n) => Summary::of(an, x, !n),
-            (Cond::Atom(a), n) => Summary::lit(an, (*a, n)),
-            (Cond::And(v), false) | (Cond::Or(v), true) => v
-                .iter()
-                .fold(Summary::default(), |s, x| s.meet(Summary::of(an, x, neg))),
-            (Cond::Or(v), false) | (Cond::And(v), true) => {
-                let mut it = v.iter().map(|x| Summary::of(an, x, neg));
-                let first = it.next().unwrap_or_else(Summary::never);
-                it.fold(first, Summary::join)
-            }
-        }
-    }
-
-    fn lit(an: &Analyzer<'_>, (a, neg): Lit) -> Summary {
-        let mut s = Summary::default();
-        match (&an.atoms()[a as usize], neg) {
-            (Atom::Ip(_) | Atom::DstIp(_), false) => {
-                s.ip_in.insert(a);
-            }
-            (Atom::Ip(_) | Atom::DstIp(_), true) => {
-                s.ip_out.insert(a);
-            }
-            (Atom::Str { op, .. }, false) => {
-                let need = match op {
-                    StrOp::Eq(v) => Need::Values(BTreeSet::from([v.clone()])),
-                    StrOp::In(vs) => Need::Values(vs.iter().cloned().collect()),
-                    StrOp::Prefix(p) => Need::Prefix(p.clone()),
-                    _ => return s,
-                };
-                if let Some(n) = widen(need) {
-                    s.fields.insert(an.class(a), n);
-                }
-            }
-            _ => {}
-        }
-        s
-    }
-
-    /// Both hold.
-    fn meet(mut self, o: Summary) -> Summary {
-        if self.never || o.never {
-            return Summary::never();
-        }
-        for (c, n) in o.fields {
-            let merged = match (self.fields.remove(&c), n) {
-                (None, n) => n,
-                (Some(Need::Values(a)), Need::Values(b)) => {
-                    Need::Values(a.intersection(&b).cloned().collect())
-                }
-                (Some(Need::Values(v)), Need::Prefix(p))
-                | (Some(Need::Prefix(p)), Need::Values(v)) => {
-                    Need::Values(v.into_iter().filter(|x| x.starts_with(&p)).collect())
-                }
-                (Some(Need::Prefix(p)), Need::Prefix(q)) => {
-                    if p.starts_with(&q) {
-                        Need::Prefix(p)
-                    } else if q.starts_with(&p) {
-                        Need::Prefix(q)
-                    } else {
-                        Need::Values(BTreeSet::new())
-                    }
-                }
-            };
-            if merged == Need::Values(BTreeSet::new()) {
-                return Summary::never();
-            }
-            self.fields.insert(c, merged);
-        }
-        self.ip_in.extend(o.ip_in);
-        self.ip_out.extend(o.ip_out);
-        self
-    }
-
-    /// Either holds.
-    fn join(self, o: Summary) -> Summary {
-        if self.never {
-            return o;
-        }
-        if o.never {
-            return self;
-        }
-        let mut fields = BTreeMap::new();
-        for (c, a) in self.fields {
-            let Some(b) = o.fields.get(&c) else { continue };
-            let joined = match (a, b) {
-                (Need::Values(mut a), Need::Values(b)) => {
-                    a.extend(b.iter().cloned());
-                    Need::Values(a)
-                }
-                (Need::Values(v), Need::Prefix(p)) => Need::Prefix(lcp(p, &v)),
-                (Need::Prefix(p), Need::Values(v)) => Need::Prefix(lcp(&p, v)),
-                (Need::Prefix(p), Need::Prefix(q)) => {
-                    Need::Prefix(common_prefix(&p, q).to_string())
-                }
-            };
-            if let Some(n) = widen(joined) {
-                fields.insert(c, n);
-            }
-        }
-        Summary {
-            never: false,
-            fields,
-            ip_in: self.ip_in.intersection(&o.ip_in).copied().collect(),
-            ip_out: self.ip_out.intersection(&o.ip_out).copied().collect(),
-        }
-    }
-}
-
-/// A set of rule positions.
-#[derive(Clone)]
-struct Bits(Vec<u64>);
-
-impl Bits {
-    fn new(n: usize) -> Self {
-        Bits(vec![0; n.div_ceil(64)])
-    }
-    fn set(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    fn clear(&mut self, i: usize) {
-        self.0[i / 64] &= !(1 << (i % 64));
-    }
-    /// Clears every position from `n` on.
-    fn keep_below(&mut self, n: usize) {
-        let (w, b) = (n / 64, n % 64);
-        if let Some(word) = self.0.get_mut(w) {
-            *word &= (1u64 << b) - 1;
-        }
-        self.0.iter_mut().skip(w + 1).for_each(|x| *x = 0);
-    }
-    fn and(&mut self, o: &Bits) {
-        self.0.iter_mut().zip(&o.0).for_each(|(a, b)| *a &= b);
-    }
-    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| w * 64 + b)
-        })
-    }
-}
-
-/// The enforcing rules, indexed by what their summaries need.
-struct Enforcers {
-    n: usize,
-    /// Rules that can decide against an allow (and may match at all).
-    live: Bits,
-    /// Per field class: the rules that need something of that field.
-    constrained: HashMap<u32, Bits>,
-    values: HashMap<u32, BTreeMap<String, Vec<usize>>>,
-    prefixes: HashMap<u32, BTreeMap<String, Vec<usize>>>,
-    ip_in: BTreeMap<u32, Vec<usize>>,
-    ip_out: BTreeMap<u32, Vec<usize>>,
-}
-
-/// Address atoms beyond which the index ignores addresses (the exact
-/// check still sees them).
-const MAX_INDEXED_SETS: usize = 1024;
-
-impl Enforcers {
-    fn new(n: usize) -> Self {
-        Enforcers {
-            n,
-            live: Bits::new(n),
-            constrained: HashMap::new(),
-            values: HashMap::new(),
-            prefixes: HashMap::new(),
-            ip_in: BTreeMap::new(),
-            ip_out: BTreeMap::new(),
-        }
-    }
-
-    fn add(&mut self, i: usize, s: &Summary) {
-        if s.never {
-            return;
-        }
-        self.live.set(i);
-        for (&c, need) in &s.fields {
-            let n = self.n;
-            self.constrained
-                .entry(c)
-                .or_insert_with(|| Bits::new(n))
-                .set(i);
-            match need {
-                Need::Values(vs) => {
-                    let m = self.values.entry(c).or_default();
-                    vs.iter()
-                        .for_each(|v| m.entry(v.clone()).or_default().push(i));
-                }
-                Need::Prefix(p) => self
-                    .prefixes
-                    .entry(c)
-                    .or_default()
-                    .entry(p.clone())
-                    .or_default()
-                    .push(i),
-            }
-        }
-        s.ip_in
-            .iter()
-            .for_each(|&a| self.ip_in.entry(a).or_default().push(i));
-        s.ip_out
-            .iter()
-            .for_each(|&a| self.ip_out.entry(a).or_default().push(i));
-    }
-
-    /// The rules whose need of field class `c` is compatible with `need`.
-    fn compatible(&self, c: u32, need: &Need) -> Bits {
-        let mut out = Bits::new(self.n);
-        match self.constrained.get(&c) {
-            Some(b) => out.0.iter_mut().zip(&b.0).for_each(|(o, b)| *o = !b),
-            None => return Bits(vec![u64::MAX; self.n.div_ceil(64)]),
-        }
-        let empty = BTreeMap::new();
-        let values = self.values.get(&c).unwrap_or(&empty);
-        let prefixes = self.prefixes.get(&c).unwrap_or(&empty);
-        let mut add = |list: &Vec<usize>| list.iter().for_each(|&i| out.set(i));
-        let prefixes_of = |v: &str, add: &mut dyn FnMut(&Vec<usize>)| {
-            for (i, _) in v.char_indices().chain([(v.len(), ' ')]) {
-                if let Some(l) = prefixes.get(&v[..i]) {
-                    add(l);
-                }
-            }
-        };
-        match need {
-            Need::Values(vs) => {
-                for v in vs {
-                    if let Some(l) = values.get(v) {
-                        add(l);
-                    }
-                    prefixes_of(v, &mut add);
-                }
-            }
-            Need::Prefix(p) => {
-                let longer = |m: &BTreeMap<String, Vec<usize>>,
-                              add: &mut dyn FnMut(&Vec<usize>)| {
-                    for (k, l) in m.range(p.clone()..) {
-                        if !k.starts_with(p.as_str()) {
-                            break;
-                        }
-                        add(l);
-                    }
-                };
-                longer(values, &mut add);
-                longer(prefixes, &mut add);
-                prefixes_of(p, &mut add);
-            }
-        }
-        out
-    }
-}
-
 /// Reports every allow that an earlier enforcing rule may pre-empt.
 fn exemptions(
     rules: &[SpannedRule],
+    refs: &[&Rule],
+    deciders: &Deciders,
     an: &mut Analyzer<'_>,
     opts: &Options,
     diags: &mut Diagnostics,
@@ -695,7 +449,6 @@ fn exemptions(
             summaries[i] = Some(s);
         }
     }
-    let index_ips = index.ip_in.len() + index.ip_out.len() <= MAX_INDEXED_SETS;
     for (j, later) in rules.iter().enumerate() {
         let (true, Some(sum)) = (is_allow(&later.rule), &summaries[j]) else {
             continue;
@@ -703,25 +456,7 @@ fn exemptions(
         if sum.never {
             continue;
         }
-        let mut cands = index.live.clone();
-        cands.keep_below(j);
-        for (&c, need) in &sum.fields {
-            cands.and(&index.compatible(c, need));
-        }
-        if index_ips {
-            for &a in &sum.ip_in {
-                for (&e, list) in &index.ip_in {
-                    if an.atoms_exclude(a, e) {
-                        list.iter().for_each(|&i| cands.clear(i));
-                    }
-                }
-                for (&e, list) in &index.ip_out {
-                    if an.atom_implies(a, e) {
-                        list.iter().for_each(|&i| cands.clear(i));
-                    }
-                }
-            }
-        }
+        let cands = index.candidates(an, sum, j);
         for i in cands.iter() {
             let earlier = &rules[i];
             let (e, l) = (&earlier.rule, &later.rule);
@@ -731,12 +466,29 @@ fn exemptions(
             let mut budget = Budget(opts.max_overlap_steps);
             let conflict = match an.overlap(&l.cond, &e.cond, &mut budget) {
                 Overlap::Disjoint => continue,
-                Overlap::May => Diagnostic::error(
-                    code::EXEMPTION_CONFLICT,
-                    format!("exemption `{}` does not win over `{}`", l.name, e.name),
-                )
-                .primary(later.when, format!("`{}` allows this traffic", l.name))
-                .secondary(earlier.when, format!("but `{}` ({}, priority {}) is evaluated first and can match it", e.name, e.action.kind(), e.priority)),
+                Overlap::May => {
+                    let exact = proof::conflict(an, refs, deciders, (j, i), opts);
+                    let d = Diagnostic::error(
+                        code::EXEMPTION_CONFLICT,
+                        format!("exemption `{}` does not win over `{}`", l.name, e.name),
+                    )
+                    .primary(later.when, format!("`{}` allows this traffic", l.name));
+                    match exact {
+                        Conflict::Unreal => continue,
+                        Conflict::Real(p) => {
+                            let d = d
+                                .secondary(earlier.when, format!("but `{}` ({}, priority {}) is evaluated first and matches some of it", e.name, e.action.kind(), e.priority))
+                                .note(proof::describe(&p));
+                            match proof::witness_test(l, e, &p) {
+                                Some(t) => d.witness(t),
+                                None => d,
+                            }
+                        }
+                        Conflict::Unknown(why) => d
+                            .secondary(earlier.when, format!("but `{}` ({}, priority {}) is evaluated first and can match it", e.name, e.action.kind(), e.priority))
+                            .note(format!("not decided exactly ({why}): reported because the two are not provably disjoint")),
+                    }
+                }
                 Overlap::Undecided if later.allow_undecided => Diagnostic::warning(
                     code::EXEMPTION_UNPROVEN,
                     format!("exemption `{}` is not proven to win over `{}` (accepted: allow_undecided)", l.name, e.name),

@@ -2,7 +2,9 @@
 //! rulesets: the indexes must not lose a single warning or conflict.
 
 use super::*;
+use crate::analysis::Exact;
 use crate::diag::Severity;
+use crate::ir::Cond;
 
 use crate::TestRng as Rng;
 
@@ -107,6 +109,11 @@ fn found(diags: &Diagnostics) -> BTreeSet<(&'static str, String, String)> {
         .map(|d| {
             let names: Vec<&str> = d.message.split('`').skip(1).step_by(2).collect();
             let later = names[0].to_string();
+            if d.code == code::UNREACHABLE {
+                // One earlier rule or several: the oracle decides whether,
+                // not by which.
+                return (d.code, later, String::new());
+            }
             let earlier = match names.get(1) {
                 Some(e) => e.to_string(),
                 None => d.labels[1].message.split('`').nth(1).unwrap().to_string(),
@@ -116,18 +123,37 @@ fn found(diags: &Diagnostics) -> BTreeSet<(&'static str, String, String)> {
         .collect()
 }
 
-/// The checks as they were: every later rule against every earlier one,
-/// on DNFs.
+/// The checks without indexes and without laziness: every later rule
+/// against every earlier one, on DNFs for the pairwise answers, and with
+/// every earlier deciding rule negated at once for the exact ones.
 fn direct(l: &crate::lower::Lowered) -> BTreeSet<(&'static str, String, String)> {
     let mut an = Analyzer::new(&l.atoms, &l.ipsets);
     let forms: Vec<Option<Vec<Term>>> =
         l.rules.iter().map(|r| dnf(&r.rule.cond, 1 << 16)).collect();
+    let rules: Vec<&Rule> = l.rules.iter().map(|r| &r.rule).collect();
     let mut out = BTreeSet::new();
+    // Whether some request satisfies `goals` and no deciding rule before
+    // `below` that applies at the site (`None`: an error, undecided).
+    let exact =
+        |an: &mut Analyzer<'_>, goals: Vec<(&Cond, bool)>, below: usize, site: Option<&str>| {
+            let mut gs = goals;
+            for r in &rules[..below] {
+                if proof::decides(r) && proof::applies(r, site) {
+                    gs.push((&r.cond, true));
+                }
+            }
+            match an.solve(gs, &mut Budget(1 << 24)) {
+                Exact::Sat(_) => Some(true),
+                Exact::Unsat => Some(false),
+                Exact::Unknown(_) | Exact::OutOfSteps => None,
+            }
+        };
     for (j, later) in l.rules.iter().enumerate() {
         let lr = &later.rule;
         let Some(lf) = forms[j].as_ref().filter(|_| lr.enabled) else {
             continue;
         };
+        let mut single = false;
         for (e, ef) in l.rules[..j].iter().map(|x| &x.rule).zip(&forms) {
             if !active(e) || !e.action.is_terminal() || !sites_cover(e, lr) {
                 continue;
@@ -136,18 +162,46 @@ fn direct(l: &crate::lower::Lowered) -> BTreeSet<(&'static str, String, String)>
                 continue;
             }
             if an.implies(lf, ef.as_ref().unwrap()) {
-                out.insert((code::UNREACHABLE, lr.name.clone(), e.name.clone()));
+                single = true;
                 break;
             }
+        }
+        let sites: Vec<Option<&str>> = if lr.sites.is_empty() {
+            vec![None]
+        } else {
+            lr.sites.iter().map(|s| Some(s.as_str())).collect()
+        };
+        let union = !single
+            && proof::asked(&an, lr)
+            && sites
+                .iter()
+                .all(|&s| exact(&mut an, vec![(&lr.cond, false)], j, s) == Some(false));
+        if single || union {
+            out.insert((code::UNREACHABLE, lr.name.clone(), String::new()));
         }
         if lr.action != Action::Allow || lr.shadow {
             continue;
         }
-        for (e, ef) in l.rules[..j].iter().map(|x| &x.rule).zip(&forms) {
+        for (i, (e, ef)) in l.rules[..j].iter().map(|x| &x.rule).zip(&forms).enumerate() {
             if !active(e) || matches!(e.action, Action::Allow | Action::Log) || !sites_meet(e, lr) {
                 continue;
             }
-            if an.may_overlap(lf, ef.as_ref().unwrap()) {
+            if !an.may_overlap(lf, ef.as_ref().unwrap()) {
+                continue;
+            }
+            let goals = vec![(&lr.cond, false), (&e.cond, false)];
+            let l4 = |r: &Rule| crate::analysis::l7_fields(&r.cond, &l.atoms).is_empty();
+            let real = if e.is_packet_limit() || (l4(lr) && l4(e)) {
+                an.solver.packets = true;
+                let r = exact(&mut an, goals, 0, None) != Some(false);
+                an.solver.packets = false;
+                r
+            } else {
+                proof::common_sites(lr, e)
+                    .iter()
+                    .any(|s| exact(&mut an, goals.clone(), i, s.as_deref()) != Some(false))
+            };
+            if real {
                 out.insert((code::EXEMPTION_CONFLICT, lr.name.clone(), e.name.clone()));
             }
         }

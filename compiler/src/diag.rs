@@ -116,6 +116,12 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     /// What to do about it.
     pub hint: Option<String>,
+    /// Facts that back the finding (a request that shows it, what the
+    /// analysis could not decide), one line each.
+    pub notes: Vec<String>,
+    /// A `test` block that shows the finding, ready to paste into a rule
+    /// file (`rctl check --witness` prints it).
+    pub witness: Option<String>,
 }
 
 impl Diagnostic {
@@ -127,6 +133,8 @@ impl Diagnostic {
             message: message.into(),
             labels: Vec::new(),
             hint: None,
+            notes: Vec::new(),
+            witness: None,
         }
     }
 
@@ -155,6 +163,18 @@ impl Diagnostic {
             message: message.into(),
             primary: false,
         });
+        self
+    }
+
+    /// Adds a note.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// Sets the `test` block that shows the finding.
+    pub fn witness(mut self, test: impl Into<String>) -> Self {
+        self.witness = Some(test.into());
         self
     }
 
@@ -224,6 +244,9 @@ impl Diagnostic {
                 mark.repeat(shown.caret_len.clamp(1, 120)),
                 escape(&label.message)
             );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "{pad} = note: {}", escape(note));
         }
         if let Some(hint) = &self.hint {
             let _ = writeln!(out, "{pad} = hint: {}", escape(hint));

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addrs;
 pub mod analysis;
 pub mod artifact;
 pub mod ast;
@@ -32,12 +33,16 @@ mod lower_expr;
 mod lower_test;
 pub mod parse;
 pub mod plan;
+pub mod proof;
 pub mod scan;
 pub mod source;
 pub mod spec;
+pub mod strlang;
+mod summary;
 pub mod validate;
 pub mod value;
 mod wire;
+pub mod witness;
 
 /// A small deterministic generator (xorshift64) for randomized unit tests.
 #[cfg(test)]

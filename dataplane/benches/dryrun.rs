@@ -6,6 +6,10 @@
 //! `tshark -Y http.request -T fields` on it once (skip with
 //! RCTL_BENCH_NO_TSHARK=1).
 //!
+//! Then pcap-parser and etherparse against rctl's reader and decoder on
+//! the same capture, interleaved (`support/libs.rs`; only that, seven
+//! times, with RCTL_BENCH_ONLY_LIBS=1).
+//!
 //! Then the same traffic with every request cut into 1-byte segments (as a
 //! trickling or hostile client sends it), with ordinary heads and with
 //! 8 and 60 KiB heads, `RCTL_BENCH_TRICKLE_MB` megabytes each (default 10): the
@@ -13,6 +17,8 @@
 
 #[path = "support/capgen.rs"]
 mod capgen;
+#[path = "support/libs.rs"]
+mod libs;
 
 use std::time::Instant;
 
@@ -112,6 +118,10 @@ fn main() {
         );
     }
     let size = std::fs::metadata(&path).unwrap().len();
+    if std::env::var_os("RCTL_BENCH_ONLY_LIBS").is_some() {
+        libs::compare(&path, 7);
+        return;
+    }
     let c = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
     let rs = c.ruleset.expect("rules compile");
     let cpu_before = cpu_seconds().0;
@@ -126,6 +136,11 @@ fn main() {
         "rctl CPU time: {cpu:.2} s per run (both threads): {:.0} MB per CPU-second",
         size as f64 / 1e6 / cpu
     );
+    // pcap-parser and etherparse against the hand-written reader and
+    // decoder, on the same capture (skip with RCTL_BENCH_NO_LIBS=1).
+    if std::env::var_os("RCTL_BENCH_NO_LIBS").is_none() {
+        libs::compare(&path, 5);
+    }
     trickle(&rs, &dir);
     if std::env::var_os("RCTL_BENCH_NO_TSHARK").is_some() {
         return;

@@ -183,3 +183,28 @@ pub fn json(
             + "\n",
     )
 }
+
+/// Per rule, a request that reaches it, or why none does
+/// (`rctl explain --witness`).
+pub fn reaching(rs: &Ruleset, opts: &rctl_compiler::Options) -> String {
+    use rctl_compiler::proof::{reaching, Reach};
+    let mut out = String::from("\nrequests that reach each rule:\n");
+    let answers = reaching(&rs.rules, &rs.atoms, &rs.ipsets, opts);
+    for (r, answer) in rs.rules.iter().zip(answers) {
+        let line = match answer {
+            None => "not asked: it tests only addresses, ports and protocols (XDP decides those packets in its own order), or is disabled".to_string(),
+            Some(Reach::Reached { witness, site }) => {
+                let at = site.map(|s| format!(" (at site {s})")).unwrap_or_default();
+                format!("reached by {}{at}", witness.summary())
+            }
+            Some(Reach::Covered(by)) => {
+                let names: Vec<&str> = by.iter().map(|&i| rs.rules[i].name.as_str()).collect();
+                format!("unreachable: {} decide all of its traffic first", names.join(", "))
+            }
+            Some(Reach::NeverMatches) => "unreachable: its condition holds for no request".into(),
+            Some(Reach::Unknown(why)) => format!("not decided: {why}"),
+        };
+        let _ = writeln!(out, "  {:<28} {line}", r.name);
+    }
+    out
+}

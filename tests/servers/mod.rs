@@ -27,9 +27,10 @@
 )]
 
 pub mod haproxy;
-
+pub mod netns;
 pub mod nginx;
 pub mod serve;
+pub mod varnish;
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -314,4 +315,3 @@ pub fn tail(s: &str) -> String {
     let from = lines.len().saturating_sub(60);
     lines[from..].iter().map(|l| format!("{l}\n")).collect()
 }
-pub mod varnish;

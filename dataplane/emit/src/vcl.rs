@@ -263,7 +263,7 @@ impl Writer<'_> {
         for key in keys {
             let part = match key {
                 Key::Server => continue,
-                Key::Ip => format!("{}", self.client()),
+                Key::Ip => self.client(),
                 Key::Global | Key::Host => self.field(&StrField::Host)?,
                 Key::Method => "req.method".into(),
                 Key::Header(h) => {
