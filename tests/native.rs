@@ -71,6 +71,38 @@ fn requests(tests: &[TestCase]) -> Vec<Wire> {
     out
 }
 
+/// The requests of the dry-run fixture's incidents (tests/fixtures/pcap/
+/// incidents.pcap: scrapers, the updater, a re-render loop), in capture
+/// order, without the headers about the connection or a body (`send`
+/// writes its own `Connection: close` and no body).
+fn incident_requests() -> Vec<Wire> {
+    let f = std::fs::File::open(root().join("tests/fixtures/pcap/incidents.pcap")).unwrap();
+    let (reqs, err) = rctl_dataplane::dryrun::requests_in(std::io::BufReader::new(f));
+    assert!(err.is_none(), "{err:?}");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    reqs.iter()
+        .map(|r| Wire {
+            method: text(r.method()),
+            target: text(r.target()),
+            headers: r
+                .headers()
+                .map(|(n, v)| (text(n), text(v)))
+                .filter(|(n, _)| {
+                    ![
+                        "connection",
+                        "content-length",
+                        "transfer-encoding",
+                        "keep-alive",
+                    ]
+                    .iter()
+                    .any(|x| n.eq_ignore_ascii_case(x))
+                })
+                .collect(),
+            ip: r.client.0,
+        })
+        .collect()
+}
+
 /// Whether the servers take the request as it is: no bytes outside
 /// visible ASCII in the request line or header values (HAProxy answers 400
 /// itself), and an upper-case method (nginx, the backend, refuses `get`).
@@ -255,7 +287,7 @@ fn start_haproxy(
 /// The rulesets the servers run: the shipped rules, the corpus, and the
 /// imported requestctl fixtures (with their expectations).
 fn rulesets() -> Vec<(String, Ruleset, Vec<TestCase>)> {
-    let mut paths: Vec<PathBuf> = vec![root().join("rules")];
+    let mut paths: Vec<PathBuf> = vec![root().join("rules"), root().join("tests/fixtures/rules")];
     paths.extend(corpus_files());
     let imported = tempdir("native-import");
     let o = rctl(&[
@@ -301,12 +333,22 @@ fn emitted_vcl_and_haproxy_decide_as_rctl_on_every_test_request() {
     let dir = tempdir("native");
     let (_nginx, be) = backend(&dir);
     let mut compared = (0, 0);
+    let (mut emitted, mut total) = ((0, 0), 0);
     let mut disagreements = Vec::new();
     for (i, (name, rs, tests)) in rulesets().into_iter().enumerate() {
-        let reqs = requests(&tests);
+        let mut reqs = requests(&tests);
+        if name.ends_with("tests/fixtures/rules") {
+            // The dry-run fixture's rules: its incidents (the shipped rules
+            // drop 127.0.0.0/8, and HAProxy's silent drop answers nothing:
+            // each would wait for the read timeout).
+            reqs.extend(incident_requests());
+        }
         let vdir = dir.join(format!("v{i}"));
         std::fs::create_dir_all(&vdir).unwrap();
         let (varnishd, vfront, vskip) = start_varnish(&vdir, &rs, None, be);
+        for (rule, why) in &vskip {
+            eprintln!("varnish {name}: left out {rule}: {why}");
+        }
         let sendable_reqs: Vec<Wire> = reqs.into_iter().filter(sendable).collect();
         for (what, want, got) in replay(&without(&rs, &vskip), None, vfront, &sendable_reqs) {
             compared.0 += 1;
@@ -320,6 +362,12 @@ fn emitted_vcl_and_haproxy_decide_as_rctl_on_every_test_request() {
         let hdir = dir.join(format!("h{i}"));
         std::fs::create_dir_all(&hdir).unwrap();
         let (hap, hfront, hskip) = start_haproxy(&hdir, &rs, be);
+        for (rule, why) in &hskip {
+            eprintln!("haproxy {name}: left out {rule}: {why}");
+        }
+        emitted.0 += rs.rules.len() - vskip.len();
+        emitted.1 += rs.rules.len() - hskip.len();
+        total += rs.rules.len();
         for (what, want, got) in replay(&without(&rs, &hskip), None, hfront, &sendable_reqs) {
             compared.1 += 1;
             if want != got {
@@ -330,6 +378,14 @@ fn emitted_vcl_and_haproxy_decide_as_rctl_on_every_test_request() {
         }
         drop(hap);
     }
+    eprintln!(
+        "rules emitted of {total}: varnish {}, haproxy {}; requests compared: varnish {}, haproxy {}; disagreements: {}",
+        emitted.0,
+        emitted.1,
+        compared.0,
+        compared.1,
+        disagreements.len()
+    );
     assert!(
         compared.0 > 200 && compared.1 > 200,
         "too few requests compared: {compared:?}"
@@ -366,8 +422,11 @@ fn conftool_source(dir: &Path) -> Option<PathBuf> {
             .arg(dir)
             .status()
             .is_ok_and(|s| s.success());
-    crate::servers::skip_unless(ok, "conftool 5.3.0.1 from PyPI (python3 -m pip download), with python3-sympy, -pyparsing, -yaml")
-        .then(|| dir.join("conftool-5.3.0.1"))
+    crate::servers::skip_unless(
+        ok,
+        "conftool 5.3.0.1 from PyPI (python3 -m pip download), with python3-sympy and python3-yaml",
+    )
+    .then(|| dir.join("conftool-5.3.0.1"))
 }
 
 #[test]
@@ -441,4 +500,85 @@ fn imported_then_emitted_vcl_decides_as_requestctls_own_vcl() {
         bad.len(),
         bad.join("\n")
     );
+}
+
+/// `rctl emit vcl|haproxy` (the CLI): rules the target cannot express are
+/// named with the reason and refused (exit 1); with --skip-unsupported
+/// the files written for the shipped rules, the corpus and the dry-run
+/// fixture's rules pass `varnishd -C` and `haproxy -c`.
+#[test]
+fn rctl_emit_writes_files_the_servers_accept_and_refuses_with_reasons() {
+    if !(varnish::require() && require(haproxy::BIN)) {
+        return;
+    }
+    let o = rctl(&["emit", "vcl", root().join("rules").to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("drop_bogons: drop: Varnish answers every request")
+            && err.contains("--skip-unsupported"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing written when refused");
+    let dir = tempdir("emit-cli");
+    let mut paths: Vec<PathBuf> = vec![root().join("rules"), root().join("tests/fixtures/rules")];
+    paths.extend(corpus_files());
+    for (i, p) in paths.iter().enumerate() {
+        let p = p.to_str().unwrap();
+        let v = dir.join(format!("v{i}"));
+        let o = rctl(&[
+            "emit",
+            "vcl",
+            p,
+            "--skip-unsupported",
+            "-o",
+            v.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if let Err(e) = varnish::check(&v.join(rctl_emit::vcl::MAIN_FILE), &v) {
+            panic!("varnishd -C refuses the VCL for {p}:\n{e}");
+        }
+        let h = dir.join(format!("h{i}"));
+        let o = rctl(&[
+            "emit",
+            "haproxy",
+            p,
+            "--skip-unsupported",
+            "-o",
+            h.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let front: String = std::fs::read_to_string(h.join(rctl_emit::haproxy::FRONTEND_FILE))
+            .unwrap()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect();
+        let cfg = h.join("haproxy.cfg");
+        std::fs::write(
+            &cfg,
+            format!(
+                "{}frontend fe\n    bind 127.0.0.1:{}\n{front}    default_backend be\n\nbackend be\n    server s 127.0.0.1:9\n",
+                haproxy::base(&h),
+                free_port()
+            ),
+        )
+        .unwrap();
+        // The sections first: their global section allows normalize-uri.
+        if let Err(e) = haproxy::check(&[h.join(rctl_emit::haproxy::SECTIONS_FILE), cfg]) {
+            panic!("haproxy -c refuses the configuration for {p}:\n{e}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """requestctl's own VCL for a requestctl tree: the independent oracle of the
-round-trip test (tests/roundtrip.rs).
+round-trip test (tests/native.rs).
 
 Runs conftool's real reqconfig code (schema.py, translate.py, view.py,
 api.py, from the conftool sdist on PyPI, GPL-3.0+, downloaded by the test

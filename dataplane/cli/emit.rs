@@ -156,7 +156,9 @@ fn role(name: &str) -> &'static str {
         vcl::RULES_FILE => "VCL to include: the rules, sub rctl_recv and rctl_synth",
         vcl::MAIN_FILE => "a complete VCL running the rules in front of one backend",
         haproxy::FRONTEND_FILE => "http-request rules for the frontend",
-        haproxy::SECTIONS_FILE => "the stick tables' backends (top level)",
+        haproxy::SECTIONS_FILE => {
+            "global and stick-table sections: load with -f before the frontend's file"
+        }
         _ => "a map file of addresses (map_ip)",
     }
 }

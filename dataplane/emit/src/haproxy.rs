@@ -9,8 +9,10 @@
 //!   do not run, so the updater stays exempt), `deny` is `http-request
 //!   return status S … string "REASON"`, `drop` is `http-request
 //!   silent-drop`, `log` and `shadow` rules tag `X-Requestctl`;
-//! - [`SECTIONS_FILE`], whole sections for one more `-f`: a backend per
-//!   throttle holding its stick table;
+//! - [`SECTIONS_FILE`], whole sections for one more `-f` given *before*
+//!   the frontend's file: a `global` section with
+//!   `expose-experimental-directives` (`normalize-uri` is experimental in
+//!   HAProxy 2.6) and a backend per throttle holding its stick table;
 //! - one map file per address set (`rctl-setN.map`, `CIDR 1` lines),
 //!   matched with `src,map_ip(FILE) -m found`.
 //!
