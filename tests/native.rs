@@ -525,6 +525,23 @@ fn rctl_emit_writes_files_the_servers_accept_and_refuses_with_reasons() {
         "{err}"
     );
     assert!(o.stdout.is_empty(), "nothing written when refused");
+    // A bad option is named as the flag, without the rules' hint.
+    for target in ["vcl", "haproxy"] {
+        let o = rctl(&[
+            "emit",
+            target,
+            root().join("rules").to_str().unwrap(),
+            "--skip-unsupported",
+            "--client-ip-header",
+            "X Y",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("--client-ip-header: header \"X Y\"") && !err.contains("rule(s)"),
+            "{err}"
+        );
+    }
     let dir = tempdir("emit-cli");
     let mut paths: Vec<PathBuf> = vec![root().join("rules"), root().join("tests/fixtures/rules")];
     paths.extend(corpus_files());

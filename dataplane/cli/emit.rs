@@ -163,15 +163,25 @@ fn role(name: &str) -> &'static str {
     }
 }
 
-/// Refused rules, each with the reason, and the exit status 1.
+/// Refused rules (or options, named `--…`), each with the reason, and
+/// the exit status 1.
 fn refused(target: &str, why: &[(String, String)]) -> ExitCode {
-    for (rule, reason) in why {
-        crate::host::warn(&format!("emit {target}: {rule}: {reason}"));
+    let mut err = std::io::stderr().lock();
+    for (what, reason) in why {
+        let _ = writeln!(
+            err,
+            "rctl: error: emit {target}: {}: {}",
+            crate::term::text(what),
+            crate::term::text(reason)
+        );
     }
-    crate::host::warn(&format!(
-        "emit {target}: {} rule(s) cannot be written; --skip-unsupported leaves them out",
-        why.len()
-    ));
+    let rules = why.iter().filter(|(w, _)| !w.starts_with("--")).count();
+    if rules > 0 {
+        let _ = writeln!(
+            err,
+            "rctl: {rules} rule(s) cannot be written for {target}; nothing was written (--skip-unsupported leaves them out and writes the rest)"
+        );
+    }
     ExitCode::from(1)
 }
 

@@ -396,7 +396,7 @@ fn normalise_path() -> String {
 /// Writes the VCL for a ruleset.
 pub fn emit(rs: &Ruleset, o: &Options) -> Result<Vcl, Vec<(String, String)>> {
     if let ClientIp::Header(h) = &o.client_ip {
-        header(h).map_err(|e| vec![("--client-ip".to_string(), e)])?;
+        header(h).map_err(|e| vec![("--client-ip-header".to_string(), e)])?;
     }
     let mut w = Writer {
         rs,
