@@ -100,6 +100,46 @@ fn a_requestctl_tree_imports_checks_and_decides_as_requestctl() {
     assert!(fmt.status.success(), "not rctl fmt style: {}", stderr(&fmt));
     passes(&varnish, "varnish-cache-text.rctl");
     passes(&out.join("haproxy/cache-text"), "haproxy-cache-text.rctl");
+    dry_runs(&varnish);
+}
+
+/// The imported ruleset dry-runs on the captures: every python-requests
+/// request (counted from the captures' access logs, not by rctl) matches
+/// `per_ip_requests` (and its log_matching rule), and nothing else does.
+fn dry_runs(ruleset: &Path) {
+    let pcaps = root().join("tests/fixtures/pcap");
+    let o = rctl(&[
+        "dry-run",
+        ruleset.to_str().unwrap(),
+        "--pcap",
+        pcaps.join("python-requests.pcap").to_str().unwrap(),
+        "--pcap",
+        pcaps.join("incidents.pcap").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (mut total, mut python) = (0, 0);
+    for log in ["python-requests.access.log", "incidents.access.log"] {
+        for line in std::fs::read_to_string(pcaps.join(log)).unwrap().lines() {
+            total += 1;
+            python += usize::from(
+                line.split('|')
+                    .nth(4)
+                    .unwrap()
+                    .starts_with("python-requests"),
+            );
+        }
+    }
+    assert_eq!(v["totals"]["requests"], total);
+    let mut seen = 0;
+    for r in v["rules"].as_array().unwrap() {
+        let ours = r["name"].as_str().unwrap().starts_with("per_ip_requests");
+        seen += usize::from(ours);
+        assert_eq!(r["matches"], if ours { python } else { 0 }, "{}", r["name"]);
+    }
+    assert!(python > 100 && seen == 2, "{python} {seen}");
 }
 
 #[test]
