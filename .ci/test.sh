@@ -31,6 +31,11 @@ command -v varnishd >/dev/null || missing="$missing varnish"
 [ -e /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_vsthrottle.so ] || missing="$missing varnish-modules"
 command -v wrk >/dev/null || missing="$missing wrk"
 python3 -c 'import requests' 2>/dev/null || missing="$missing python3-requests"
+# The requestctl round trip runs conftool's own reqconfig code (fetched
+# from PyPI by `pip download`), which needs sympy and PyYAML.
+python3 -c 'import sympy' 2>/dev/null || missing="$missing python3-sympy"
+python3 -c 'import yaml' 2>/dev/null || missing="$missing python3-yaml"
+python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq

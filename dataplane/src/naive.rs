@@ -65,7 +65,7 @@ impl NaiveEngine {
                     ..
                 } => Some(
                     Regex::builder()
-                        .syntax(regex_automata::util::syntax::Config::new().case_insensitive(*ci))
+                        .syntax(rctl_compiler::scan::syntax(*ci))
                         .build(pattern)
                         .map_err(|e| EngineError::Regex {
                             pattern: pattern.clone(),

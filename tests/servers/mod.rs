@@ -30,6 +30,7 @@ pub mod haproxy;
 pub mod netns;
 pub mod nginx;
 pub mod serve;
+pub mod varnish;
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};

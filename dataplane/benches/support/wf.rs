@@ -51,6 +51,7 @@ fn field(f: &StrField) -> &'static str {
         StrField::Host => "http.host",
         StrField::Path => "http.path",
         StrField::Query => "http.query",
+        StrField::Url => "http.url",
         StrField::Header(h) if h == "user-agent" => "http.ua",
         StrField::Header(h) if h == "referer" => "http.referer",
         StrField::Header(_) => "http.other",
@@ -140,7 +141,7 @@ fn cond(rs: &Ruleset, c: &Cond) -> String {
 impl Wirefilter {
     pub fn new(rs: &Ruleset) -> Self {
         let scheme: &'static Scheme = Box::leak(Box::new(Scheme! {
-            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes,
+            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes, http.url: Bytes,
             http.ua: Bytes, http.referer: Bytes, http.other: Bytes,
             q.action: Bytes, q.other: Bytes, ip.src: Ip, port: Int,
         }));
@@ -189,6 +190,7 @@ impl Wirefilter {
             ("http.host", r.host),
             ("http.path", path),
             ("http.query", query),
+            ("http.url", r.target.as_str()),
             ("http.ua", header("user-agent")),
             ("http.referer", header("referer")),
             ("http.other", ""),
