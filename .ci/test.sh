@@ -93,6 +93,15 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 )
 
 (
+  cd compiler/import
+  cargo +nightly fuzz build --sanitizer none
+  mkdir -p fuzz/corpus/requestctl_dump
+  cargo +nightly fuzz run --sanitizer none requestctl_dump fuzz/corpus/requestctl_dump fuzz/seeds/requestctl_dump -- -runs=0
+  cargo +nightly fuzz run --sanitizer none requestctl_dump fuzz/corpus/requestctl_dump fuzz/seeds/requestctl_dump -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+)
+
+(
   cd dataplane
   cargo +nightly fuzz build --sanitizer none
   mkdir -p fuzz/corpus/request

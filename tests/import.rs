@@ -292,3 +292,92 @@ fn a_requestctl_dump_imports_too() {
         "{so}"
     );
 }
+
+/// Names become directory and file names under `-o`: a dump whose paths
+/// are `..` (or start with a dot) is refused with its position, and
+/// nothing is written outside, or hidden inside, the output directory.
+/// Failed before: `..` was a valid name (`.` is allowed inside names), and
+/// an action of cluster `..` was written to `OUT/varnish/../` = `OUT/`.
+#[test]
+fn names_that_would_leave_or_hide_in_the_output_directory_are_refused() {
+    let dir = tempdir("import-dots");
+    for (i, path) in ["../x", "cache-text/..", ".hidden/x", "a/.b"]
+        .iter()
+        .enumerate()
+    {
+        let dump = dir.join(format!("dump{i}.yaml"));
+        std::fs::write(
+            &dump,
+            format!(
+                "data:\n  cidrs:\n  - 203.0.113.0/24\nmetadata:\n  path: abuse/bad\n  type: ipblock\n---\n\
+                 data:\n  expression: ipblock@abuse/bad\n  resp_status: 403\n  resp_reason: No\n\
+                 metadata:\n  path: {path}\n  type: action\n"
+            ),
+        )
+        .unwrap();
+        let (out, o) = import(&dump, &[]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{path}: {err}");
+        assert!(
+            err.contains(&format!("dump{i}.yaml:")),
+            "{path}: position: {err}"
+        );
+        let written: Vec<_> = walk(&out);
+        assert!(written.is_empty(), "{path}: wrote {written:?}");
+    }
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// Found by the importer's fuzz target (compiler/import/fuzz): each dump
+/// imported "successfully" into a ruleset `rctl check` refuses. Now each
+/// is refused at import, with its YAML position, and nothing is written.
+#[test]
+fn what_rctl_check_would_refuse_is_refused_at_import() {
+    let dir = tempdir("import-fuzzed");
+    let block =
+        "data:\n  cidrs:\n  - 203.0.113.0/24\nmetadata:\n  path: abuse/bad\n  type: ipblock\n---\n";
+    let action = |extra: &str, name: &str| {
+        format!(
+            "data:\n  expression: ipblock@abuse/bad\n  resp_status: 403\n{extra}\
+             metadata:\n  path: cache-text/{name}\n  type: action\n"
+        )
+    };
+    let cases = [
+        // A reason with a control character (E0026 in rctl check).
+        (
+            action("  resp_reason: \"No\\x10\"\n", "a"),
+            "control or bidi character",
+        ),
+        // A priority past rctl's range (E0024 in rctl check).
+        (
+            action("  priority: 504444444\n", "a"),
+            "out of rctl's range",
+        ),
+        // The same object twice (E0010 in rctl check).
+        (
+            format!("{}---\n{}", action("", "a"), action("", "a")),
+            "defined twice",
+        ),
+    ];
+    for (i, (doc, want)) in cases.iter().enumerate() {
+        let dump = dir.join(format!("dump{i}.yaml"));
+        std::fs::write(&dump, format!("{block}{doc}")).unwrap();
+        let (out, o) = import(&dump, &[]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{want}: {err}");
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(err.contains(&format!("dump{i}.yaml:")), "{want}: {err}");
+        assert!(walk(&out).is_empty(), "{want}");
+    }
+}

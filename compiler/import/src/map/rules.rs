@@ -108,6 +108,28 @@ impl Ctx<'_> {
             );
             return None;
         }
+        if let Some(ch) = rctl_compiler::validate::unprintable(&c.resp_reason.v) {
+            self.diags.push(
+                Diagnostic::error(
+                    code::IMPORT_SHAPE,
+                    format!("resp_reason has the control or bidi character {:?}", ch),
+                )
+                .primary(c.resp_reason.span, "in this reason")
+                .hint("reasons are sent in HTTP responses: write them without control or bidi characters"),
+            );
+            return None;
+        }
+        if c.priority.v.unsigned_abs() > 1_000_000 {
+            self.diags.push(
+                Diagnostic::error(
+                    code::IMPORT_SHAPE,
+                    format!("priority {} is out of rctl's range", c.priority.v),
+                )
+                .primary(c.priority.span, "out of range")
+                .hint("rctl's priorities run from -1000000 to 1000000; only their order matters"),
+            );
+            return None;
+        }
         let mut sites = Vec::new();
         for s in &c.sites {
             if !super::super::valid_name(&s.v) {

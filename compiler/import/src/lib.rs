@@ -99,19 +99,15 @@ pub fn import_path(path: &Path, opts: &Options) -> Imported {
     } else {
         read_dump(path, &mut imp, &mut objects);
     }
-    if imp.diagnostics.has_errors() {
-        return imp;
-    }
-    let rulesets = map::map(&objects, opts, &imp.sources, &mut imp.diagnostics);
-    if !imp.diagnostics.has_errors() {
-        imp.rulesets = rulesets;
-    }
-    imp
+    finish(imp, &objects, opts)
 }
 
-/// A name rctl can carry: requestctl's `[A-Za-z0-9_-]`, and `.`.
+/// A name rctl can carry: requestctl's `[A-Za-z0-9_-]`, and `.` but not
+/// first (names become directory and file names: `..` or `.hidden` would
+/// leave or hide in the output directory).
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
+        && !s.starts_with('.')
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
@@ -265,10 +261,56 @@ fn read_tree(root: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)
     }
 }
 
+/// Imports a dump (`requestctl dump`: a YAML stream of `{metadata, data}`)
+/// held in memory; `name` is the file name its diagnostics show. What
+/// `import_path` does for a dump file, without the file system (for
+/// embedding and for the fuzz target).
+pub fn import_dump_text(name: &str, text: String, opts: &Options) -> Imported {
+    let mut imp = Imported::default();
+    let mut objects = Vec::new();
+    let id = imp.sources.add(PathBuf::from(name), text);
+    read_dump_source(id, &mut imp, &mut objects);
+    finish(imp, &objects, opts)
+}
+
+/// Maps the objects read into rulesets, unless reading them failed.
+fn finish(mut imp: Imported, objects: &[(Entity, Object)], opts: &Options) -> Imported {
+    // One object per type and path, as in etcd (a dump may repeat one).
+    let mut seen = std::collections::HashMap::new();
+    for (entity, o) in objects {
+        if let Some(first) = seen.insert((*entity, o.slug()), o.span) {
+            imp.diagnostics.push(
+                Diagnostic::error(
+                    code::DUPLICATE_NAME,
+                    format!("`{}` is defined twice", o.slug()),
+                )
+                .primary(o.span, "defined again here")
+                .secondary(first, "first defined here")
+                .hint("requestctl keeps one object per path; remove one"),
+            );
+        }
+    }
+    if imp.diagnostics.has_errors() {
+        return imp;
+    }
+    let rulesets = map::map(objects, opts, &imp.sources, &mut imp.diagnostics);
+    if !imp.diagnostics.has_errors() {
+        imp.rulesets = rulesets;
+    }
+    imp
+}
+
 fn read_dump(path: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)>) {
-    let Some(id) = read_file(path, imp) else {
-        return;
-    };
+    if let Some(id) = read_file(path, imp) {
+        read_dump_source(id, imp, objects);
+    }
+}
+
+fn read_dump_source(
+    id: rctl_compiler::source::FileId,
+    imp: &mut Imported,
+    objects: &mut Vec<(Entity, Object)>,
+) {
     let src = imp.sources.get(id).expect("just added");
     let docs = match yaml::documents(src, id) {
         Ok(d) => d,
