@@ -26,4 +26,5 @@ mod language;
 mod netns;
 mod xdp;
 mod xdp_clock;
+mod xdp_dir;
 mod xdp_race;

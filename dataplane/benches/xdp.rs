@@ -28,6 +28,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 #[path = "../../tests/xdp_frame.rs"]
 mod xdp_frame;
 
+#[path = "support/xdp_probe.rs"]
+mod xdp_probe;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -126,6 +129,53 @@ fn run_other(ebpf: &mut aya::Ebpf, name: &str, frame: &[u8]) -> Option<f64> {
         .map(|v| v.into_iter().fold(f64::MAX, f64::min))
 }
 
+/// Median of `v`.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `COLD` fresh random IPv4 frames (sources never sent before).
+fn fresh(r: &mut Rng) -> Vec<Vec<u8>> {
+    (0..COLD)
+        .map(|_| frame(IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000))))
+        .collect()
+}
+
+/// The physical floor: one and two dependent cold loads from tables of
+/// each size, against the empty program; median of `rounds`, each over
+/// fresh sources.
+fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
+    let mut out = String::new();
+    let mut r = Rng(0x009e_0be5);
+    for &mb in sizes_mb {
+        let mut p = xdp_probe::Probe::load(obj, mb << 10);
+        let progs = [
+            "rctl_pass",
+            "rctl_touch",
+            "rctl_touch2",
+            "rctl_touch_aom",
+            "rctl_touch2_aom",
+        ];
+        let mut m = [(); 5].map(|_| Vec::new());
+        for _ in 0..rounds {
+            for (i, prog) in progs.iter().enumerate() {
+                m[i].push(p.cold(prog, &fresh(&mut r)));
+            }
+        }
+        let [floor, one, two, one_k, two_k] = m.map(median);
+        let _ = writeln!(
+            out,
+            "| {mb} KiB | {floor:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            one - floor,
+            two - floor,
+            one_k - floor,
+            two_k - floor,
+        );
+    }
+    out
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
@@ -141,6 +191,13 @@ fn main() {
         );
         return;
     };
+    if let Ok(v) = std::env::var("RCTL_BENCH_PROBE") {
+        let mbs: Vec<usize> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+        println!("| table | floor | one load (vmalloc) | two dependent | one load (kmalloc arrays) | two dependent |");
+        println!("|---|---|---|---|---|---|");
+        print!("{}", probes(&obj, &mbs, 5));
+        return;
+    }
     let sizes: Vec<usize> = std::env::var("RCTL_BENCH_PREFIXES")
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
