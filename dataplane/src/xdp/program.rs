@@ -232,6 +232,13 @@ impl XdpProgram {
         xdp(&mut self.ebpf, "rctl")
     }
 
+    /// The object's program `name` (`rctl`, or the empty `rctl_pass`,
+    /// which shares the maps), loaded if it is not yet: the benchmark
+    /// attaches either to an interface.
+    pub fn program_mut(&mut self, name: &str) -> Result<&mut Xdp, XdpError> {
+        loaded(&mut self.ebpf, name)
+    }
+
     /// Packets each rule decided, summed over CPUs, by rule index.
     pub fn counts(&self) -> Result<Vec<u64>, XdpError> {
         let c: PerCpuArray<_, Counters> = PerCpuArray::try_from(
