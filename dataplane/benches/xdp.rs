@@ -172,12 +172,6 @@ fn warm_row(
     )
 }
 
-/// Median of `v`.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// `COLD` fresh random IPv4 frames (sources never sent before).
 fn fresh(r: &mut Rng) -> Vec<Vec<u8>> {
     (0..COLD)
@@ -206,7 +200,7 @@ fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
                 m[i].push(p.cold(prog, &fresh(&mut r)));
             }
         }
-        let [floor, one, two, one_k, two_k] = m.map(median);
+        let [floor, one, two, one_k, two_k] = m.map(xdp_rules::median);
         let _ = writeln!(
             out,
             "| {mb} KiB | {floor:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
@@ -220,18 +214,7 @@ fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
-        return;
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = std::env::var("RCTL_XDP_OBJECT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(root.join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"));
-    let Ok(obj) = std::fs::read(&path) else {
-        eprintln!(
-            "no XDP object at {}: build it first (see .ci/test.sh)",
-            path.display()
-        );
+    let Some(obj) = xdp_rules::object() else {
         return;
     };
     if let Ok(v) = std::env::var("RCTL_BENCH_PROBE") {
@@ -364,7 +347,13 @@ fn main() {
                         m[3].push(once(b, "rctl_lpm", &fresh()));
                     }
                 }
-                let [cf, cs, co, cl] = m.map(|v| if v.is_empty() { f64::NAN } else { median(v) });
+                let [cf, cs, co, cl] = m.map(|v| {
+                    if v.is_empty() {
+                        f64::NAN
+                    } else {
+                        xdp_rules::median(v)
+                    }
+                });
                 let _ = writeln!(
                     cold,
                     "| {n} + {n} | {limit} | {family} | {cf:.0} | {cs:.0} | {co:.0} | **+{:.0}** | {cl:.0} | {:.1}× |",

@@ -243,21 +243,8 @@ fn measure(
     [per(wall), per(cpu), (t1 - t0) / (n1 - n0).max(1.0)]
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
-        return;
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = std::env::var("RCTL_XDP_OBJECT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(root.join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"));
-    let Ok(obj) = std::fs::read(&path) else {
-        eprintln!("no XDP object at {}: build it first", path.display());
+    let Some(obj) = xdp_rules::object() else {
         return;
     };
     let n: usize = std::env::var("RCTL_BENCH_PREFIXES")
@@ -290,7 +277,8 @@ fn main() {
                 empty.push(measure(&lab, &mut rx, "rctl_pass", &mut gen, false));
                 ours.push(measure(&lab, &mut rx, "rctl", &mut gen, false));
             }
-            let col = |v: &[[f64; 3]], i: usize| median(v.iter().map(|x| x[i]).collect());
+            let col =
+                |v: &[[f64; 3]], i: usize| xdp_rules::median(v.iter().map(|x| x[i]).collect());
             let (ew, ec, ow, oc) = (col(&empty, 0), col(&empty, 1), col(&ours, 0), col(&ours, 1));
             let e_ns = measure(&lab, &mut rx, "rctl_pass", &mut gen, true)[2];
             let o_ns = measure(&lab, &mut rx, "rctl", &mut gen, true)[2];

@@ -40,3 +40,30 @@ pub fn ruleset(n: usize, limited: bool) -> (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>
     }
     (src, v4s, v6s)
 }
+
+/// The built XDP object (RCTL_XDP_OBJECT, or the default build path),
+/// or `None` (said on stderr) when it is not built; `None` too when the
+/// benchmark harness only lists or tests benchmarks.
+pub fn object() -> Option<Vec<u8>> {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return None;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = std::env::var("RCTL_XDP_OBJECT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or(root.join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"));
+    let obj = std::fs::read(&path).ok();
+    if obj.is_none() {
+        eprintln!(
+            "no XDP object at {}: build it first (see .ci/test.sh)",
+            path.display()
+        );
+    }
+    obj
+}
+
+/// The median of `v`.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
