@@ -8,7 +8,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use rctl_common::{
     bucket_key, bucket_set, bucket_tag, maps, Bucket, BucketSet, Clock, Counters, Limiter,
-    CONFIG_SETS_ONLY, CONFIG_USES_DST, WAYS,
+    CONFIG_PREFETCH_SHIFT, CONFIG_SETS_ONLY, CONFIG_USES_DST, WAYS,
 };
 
 fn array<'a, V: aya::Pod>(
@@ -150,13 +150,12 @@ impl XdpProgram {
             let sets_only = !tables.terms.is_empty() && tables.terms.iter().all(|t| t.set_pos != 0);
             let uses_dst = tables.terms.iter().any(|t| t.dst_pos | t.dst_neg != 0);
             let head = tables.terms.len() as u32
+                | prefetch << CONFIG_PREFETCH_SHIFT
                 | if sets_only { CONFIG_SETS_ONLY } else { 0 }
                 | if uses_dst { CONFIG_USES_DST } else { 0 };
-            for (i, v) in [(1, prefetch), (0, head)] {
-                config
-                    .set(i, v, 0)
-                    .map_err(|e| err(format!("{}[{i}]: {e}", maps::CONFIG)))?;
-            }
+            config
+                .set(0, head, 0)
+                .map_err(|e| err(format!("{}[0]: {e}", maps::CONFIG)))?;
         }
         loaded(&mut ebpf, "rctl")?;
         // The bucket hash's seed, random per table.

@@ -191,9 +191,11 @@ pub fn lt64(x: u64, y: u64) -> u64 {
 /// a [`TABLE`] entry, or a [`LEAF`] for an empty family).
 #[inline(always)]
 pub fn lookup<T: Chunks>(t: &T, root: u32, hi: u64, lo: u64) -> u64 {
-    let (Some(f), Some(mut e)) = (entry(t, 2 + root), entry(t, root)) else {
+    // The roots and the filters' descriptors share the first chunk.
+    let Some(head) = t.entries(0) else {
         return 0;
     };
+    let (f, mut e) = (head[(2 + root) as usize & 3], head[root as usize & 3]);
     // The filter: a block in no ip set stops here.
     let bits = (f >> 40) & 0x1f;
     if bits != 0 {
@@ -210,10 +212,7 @@ pub fn lookup<T: Chunks>(t: &T, root: u32, hi: u64, lo: u64) -> u64 {
         if kind(e) != TABLE {
             break;
         }
-        let shift = (e >> 32) & 0x7f;
-        let stride = (e >> 40) & 0x1f;
-        let x = bits_at(hi, lo, shift) & ((1u64 << stride) - 1);
-        let Some(next) = entry(t, (e as u32).wrapping_add(x as u32)) else {
+        let Some(next) = child(t, e, hi, lo) else {
             return 0;
         };
         e = next;
@@ -226,6 +225,15 @@ pub fn lookup<T: Chunks>(t: &T, root: u32, hi: u64, lo: u64) -> u64 {
         // Deeper than MAX_DEPTH: the builder never makes one.
         _ => 0,
     }
+}
+
+/// The entry the [`TABLE`] entry `e` leads the key to.
+#[inline(always)]
+fn child<T: Chunks>(t: &T, e: u64, hi: u64, lo: u64) -> Option<u64> {
+    let shift = (e >> 32) & 0x7f;
+    let stride = (e >> 40) & 0x1f;
+    let x = bits_at(hi, lo, shift) & ((1u64 << stride) - 1);
+    entry(t, (e as u32).wrapping_add(x as u32))
 }
 
 /// The class an [`INLINE`] entry gives the key, without a branch.

@@ -12,10 +12,10 @@ pub mod maps {
     /// `Array<Term>`: the packet plane's rules as DNF terms, in order.
     pub const TERMS: &str = "RCTL_TERMS";
     /// `Array<u32>`: `[0]` is the number of terms in use
-    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_SETS_ONLY`] and
-    /// [`super::CONFIG_USES_DST`]; `[1]` is the limiter whose bucket set the
-    /// program fetches before the source lookup, plus one (0: none); `[2]`
-    /// is unused; `[3]` stays 0 (the program reads it as a zero the
+    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_PREFETCH`],
+    /// [`super::CONFIG_SETS_ONLY`] and [`super::CONFIG_USES_DST`]; `[1]` is
+    /// unused; `[2]` is the size of the benchmark's probe table
+    /// (`RCTL_TOUCH`); `[3]` stays 0 (the program reads it as a zero the
     /// verifier cannot see through).
     pub const CONFIG: &str = "RCTL_CONFIG";
     /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
@@ -65,9 +65,16 @@ pub mod maps {
     pub const CLOCK: &str = "RCTL_CLOCK";
 }
 
-/// The term count's bits in `CONFIG[0]` (with [`CONFIG_SETS_ONLY`] and
-/// [`CONFIG_USES_DST`] above them).
-pub const CONFIG_TERMS: u32 = 0xffff;
+/// The term count's bits in `CONFIG[0]` (with [`CONFIG_PREFETCH`],
+/// [`CONFIG_SETS_ONLY`] and [`CONFIG_USES_DST`] above them).
+pub const CONFIG_TERMS: u32 = 0xff;
+/// The bits of `CONFIG[0]` (from [`CONFIG_PREFETCH_SHIFT`]) that name the
+/// rate limit every source reaches, plus one (0: none): the program reads
+/// the source's bucket set under it before the source lookup, so that
+/// their cache misses overlap.
+pub const CONFIG_PREFETCH: u32 = 0xff << CONFIG_PREFETCH_SHIFT;
+/// See [`CONFIG_PREFETCH`].
+pub const CONFIG_PREFETCH_SHIFT: u32 = 8;
 /// Set in `CONFIG[0]` when every term needs the source in some ip set: a
 /// source in none passes as soon as it is looked up (most traffic, for a
 /// ruleset of address blocks), without reading the terms.
@@ -88,6 +95,7 @@ pub const PROTO_OTHER: u32 = 3;
 
 /// Most terms the program evaluates.
 pub const MAX_TERMS: u32 = 64;
+const _: () = assert!(MAX_TERMS <= CONFIG_TERMS && MAX_TERMS < 0xff);
 /// Most rules that can have counters.
 pub const MAX_RULES: u32 = 1024;
 
@@ -231,13 +239,17 @@ pub const fn bucket_key(seed: u64, id: u64, family: u32) -> u64 {
 
 /// A source's bucket tag under a limiter's `key`: the masked address
 /// `(hi, lo)` (IPv4 in the top 32 bits of `hi`) hashed with the key, never
-/// 0. For one key, sources that differ only in `lo` never collide (nor
-/// IPv4 sources and /64 keys, whose `lo` is 0: the hash is then a
-/// bijection); two others collide only through the secret key, as user
-/// space's 64-bit keyed hashes do.
+/// 0. A key whose `lo` is 0 (IPv4, IPv6 keyed by a /64 or shorter) takes
+/// one round, a bijection of `hi`: such keys never collide. Others take
+/// two, and for one `hi` never collide either; two keys with different
+/// `hi` collide only through the secret key, as user space's 64-bit keyed
+/// hashes do.
 #[inline(always)]
 pub const fn bucket_tag(key: u64, hi: u64, lo: u64) -> u64 {
-    let t = fmix64(fmix64(hi ^ key) ^ lo);
+    let mut t = fmix64(hi ^ key);
+    if lo != 0 {
+        t = fmix64(t ^ lo);
+    }
     t | (t == 0) as u64
 }
 

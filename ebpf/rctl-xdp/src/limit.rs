@@ -57,7 +57,7 @@
 //! inlined load (the exact clock is a helper call costing about 33 ns in
 //! this VM); everything else is inlined array loads.
 
-use crate::{BANS, BUCKETS, CLOCK, CONFIG, LIMITERS};
+use crate::{BANS, BUCKETS, CLOCK, LIMITERS};
 use aya_log_ebpf::info;
 use core::intrinsics::AtomicOrdering;
 use rctl_common::{
@@ -134,9 +134,10 @@ fn masked(l: &Limiter, family: u32, hi: u64, lo: u64) -> (u64, u64) {
     (hi & mask_hi, lo & mask_lo)
 }
 
-/// The tag of the masked source `(hi, lo)` under limiter `l`.
+/// The tag of the source `(hi, lo)` under limiter `l` (masked first).
 #[inline(always)]
 fn tag(l: &Limiter, family: u32, hi: u64, lo: u64) -> u64 {
+    let (hi, lo) = masked(l, family, hi, lo);
     bucket_tag(if family == 4 { l.key4 } else { l.key6 }, hi, lo)
 }
 
@@ -162,24 +163,27 @@ fn tag_of(b: *mut Bucket) -> *mut u64 {
     unsafe { core::ptr::addr_of_mut!((*b).tag) }
 }
 
-/// When a rate limit applies to every source (`CONFIG[1]` names it),
-/// reads the source's bucket set under it, so that its cache line is on
+/// When a rate limit applies to every source (`pre` names it, plus one,
+/// from `CONFIG[0]`), reads the source's bucket set under it, so that its cache line is on
 /// its way while the program looks the source up (the two misses of a
-/// new source then overlap); returns the source's tag under it, which
-/// [`rctl_limit`] then need not compute again (0: none).
+/// new source then overlap: a cold IPv6 lookup and its bucket cost some
+/// 100 ns less together). Returns the hint [`rctl_limit`] takes: the
+/// source's tag under that limiter, which it then need not compute again,
+/// and the limiter plus one (0: none).
 #[inline(always)]
-pub(crate) fn prefetch(family: u32, hi: u64, lo: u64) -> u64 {
-    let pre = CONFIG.get(1).copied().unwrap_or(0);
-    let Some(l) = LIMITERS.get(pre.wrapping_sub(1)) else {
-        return 0;
+pub(crate) fn prefetch(pre: u32, family: u32, hi: u64, lo: u64) -> (u64, u32) {
+    if pre == 0 {
+        return (0, 0);
+    }
+    let Some(l) = LIMITERS.get(pre - 1) else {
+        return (0, 0);
     };
-    let (hi, lo) = masked(l, family, hi, lo);
     let tag = tag(l, family, hi, lo);
     if let Some(b) = BUCKETS.get_ptr(bucket_set(tag)) {
         // SAFETY: a map value pointer; the value read is not used.
         let _ = unsafe { core::ptr::read_volatile(b.cast::<u64>()) };
     }
-    tag
+    (tag, pre)
 }
 
 /// [`rctl_limit`]: the packet is within the limit.
@@ -204,9 +208,11 @@ fn free(tat: u64, slot: u32, now: u64) -> bool {
     BANS.get(slot).is_some_and(|&t| t <= now)
 }
 
-/// Counts a packet from the source `(hi, lo)` of `family` in limiter
-/// `limiter`: [`UNDER`], [`OVER`] or [`BANNED_NOW`]. `hint` is the tag
-/// [`prefetch`] computed, for the limiter `CONFIG[1]` names.
+/// Counts a packet from the source `(hi, lo)` of `family` (bits 0–7 of
+/// `family`) in limiter `limiter`: [`UNDER`], [`OVER`] or [`BANNED_NOW`].
+/// `hint` is the tag [`prefetch`] computed, for the limiter whose number
+/// plus one is in bits 8–15 of `family` (global functions take five
+/// arguments at most).
 ///
 /// A global BPF function (exported, never inlined, with only scalar
 /// arguments): the verifier checks its body once, on its own, rather
@@ -215,16 +221,19 @@ fn free(tat: u64, slot: u32, now: u64) -> bool {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rctl_limit(limiter: u32, family: u32, hi: u64, lo: u64, hint: u64) -> u32 {
+    let (family, hinted) = (family & 0xff, family >> 8);
     let Some(l) = LIMITERS.get(limiter) else {
         return UNDER;
     };
     let Some((now, slack)) = now() else {
         return UNDER;
     };
-    let (hi, lo) = masked(l, family, hi, lo);
-    let hinted = CONFIG.get(1).is_some_and(|&c| c == limiter + 1) && hint != 0;
     let key = Key {
-        tag: if hinted { hint } else { tag(l, family, hi, lo) },
+        tag: if hinted == limiter + 1 && hint != 0 {
+            hint
+        } else {
+            tag(l, family, hi, lo)
+        },
         limiter,
     };
     let first = bucket_set(key.tag) * WAYS;
@@ -272,6 +281,7 @@ pub extern "C" fn rctl_limit(limiter: u32, family: u32, hi: u64, lo: u64, hint: 
     }
     let verdict = gcra(b, slot, found_tat, found != u32::MAX, &key, now, slack, l);
     if verdict == BANNED_NOW {
+        let (hi, lo) = masked(l, family, hi, lo);
         rctl_log_ban(limiter, family, hi, lo, l.ban_ns / 1_000_000);
     }
     verdict

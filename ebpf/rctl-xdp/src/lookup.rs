@@ -84,12 +84,12 @@ pub(crate) const TRIE: u8 = 1;
 pub(crate) const NONE: u8 = 2;
 
 /// The ip-set bits of the address `(hi, lo)` of `family` (IPv4 in the
-/// top 32 bits of `hi`), looked up as `L` says; `inline` for the source
+/// top 32 bits of `hi`), looked up as `L` says; `source` for the source
 /// (the lookup inlined), else through [`rctl_lookup`].
 #[inline(always)]
-pub(crate) fn sets<const L: u8>(family: u32, hi: u64, lo: u64, inline: bool) -> u64 {
+pub(crate) fn sets<const L: u8>(family: u32, hi: u64, lo: u64, source: bool) -> u64 {
     match L {
-        TABLES if inline => {
+        TABLES if source => {
             let (root, hi, lo) = key(family, hi, lo);
             dir::lookup(&Maps, root, hi, lo)
         }

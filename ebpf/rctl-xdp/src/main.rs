@@ -36,8 +36,8 @@ use aya_ebpf::programs::XdpContext;
 use lookup::{sets, NONE, TABLES, TRIE};
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
-    kind, BucketSet, Clock, Counters, Limiter, Term, BUCKET_ENTRIES, BUCKET_SETS, CONFIG_SETS_ONLY,
-    CONFIG_TERMS, CONFIG_USES_DST, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP,
+    kind, BucketSet, Clock, Counters, Limiter, Term, BUCKET_ENTRIES, BUCKET_SETS, CONFIG_PREFETCH,
+    CONFIG_PREFETCH_SHIFT, CONFIG_SETS_ONLY, CONFIG_TERMS, CONFIG_USES_DST, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP,
     PROTO_UDP,
 };
 
@@ -238,14 +238,13 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     let Some(p) = parse(ctx) else {
         return Ok(xdp_action::XDP_PASS);
     };
-    // A rate limit every source reaches: its bucket set is read now, so
-    // that its cache miss overlaps the lookup's.
-    let hint = limit::prefetch(p.family, p.src_hi, p.src_lo);
-    let src = sets::<L>(p.family, p.src_hi, p.src_lo, true);
-    let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
-    let protos = PROTOS.get(p.proto).copied().unwrap_or(0);
     let config = CONFIG.get(0).copied().unwrap_or(0);
     let n = config & CONFIG_TERMS;
+    // A rate limit every source reaches: its bucket set is read now, so
+    // that its cache miss overlaps the lookup's.
+    let pre = (config & CONFIG_PREFETCH) >> CONFIG_PREFETCH_SHIFT;
+    let (hint, hinted) = limit::prefetch(pre, p.family, p.src_hi, p.src_lo);
+    let src = sets::<L>(p.family, p.src_hi, p.src_lo, true);
     // Zero only for a source in no ip set when every term needs one. The
     // test is on this value alone (`black_box` keeps LLVM from splitting
     // it back into two), so that the verifier learns nothing about
@@ -255,6 +254,8 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     if none == 0 {
         return Ok(xdp_action::XDP_PASS);
     }
+    let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
+    let protos = PROTOS.get(p.proto).copied().unwrap_or(0);
     // The destination's bits, looked up only when some term reads them.
     // Skipping the lookup with a plain `0` would split the verifier's state
     // before the terms loop (known zero against unknown) and double its
@@ -296,7 +297,8 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
                 continue;
             }
             counted_rule = t.rule;
-            if limit::rctl_limit(t.limiter, p.family, p.src_hi, p.src_lo, hint) == limit::UNDER {
+            let family = p.family | hinted << 8;
+            if limit::rctl_limit(t.limiter, family, p.src_hi, p.src_lo, hint) == limit::UNDER {
                 continue;
             }
         }
