@@ -97,7 +97,14 @@ static RCTL_TOUCH_AOM: aya_ebpf::btf_maps::ArrayOfMaps<
 /// As [`touch_index`], in `RCTL_TOUCH_AOM` (`CONFIG[2]` inner arrays).
 #[inline(always)]
 fn touch_aom(x: u64) -> Option<u64> {
-    let inner = u64::from(CONFIG.get(2).copied().unwrap_or(0).div_ceil(AOM_CHUNKS).max(1));
+    let inner = u64::from(
+        CONFIG
+            .get(2)
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(AOM_CHUNKS)
+            .max(1),
+    );
     let h = fmix64(x);
     let per = u64::from(AOM_CHUNKS * ENTRY_CHUNK);
     let i = (h >> 8) % (inner * per);
