@@ -317,3 +317,38 @@ fn v6_tables_agree_with_the_cidrs() {
     }
     assert!(checked > 20_000, "{checked}");
 }
+
+/// IPv6 lists cluster (here, 3,000 prefixes of /48 to /128 inside
+/// 2001:db8::/32): the filter indexes the bits below the prefix they all
+/// share, so that it stops most random sources of the cluster before the
+/// tables (indexing the top bits put the whole cluster in one block,
+/// which every source passed), and the tables still agree with the CIDRs.
+#[test]
+fn v6_cluster_filter_stops_random_sources_of_the_cluster() {
+    let obj = object();
+    let mut r = Rng(0x0db8);
+    let mut l = sets();
+    let base = 0x2001_0db8_u128 << 96;
+    let rand = |r: &mut Rng| base | u128::from(r.next()) << 32 | u128::from(r.next() as u32);
+    for i in 0..3_000usize {
+        l.add(i % 3, false, rand(&mut r), [64, 48, 56, 128][i % 4]);
+    }
+    let cfg = DirConfig::default();
+    let tables = {
+        let c = rctl_compiler::compile_str("t.rctl", &l.source(), &Default::default());
+        Tables::with_config(&c.ruleset.unwrap(), None, &cfg).unwrap()
+    };
+    assert!(tables.dir.v6_filter_bits > 0, "a filter for the cluster");
+    let f = tables.dir.entries[3];
+    let passed = (0..10_000)
+        .filter(|_| {
+            let a = rand(&mut r);
+            rctl_common::dir::filter_passes(&tables.dir, f, (a >> 64) as u64, a as u64)
+        })
+        .count();
+    assert!(
+        passed < 2_500,
+        "{passed} of 10,000 random sources passed the filter"
+    );
+    assert!(check(&l, &cfg, obj.as_deref(), &mut r, &[32, 48, 64]) > 10_000);
+}

@@ -249,14 +249,34 @@ impl Builder {
         if bits == 0 || ivs.len() <= 1 {
             return (0, 0);
         }
-        let shift = width - bits;
+        // The blocks of ip-set addresses: (first, last) of each interval
+        // in some set.
+        let set_blocks: Vec<(u128, u128)> = ivs
+            .iter()
+            .enumerate()
+            .filter(|(_, iv)| iv.1 != 0)
+            .map(|(i, &(start, _))| (start, ivs.get(i + 1).map_or(ones(width), |n| n.0 - 1)))
+            .collect();
+        let (Some(first), Some(last)) = (set_blocks.first(), set_blocks.last()) else {
+            return (0, 0);
+        };
+        // The filter indexes the bits right below the prefix every listed
+        // address shares (for IPv6 lists clustered in a /32, the bits
+        // after it: indexing the top bits would put the whole cluster in
+        // one block). An address outside that prefix is in no set, so
+        // whatever bit it reads, no listed address is stopped.
+        let common = ((first.0 ^ last.1) << (128 - width))
+            .leading_zeros()
+            .min(width);
+        let bits = bits.min(width - common);
+        if bits == 0 {
+            return (0, 0);
+        }
+        let shift = width - common - bits;
+        let block = |a: u128| ((a >> shift) & ones(bits)) as usize;
         let mut map = vec![0u64; (1usize << bits).div_ceil(64)];
-        for (i, &(start, class)) in ivs.iter().enumerate() {
-            if class == 0 {
-                continue;
-            }
-            let end = ivs.get(i + 1).map_or(ones(width), |n| n.0 - 1);
-            for b in (start >> shift) as usize..=(end >> shift) as usize {
+        for &(start, end) in &set_blocks {
+            for b in block(start)..=block(end) {
                 map[b / 64] |= 1 << (b % 64);
             }
         }

@@ -197,16 +197,8 @@ pub fn lookup<T: Chunks>(t: &T, root: u32, hi: u64, lo: u64) -> u64 {
     };
     let (f, mut e) = (head[(2 + root) as usize & 3], head[root as usize & 3]);
     // The filter: a block in no ip set stops here.
-    let bits = (f >> 40) & 0x1f;
-    if bits != 0 {
-        let b = bits_at(hi, lo, (f >> 32) & 0x7f) & ((1u64 << bits) - 1);
-        let w = (f as u32).wrapping_add((b >> 6) as u32);
-        let word = t
-            .filter(w / FILTER_CHUNK)
-            .map_or(0, |c| c[(w % FILTER_CHUNK) as usize]);
-        if (word >> (b & 63)) & 1 == 0 {
-            return 0;
-        }
+    if !filter_passes(t, f, hi, lo) {
+        return 0;
     }
     for _ in 0..MAX_DEPTH {
         if kind(e) != TABLE {
@@ -225,6 +217,23 @@ pub fn lookup<T: Chunks>(t: &T, root: u32, hi: u64, lo: u64) -> u64 {
         // Deeper than MAX_DEPTH: the builder never makes one.
         _ => 0,
     }
+}
+
+/// Whether the filter that entry `f` describes (see [`filter`]) lets the
+/// key `(hi, lo)` through to the tables: false only when the key's block
+/// holds no address in any ip set (always true without a filter).
+#[inline(always)]
+pub fn filter_passes<T: Chunks>(t: &T, f: u64, hi: u64, lo: u64) -> bool {
+    let bits = (f >> 40) & 0x1f;
+    if bits == 0 {
+        return true;
+    }
+    let b = bits_at(hi, lo, (f >> 32) & 0x7f) & ((1u64 << bits) - 1);
+    let w = (f as u32).wrapping_add((b >> 6) as u32);
+    let word = t
+        .filter(w / FILTER_CHUNK)
+        .map_or(0, |c| c[(w % FILTER_CHUNK) as usize]);
+    (word >> (b & 63)) & 1 != 0
 }
 
 /// The entry the [`TABLE`] entry `e` leads the key to.
