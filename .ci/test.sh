@@ -21,6 +21,21 @@ command -v python3 >/dev/null || missing="$missing python3"
 command -v setpriv >/dev/null || missing="$missing util-linux"
 # GNU time measures rctl's peak RSS in the dry-run memory test.
 [ -x /usr/bin/time ] || missing="$missing time"
+# The edge proxies the live agent and the emitted configurations are
+# tested with (Debian's own packages, started by the tests on loopback):
+# HAProxy 2.6, nginx 1.22 (auth_request), Varnish 7.1 with varnish-modules
+# (vsthrottle); wrk drives load in the agent's tests and benchmarks.
+command -v haproxy >/dev/null || missing="$missing haproxy"
+command -v nginx >/dev/null || missing="$missing nginx"
+command -v varnishd >/dev/null || missing="$missing varnish"
+[ -e /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_vsthrottle.so ] || missing="$missing varnish-modules"
+command -v wrk >/dev/null || missing="$missing wrk"
+python3 -c 'import requests' 2>/dev/null || missing="$missing python3-requests"
+# The requestctl round trip runs conftool's own reqconfig code (fetched
+# from PyPI by `pip download`), which needs sympy and PyYAML.
+python3 -c 'import sympy' 2>/dev/null || missing="$missing python3-sympy"
+python3 -c 'import yaml' 2>/dev/null || missing="$missing python3-yaml"
+python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq
@@ -92,6 +107,17 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=65536 -timeout=10 -rss_limit_mb=2048
+)
+
+(
+  cd dataplane/agent
+  cargo +nightly fuzz build --sanitizer none
+  for target in spop_frame spop_session; do
+    mkdir -p "fuzz/corpus/$target"
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+  done
 )
 
 step "all green"

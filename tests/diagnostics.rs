@@ -147,6 +147,27 @@ fn rule_shape() {
         "rule r { when true throttle 5 packets per 1s by path }",
         &[("E0033", 1, 49)],
     );
+    // requestctl's bucket and key.
+    expect(
+        "rule r { when true throttle 5 requests per 1m by server, ip }",
+        &[("E0033", 1, 47)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m bucket leaky }",
+        &[("E0033", 1, 54)],
+    );
+    expect(
+        "rule r { when port == 80 throttle 5 packets per 1s bucket vsthrottle }",
+        &[("E0033", 1, 37)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m burst 9 bucket vsthrottle }",
+        &[("E0033", 1, 53)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m burst 5 by server bucket vsthrottle }",
+        &[],
+    );
 }
 
 #[test]
@@ -176,6 +197,77 @@ fn analysis() {
         "rule a { sites { x } when true deny }\nrule b { sites { y } when true allow }",
         &[],
     );
+}
+
+#[test]
+fn exemption_conflicts_on_address_sets() {
+    // Sets that overlap only in part (neither holds the other) conflict;
+    // disjoint ones do not. Client and destination addresses alike, and
+    // an allow inside or across an enforcing rule's excluded addresses.
+    let pair = |earlier: &str, later: &str| {
+        codes(&format!(
+            "rule limit {{ when path == \"/w\" and {earlier} throttle 1 requests per 1h }}\nrule ok {{ when {later} allow }}"
+        ))
+        .iter()
+        .map(|c| c.0)
+        .collect::<Vec<_>>()
+    };
+    let conflict = ["E0050"];
+    let none: [&str; 0] = [];
+    let cases = [
+        (
+            "ip in { 10.0.0.0/16, 10.2.0.0/16 }",
+            "ip in { 10.0.0.0/24, 10.1.0.0/16 }",
+            &conflict[..],
+        ),
+        (
+            "ip in { 10.0.0.0/16, 10.2.0.0/16 }",
+            "ip in { 10.1.0.0/16, 10.3.0.0/16 }",
+            &none[..],
+        ),
+        (
+            "ip in { 2001:db8::/48, 2001:db8:2::/48 }",
+            "ip in { 2001:db8::/64, 2001:db8:1::/48 }",
+            &conflict[..],
+        ),
+        (
+            "ip in { 2001:db8::/48 }",
+            "ip in { 2001:db8:1::/48, 10.0.0.0/8 }",
+            &none[..],
+        ),
+        (
+            "dst_ip in { 192.0.2.0/25, 198.51.100.0/24 }",
+            "dst_ip in { 192.0.2.64/26, 203.0.113.0/24 }",
+            &conflict[..],
+        ),
+        (
+            "dst_ip in { 192.0.2.0/25 }",
+            "dst_ip in { 192.0.2.128/25 }",
+            &none[..],
+        ),
+        // The client and the destination are different addresses.
+        (
+            "dst_ip in { 192.0.2.0/25 }",
+            "ip in { 198.51.100.0/24 } and not dst_ip in { 192.0.2.0/24 }",
+            &none[..],
+        ),
+        (
+            "not ip in { 10.0.0.0/8 }",
+            "ip in { 10.0.0.0/7 }",
+            &conflict[..],
+        ),
+        (
+            "not ip in { 10.0.0.0/8 }",
+            "ip in { 10.1.0.0/16 }",
+            &none[..],
+        ),
+    ];
+    for (earlier, later, want) in cases {
+        assert_eq!(pair(earlier, later), want, "{earlier} / {later}");
+    }
+    // The same through ipblocks.
+    let src = "ipblock a/x { 10.0.0.0/16\n 10.2.0.0/16 }\nipblock a/y { 10.0.0.0/24\n 10.1.0.0/16 }\nrule limit { when ipblock@a/x throttle 1 requests per 1h }\nrule ok { when ipblock@a/y allow }";
+    expect(src, &[("E0050", 6, 16)]);
 }
 
 #[test]

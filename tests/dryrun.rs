@@ -4,7 +4,7 @@
 use crate::util::*;
 use rctl_dataplane::dryrun::requests_in;
 
-const FIXTURES: &[&str] = &[
+pub const FIXTURES: &[&str] = &[
     "curl",
     "python-requests",
     "ab-keepalive",
@@ -470,4 +470,86 @@ fn a_request_is_timed_by_the_packet_that_completes_its_head() {
     assert_eq!(r.matches, 1);
     assert_eq!(r.first_seen_ns, Some(20_000_000_000));
     assert_eq!(r.last_seen_ns, Some(20_000_000_000));
+}
+
+/// How many HTTP requests tshark's dissector finds in a capture (`None`
+/// without tshark, outside CI).
+fn tshark_request_count(pcap: &std::path::Path) -> Option<usize> {
+    let out = std::process::Command::new("tshark")
+        .args(["-r", pcap.to_str().unwrap()])
+        .args(["-o", "tcp.desegment_tcp_streams:TRUE", "-Y", "http.request"])
+        .args(["-T", "fields", "-e", "http.request.method"])
+        .output();
+    let Ok(out) = out else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tshark must be installed in CI"
+        );
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One line per frame; pipelined requests in one frame are listed
+    // comma-separated.
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(text.lines().map(|l| l.split(',').count()).sum())
+}
+
+#[test]
+fn requests_in_packets_xdp_stops_are_counted_and_attributed() {
+    // The shipped rules drop 127/8 at the packet level (drop_bogons), and
+    // every fixture is loopback traffic: no request reaches the HTTP
+    // plane, and the report says how many the dropped packets carried.
+    for name in FIXTURES.iter().map(|n| format!("{n}.pcap")) {
+        let Some(want) = tshark_request_count(&fixture(&name)) else {
+            return;
+        };
+        assert!(want > 0, "{name}");
+        let o = rctl(&[
+            "dry-run",
+            root().join("rules").to_str().unwrap(),
+            "--pcap",
+            fixture(&name).to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let t = &r["totals"];
+        assert_eq!(
+            t["captured_requests"], want,
+            "{name}: requests the capture held"
+        );
+        assert_eq!(t["requests"], 0, "{name}: none reached the HTTP plane");
+        assert_eq!(t["stopped_requests"], want, "{name}");
+        let bogons = rule_entry(&r, "drop_bogons");
+        assert_eq!(bogons["stopped_requests"], want, "{name}");
+        assert_eq!(
+            bogons["stopped_packets"], bogons["packets"]["drop"],
+            "{name}"
+        );
+        let top = bogons["stopped_top_ips"].as_array().unwrap();
+        assert!(
+            top[0]["key"].as_str().unwrap().starts_with("127."),
+            "{name}: {top:?}"
+        );
+        let sum: u64 = top.iter().map(|h| h["count"].as_u64().unwrap()).sum();
+        assert_eq!(
+            sum, want as u64,
+            "{name}: every stopped request has its address"
+        );
+    }
+    // The text report says it in words.
+    let o = rctl(&[
+        "dry-run",
+        root().join("rules").to_str().unwrap(),
+        "--pcap",
+        fixture("curl.pcap").to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("HTTP plane: 0 of the"), "{text}");
+    assert!(text.contains("would have stopped"), "{text}");
 }

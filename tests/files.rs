@@ -559,3 +559,101 @@ fn fmt_does_not_write_through_a_symlink() {
     let r = run(&["fmt", s(&link)]);
     assert_eq!(r.code, Some(0), "already formatted: {}", r.err);
 }
+
+/// Artifacts are binary inputs every command reads whole: `/dev/zero`, a
+/// FIFO or a directory given as one is refused at once, never read (before,
+/// `rctl apply /dev/zero` and `rctl serve --artifact /dev/urandom` read
+/// until the memory ran out).
+#[test]
+fn artifacts_and_objects_are_read_only_from_regular_files() {
+    let dir = tempdir("artifact-inputs");
+    let fifo = dir.join("pipe.rctlc");
+    mkfifo(&fifo);
+    let state = |n: &str| dir.join(n).display().to_string();
+    let (run_dir, state_dir, bpffs) = (state("run"), state("state"), state("bpffs"));
+    write(
+        &dir.join("ok.rctl"),
+        "rule r { when path == \"/x\" deny }\n",
+    );
+    let ok = state("ok.rctlc");
+    let r = run(&["compile", s(&dir.join("ok.rctl")), "-o", &ok]);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    for input in ["/dev/zero", "/dev/urandom", s(&fifo)] {
+        let runs: Vec<Vec<&str>> = vec![
+            vec![
+                "apply",
+                input,
+                "--iface",
+                "lo",
+                "--run-dir",
+                &run_dir,
+                "--state-dir",
+                &state_dir,
+                "--bpffs",
+                &bpffs,
+            ],
+            vec!["serve", "--artifact", input, "--http", "127.0.0.1:0"],
+            vec![
+                "apply",
+                &ok,
+                "--iface",
+                "lo",
+                "--object",
+                input,
+                "--run-dir",
+                &run_dir,
+                "--state-dir",
+                &state_dir,
+                "--bpffs",
+                &bpffs,
+            ],
+        ];
+        for args in runs {
+            let r = run(&args);
+            assert_ne!(r.code, Some(0), "{args:?}: {}", r.err);
+            assert!(r.err.contains("not a regular file"), "{args:?}: {}", r.err);
+        }
+    }
+}
+
+/// A path outside the root is refused the same way whether or not it
+/// exists: a rule file cannot probe which files exist elsewhere (before, a
+/// missing one said "No such file or directory" and an existing one
+/// "outside the ruleset's root"). Inside the root, a missing file still
+/// says it is missing.
+#[test]
+fn missing_and_existing_paths_outside_the_root_look_the_same() {
+    let base = tempdir("probe");
+    write(&base.join("exists.txt"), "10.0.0.0/8\n");
+    let rules = base.join("rules");
+    write(
+        &rules.join("main.rctl"),
+        "ipblock a/b { file \"../exists.txt\" }\n\
+         ipblock c/d { file \"../missing.txt\" }\n\
+         ipblock e/f { file \"/etc/no-such-file-here\" }\n\
+         ipblock g/h { file \"lists/missing.txt\" }\n\
+         rule r { when ipblock@a/b or ipblock@c/d or ipblock@e/f or ipblock@g/h deny }\n",
+    );
+    let r = run(&["check", s(&rules)]);
+    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert_eq!(r.err.matches("error[E0007]").count(), 3, "{}", r.err);
+    for line in ["main.rctl:1:", "main.rctl:2:", "main.rctl:3:"] {
+        let at = r
+            .err
+            .find(line)
+            .unwrap_or_else(|| panic!("{line}: {}", r.err));
+        let before = &r.err[..at];
+        let head = before.rfind("error[").unwrap();
+        assert!(
+            before[head..].starts_with("error[E0007]"),
+            "{line}: {}",
+            r.err
+        );
+    }
+    assert_eq!(
+        r.err.matches("No such file").count(),
+        1,
+        "only the missing file inside the root says so: {}",
+        r.err
+    );
+}

@@ -1,10 +1,13 @@
 //! Integration tests: the language, its diagnostics, the artifact, the
 //! formatter and the `rctl` binary, on real inputs.
 
+mod servers;
 mod util;
 
 #[path = "../compiler/benches/support/gen.rs"]
 mod gen;
+#[path = "../compiler/benches/support/realistic.rs"]
+mod realistic;
 
 #[path = "../dataplane/benches/support/capgen.rs"]
 mod capgen;
@@ -16,14 +19,19 @@ mod corpus;
 mod diagnostics;
 mod dryrun;
 mod dryrun_memory;
+mod edge;
 mod files;
 mod format;
 mod generated;
 mod host_state;
 mod hostile;
+mod import;
 mod invariants;
 mod language;
+mod limits;
+mod native;
 mod netns;
+mod witness;
 mod xdp;
 mod xdp_clock;
 mod xdp_dir;

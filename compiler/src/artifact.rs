@@ -109,6 +109,7 @@ fn encode_field(w: &mut Writer, f: &StrField) {
         StrField::Host => w.u8(1),
         StrField::Path => w.u8(2),
         StrField::Query => w.u8(3),
+        StrField::Url => w.u8(6),
         StrField::QueryParam(p) => {
             w.u8(4);
             w.str(p);
@@ -215,7 +216,13 @@ fn encode_rule(w: &mut Writer, r: &Rule) {
             w.str(reason);
         }
         Action::Throttle(t) => {
-            w.u8(4);
+            // Tag 4 is the default bucket, as format 1 always wrote it;
+            // tag 5 the same layout with vsthrottle's bucket, so every
+            // artifact without one stays byte for byte what it was.
+            w.u8(match t.bucket {
+                Bucket::Gcra => 4,
+                Bucket::Vsthrottle => 5,
+            });
             w.u32(t.limit);
             w.u8(t.unit as u8);
             w.u64(t.period_ms);
@@ -238,6 +245,7 @@ fn encode_rule(w: &mut Writer, r: &Rule) {
                     Key::Method => w.u8(5),
                     Key::Header(h) => (w.u8(6), w.str(h)).0,
                     Key::Query(q) => (w.u8(7), w.str(q)).0,
+                    Key::Server => w.u8(8),
                 }
             }
         }
@@ -419,6 +427,7 @@ fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
         3 => StrField::Query,
         4 => StrField::QueryParam(r.str()?),
         5 => StrField::Header(r.str()?),
+        6 => StrField::Url,
         t => return r.err(Invalid::Tag(TagOf::Field, t)),
     })
 }
@@ -524,6 +533,7 @@ fn decode_key(r: &mut Reader<'_>) -> Result<Key, ArtifactError> {
         5 => Key::Method,
         6 => Key::Header(r.str()?),
         7 => Key::Query(r.str()?),
+        8 => Key::Server,
         k => return r.err(Invalid::Tag(TagOf::Key, k)),
     })
 }
@@ -537,7 +547,12 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
             status: r.u16()?,
             reason: r.str()?,
         },
-        4 => {
+        tag @ (4 | 5) => {
+            let bucket = if tag == 4 {
+                Bucket::Gcra
+            } else {
+                Bucket::Vsthrottle
+            };
             let limit = r.u32()?;
             let unit = match r.u8()? {
                 0 => Unit::Requests,
@@ -560,6 +575,7 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
                 ban_ms,
                 status,
                 reason,
+                bucket,
             })
         }
         t => return r.err(Invalid::Tag(TagOf::Action, t)),

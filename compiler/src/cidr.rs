@@ -1,5 +1,9 @@
-//! IPv4/IPv6 prefix parsing and merging into minimal, sorted prefix sets.
+//! IPv4/IPv6 prefix parsing and merging into minimal, sorted prefix sets:
+//! ipnet's types, parsers and aggregation, kept as (network, length)
+//! pairs, the form the IR, the artifact and the engine's prefix table
+//! (`iptable`) use.
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::Serialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -19,41 +23,42 @@ pub struct CidrError {
     pub reason: String,
 }
 
-/// Parses `a.b.c.d[/n]` or `x:y::z[/n]`. Returns the network and whether
-/// host bits were set (`10.0.0.1/8`), which is a warning, not an error.
+/// Parses `a.b.c.d[/n]` or `x:y::z[/n]` with ipnet's parsers (a bare
+/// address is a /32 or /128). Returns the network and whether host bits
+/// were set (`10.0.0.1/8`), which is a warning, not an error.
 pub fn parse_cidr(s: &str) -> Result<(Cidr, bool), CidrError> {
     let err = |r: &str| CidrError { reason: r.into() };
-    let (addr, len) = match s.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
+    let v6 = s.split('/').next().unwrap_or(s).contains(':');
+    let net: IpNet = match s.split_once('/') {
+        Some((addr, len)) => match s.parse::<IpNet>() {
+            // ipnet takes a length with a sign; the language does not.
+            Ok(n) if !len.starts_with('+') => n,
+            _ if v6 && addr.parse::<Ipv6Addr>().is_err() => return Err(err("not an IPv6 address")),
+            _ if !v6 && addr.parse::<Ipv4Addr>().is_err() => {
+                return Err(err("not an IPv4 address"))
+            }
+            _ => {
+                let max = if v6 { 128 } else { 32 };
+                return Err(err(&format!("prefix length must be 0 to {max}")));
+            }
+        },
+        None if v6 => IpNet::V6(Ipv6Net::from(
+            s.parse::<Ipv6Addr>()
+                .map_err(|_| err("not an IPv6 address"))?,
+        )),
+        None => IpNet::V4(Ipv4Net::from(
+            s.parse::<Ipv4Addr>()
+                .map_err(|_| err("not an IPv4 address"))?,
+        )),
     };
-    let parse_len = |l: &str, max: u8| -> Result<u8, CidrError> {
-        match l.parse::<u8>() {
-            Ok(n) if n <= max && !l.starts_with('+') => Ok(n),
-            _ => Err(err(&format!("prefix length must be 0 to {max}"))),
-        }
-    };
-    if addr.contains(':') {
-        let a: Ipv6Addr = addr.parse().map_err(|_| err("not an IPv6 address"))?;
-        let len = len.map_or(Ok(128), |l| parse_len(l, 128))?;
-        let bits = u128::from(a);
-        let net = bits & mask128(len);
-        Ok((Cidr::V6(net, len), net != bits))
-    } else {
-        let a: Ipv4Addr = addr.parse().map_err(|_| err("not an IPv4 address"))?;
-        let len = len.map_or(Ok(32), |l| parse_len(l, 32))?;
-        let bits = u32::from(a);
-        let net = bits & (mask128(len + 96) as u32);
-        Ok((Cidr::V4(net, len), net != bits))
-    }
-}
-
-fn mask128(len: u8) -> u128 {
-    if len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(len))
-    }
+    let host_bits = net.addr() != net.network();
+    Ok((
+        match net.trunc() {
+            IpNet::V4(n) => Cidr::V4(u32::from(n.network()), n.prefix_len()),
+            IpNet::V6(n) => Cidr::V6(u128::from(n.network()), n.prefix_len()),
+        },
+        host_bits,
+    ))
 }
 
 /// Sorted, disjoint, inclusive address ranges.
@@ -70,22 +75,28 @@ pub struct PrefixSet {
 }
 
 impl PrefixSet {
-    /// Merges any collection of prefixes.
+    /// Merges any collection of prefixes (ipnet's aggregation: the fewest
+    /// prefixes that cover exactly the same addresses, sorted).
     pub fn from_cidrs(cidrs: impl IntoIterator<Item = Cidr>) -> Self {
-        let mut r4: Vec<(u128, u128)> = Vec::new();
-        let mut r6: Vec<(u128, u128)> = Vec::new();
+        let mut v4: Vec<Ipv4Net> = Vec::new();
+        let mut v6: Vec<Ipv6Net> = Vec::new();
         for c in cidrs {
+            // Networks and lengths are valid by construction (parse_cidr,
+            // the artifact reader), so these never fail.
             match c {
-                Cidr::V4(n, l) => r4.push(range(u128::from(n), l, 32)),
-                Cidr::V6(n, l) => r6.push(range(n, l, 128)),
+                Cidr::V4(n, l) => v4.extend(Ipv4Net::new(Ipv4Addr::from(n), l)),
+                Cidr::V6(n, l) => v6.extend(Ipv6Net::new(Ipv6Addr::from(n), l)),
             }
         }
         PrefixSet {
-            v4: to_prefixes(merge_ranges(r4), 32)
+            v4: Ipv4Net::aggregate(&v4)
                 .into_iter()
-                .map(|(n, l)| (n as u32, l))
+                .map(|n| (u32::from(n.network()), n.prefix_len()))
                 .collect(),
-            v6: to_prefixes(merge_ranges(r6), 128),
+            v6: Ipv6Net::aggregate(&v6)
+                .into_iter()
+                .map(|n| (u128::from(n.network()), n.prefix_len()))
+                .collect(),
         }
     }
 
@@ -152,55 +163,23 @@ fn range(net: u128, len: u8, width: u32) -> (u128, u128) {
     (net, net | size_minus_one)
 }
 
-fn merge_ranges(mut r: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
-    r.sort_unstable();
-    let mut out: Vec<(u128, u128)> = Vec::with_capacity(r.len());
-    for (s, e) in r {
-        if let Some(last) = out.last_mut() {
-            if s <= last.1.saturating_add(1) {
-                last.1 = last.1.max(e);
-                continue;
-            }
-        }
-        out.push((s, e));
-    }
-    out
-}
-
 /// Splits inclusive ranges into the fewest aligned prefixes (`width` is
-/// 32 or 128); each item is (network, prefix length).
+/// 32 or 128; ipnet's subnet iterators); each item is (network, prefix
+/// length).
 pub fn to_prefixes(ranges: Vec<(u128, u128)>, width: u32) -> Vec<(u128, u8)> {
     let mut out = Vec::with_capacity(ranges.len());
-    for (mut s, e) in ranges {
-        loop {
-            // The largest block aligned at `s` that ends at or before `e`.
-            let align = if s == 0 {
-                width
-            } else {
-                s.trailing_zeros().min(width)
-            };
-            let mut host = align;
-            while host > 0 {
-                let last = if host >= 128 {
-                    u128::MAX
-                } else {
-                    s | ((1u128 << host) - 1)
-                };
-                if last <= e {
-                    break;
-                }
-                host -= 1;
-            }
-            out.push((s, (width - host) as u8));
-            let last = if host >= 128 {
-                u128::MAX
-            } else {
-                s | ((1u128 << host) - 1)
-            };
-            if last >= e {
-                break;
-            }
-            s = last + 1;
+    for (s, e) in ranges {
+        if width == 32 {
+            let (s, e) = (Ipv4Addr::from(s as u32), Ipv4Addr::from(e as u32));
+            out.extend(
+                ipnet::Ipv4Subnets::new(s, e, 0)
+                    .map(|n| (u128::from(u32::from(n.network())), n.prefix_len())),
+            );
+        } else {
+            let (s, e) = (Ipv6Addr::from(s), Ipv6Addr::from(e));
+            out.extend(
+                ipnet::Ipv6Subnets::new(s, e, 0).map(|n| (u128::from(n.network()), n.prefix_len())),
+            );
         }
     }
     out
@@ -274,6 +253,23 @@ mod tests {
         assert!(parse_cidr("::/129").is_err());
         assert!(parse_cidr("10.0.0.0/+8").is_err());
         assert!(parse_cidr("bogus").is_err());
+        assert_eq!(
+            parse_cidr("10.0.0.0/08").unwrap().0,
+            Cidr::V4(0x0a00_0000, 8)
+        );
+        assert_eq!(
+            parse_cidr("::ffff:1.2.3.4").unwrap(),
+            (Cidr::V6(0xffff_0102_0304, 128), false)
+        );
+        for (bad, why) in [
+            ("10.0.0.0/33", "prefix length must be 0 to 32"),
+            ("::/129", "prefix length must be 0 to 128"),
+            ("10.0.0/8", "not an IPv4 address"),
+            ("2001:db8::g/32", "not an IPv6 address"),
+            ("10.0.0.0/", "prefix length must be 0 to 32"),
+        ] {
+            assert_eq!(parse_cidr(bad).unwrap_err().reason, why, "{bad}");
+        }
     }
 
     #[test]
@@ -293,6 +289,16 @@ mod tests {
         assert_eq!(s.v6, vec![(0, 0)]);
         let s = set(&["0.0.0.0/0", "255.255.255.255/32"]);
         assert_eq!(s.v4, vec![(0, 0)]);
+        assert_eq!(
+            to_prefixes(vec![(0x0a00_0001, 0x0a00_0006)], 32),
+            vec![
+                (0x0a00_0001, 32),
+                (0x0a00_0002, 31),
+                (0x0a00_0004, 31),
+                (0x0a00_0006, 32)
+            ]
+        );
+        assert_eq!(to_prefixes(vec![(0, u128::MAX)], 128), vec![(0, 0)]);
     }
 
     #[test]

@@ -66,8 +66,17 @@ pub mod code {
     pub const LIMIT: &str = "E0040";
     /// An allow is evaluated after an enforcing rule that can match its traffic.
     pub const EXEMPTION_CONFLICT: &str = "E0050";
+    /// Whether an allow wins over an earlier enforcing rule could not be
+    /// decided within the analysis budget.
+    pub const EXEMPTION_UNDECIDED: &str = "E0051";
     /// An invalid test block.
     pub const BAD_TEST: &str = "E0060";
+    /// A requestctl object that cannot be read: YAML syntax, a value of
+    /// the wrong type, a file outside requestctl's layout (`rctl import`).
+    pub const IMPORT_SHAPE: &str = "E0070";
+    /// A requestctl field or value with no rctl equivalent (`rctl import`;
+    /// `--lossy` keeps it as a warning and a comment).
+    pub const IMPORT_UNSUPPORTED: &str = "E0071";
     /// A CIDR has host bits set.
     pub const HOST_BITS: &str = "W0101";
     /// An object no rule uses.
@@ -76,6 +85,11 @@ pub mod code {
     pub const UNREACHABLE: &str = "W0103";
     /// An ipblock with no address.
     pub const EMPTY_SET: &str = "W0104";
+    /// An undecided exemption accepted with `allow_undecided`.
+    pub const EXEMPTION_UNPROVEN: &str = "W0105";
+    /// An imported requestctl object whose meaning in rctl differs from
+    /// requestctl's translation; the rule's comment says how.
+    pub const IMPORT_CHANGED: &str = "W0106";
 }
 
 /// A span with a message: the primary label gets carets, secondary ones dashes.
@@ -102,6 +116,12 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     /// What to do about it.
     pub hint: Option<String>,
+    /// Facts that back the finding (a request that shows it, what the
+    /// analysis could not decide), one line each.
+    pub notes: Vec<String>,
+    /// A `test` block that shows the finding, ready to paste into a rule
+    /// file (`rctl check --witness` prints it).
+    pub witness: Option<String>,
 }
 
 impl Diagnostic {
@@ -113,6 +133,8 @@ impl Diagnostic {
             message: message.into(),
             labels: Vec::new(),
             hint: None,
+            notes: Vec::new(),
+            witness: None,
         }
     }
 
@@ -141,6 +163,18 @@ impl Diagnostic {
             message: message.into(),
             primary: false,
         });
+        self
+    }
+
+    /// Adds a note.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// Sets the `test` block that shows the finding.
+    pub fn witness(mut self, test: impl Into<String>) -> Self {
+        self.witness = Some(test.into());
         self
     }
 
@@ -210,6 +244,9 @@ impl Diagnostic {
                 mark.repeat(shown.caret_len.clamp(1, 120)),
                 escape(&label.message)
             );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "{pad} = note: {}", escape(note));
         }
         if let Some(hint) = &self.hint {
             let _ = writeln!(out, "{pad} = hint: {}", escape(hint));

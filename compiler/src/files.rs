@@ -78,8 +78,23 @@ impl Roots {
 
     /// Resolves `path` (symlinks included) and checks that it is below a
     /// root; returns the canonical path.
+    ///
+    /// A path that does not exist is placed where it would be (its
+    /// longest existing ancestor resolved, the rest appended): outside the
+    /// roots it is the same "outside" error as an existing one, so that a
+    /// rule file cannot probe which files exist elsewhere.
     pub fn resolve(&self, path: &Path) -> Result<PathBuf, LoadError> {
-        let canonical = std::fs::canonicalize(path).map_err(LoadError::Io)?;
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(c) => c,
+            Err(e) => {
+                let would = would_be(path);
+                return Err(if self.contains(&would) {
+                    LoadError::Io(e)
+                } else {
+                    self.outside(would)
+                });
+            }
+        };
         if self.contains(&canonical) {
             Ok(canonical)
         } else {
@@ -123,6 +138,35 @@ impl Roots {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// Where a path that does not exist would be: its longest existing
+/// ancestor, symlinks resolved, with the rest appended (`.` and `..`
+/// folded: a component that does not exist cannot be a symlink).
+fn would_be(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let parts: Vec<Component<'_>> = path.components().collect();
+    for k in (0..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..k].iter().collect();
+        let prefix = if prefix.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            prefix
+        };
+        if let Ok(mut base) = std::fs::canonicalize(&prefix) {
+            for c in &parts[k..] {
+                match c {
+                    Component::ParentDir => {
+                        base.pop();
+                    }
+                    Component::Normal(n) => base.push(n),
+                    _ => {}
+                }
+            }
+            return base;
+        }
+    }
+    path.to_path_buf()
 }
 
 /// What kind of file this is, for "not a regular file" messages: "a FIFO",
@@ -354,6 +398,37 @@ impl Walker<'_> {
         }
         Some(meta)
     }
+}
+
+/// Largest binary input rctl reads whole: a compiled artifact or the XDP
+/// object (an artifact holding every limit's worth of prefixes and
+/// regexes is far smaller).
+pub const MAX_BINARY_BYTES: usize = 1 << 30;
+
+/// Reads a compiled artifact or another binary input whole: regular files
+/// only (a device, FIFO or socket is refused without being read, as rule
+/// files are), and at most `max_bytes`, a limit held while reading. The
+/// error says which, as an [`std::io::Error`] for the caller's context.
+pub fn read_binary(path: &Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    let file = open_regular(path, None).map_err(|e| match e {
+        LoadError::Io(e) => e,
+        LoadError::NotRegular(kind) => Error::new(
+            ErrorKind::InvalidInput,
+            format!("it is {kind}, not a regular file (devices, FIFOs and sockets are never read)"),
+        ),
+        other => Error::other(format!("{other:?}")),
+    })?;
+    let limit = max_bytes as u64;
+    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len()).min(limit) as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() > max_bytes {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("it is larger than the {} MiB limit", max_bytes >> 20),
+        ));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -15,9 +15,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addrs;
 pub mod analysis;
 pub mod artifact;
 pub mod ast;
+pub mod check;
 pub mod cidr;
 pub mod diag;
 pub mod files;
@@ -26,15 +28,39 @@ pub mod ir;
 mod lists;
 pub mod load;
 mod lower;
+mod lower_action;
 mod lower_expr;
 mod lower_test;
 pub mod parse;
 pub mod plan;
+pub mod proof;
+pub mod scan;
 pub mod source;
 pub mod spec;
+pub mod strlang;
+mod summary;
 pub mod validate;
 pub mod value;
 mod wire;
+pub mod witness;
+
+/// A small deterministic generator (xorshift64) for randomized unit tests.
+#[cfg(test)]
+pub(crate) struct TestRng(pub u64);
+
+#[cfg(test)]
+impl TestRng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub(crate) fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+        v[(self.next() % v.len() as u64) as usize]
+    }
+}
 
 pub use lower::reason_phrase;
 pub use wire::{ArtifactError, ArtifactErrorKind, Invalid, TagOf};
@@ -60,17 +86,27 @@ pub struct Options {
     pub max_rules: usize,
     /// Largest condition tree after inlining patterns.
     pub max_cond_nodes: usize,
-    /// Most DNF terms per condition for analysis and XDP lowering.
+    /// Most DNF terms per condition for the unreachable-rule check and XDP
+    /// lowering. (The exemption check needs no DNF.)
     pub max_dnf_terms: usize,
+    /// Work allowed to decide whether one allow and one earlier enforcing
+    /// rule can match the same traffic; past it the pair is reported as
+    /// undecided.
+    pub max_overlap_steps: u64,
     /// Largest source or list file.
     pub max_file_bytes: usize,
-    /// Most samples in one test.
+    /// Most samples (requests and packets, repeats counted) in one test.
+    /// A test keeps every decision until it checks its expectations, about
+    /// 100 bytes each, so this bounds `rctl test`'s memory.
     pub max_test_samples: u64,
     /// Deepest directory nesting a directory walk enters.
     pub max_dir_depth: usize,
     /// Directories (or files) `include` and `file` may read besides the
     /// ruleset's own root ([`files::Roots`]); `rctl --allow-path`.
     pub allow_paths: Vec<PathBuf>,
+    /// Most samples in all the tests of a ruleset, which bounds the time
+    /// `rctl test` takes.
+    pub max_total_test_samples: u64,
 }
 
 impl Default for Options {
@@ -83,8 +119,10 @@ impl Default for Options {
             max_rules: 50_000,
             max_cond_nodes: 100_000,
             max_dnf_terms: 256,
+            max_overlap_steps: 1_000_000,
             max_file_bytes: 256 << 20,
-            max_test_samples: 10_000_000,
+            max_test_samples: 1_000_000,
+            max_total_test_samples: 10_000_000,
             max_dir_depth: 32,
             allow_paths: Vec::new(),
         }
@@ -154,17 +192,27 @@ fn finish(loaded: load::Loaded, opts: &Options, mut diags: Diagnostics) -> Compi
     let mut ruleset = None;
     let mut tests = Vec::new();
     if !diags.has_errors() {
-        plan::check_rules(
+        scan::check(&lowered.atoms, &lowered.atom_spans, &mut diags);
+    }
+    if !diags.has_errors() {
+        check::check_rules(
             &lowered.rules,
             &lowered.atoms,
             &lowered.ipsets,
             opts,
             &mut diags,
         );
-        let spans: Vec<source::Span> = lowered.rules.iter().map(|r| r.1).collect();
-        let rule_spans: Vec<_> = lowered.rules.iter().map(|r| (r.1, r.2)).collect();
-        let rules: Vec<ir::Rule> = lowered.rules.into_iter().map(|r| r.0).collect();
-        let plan = plan::plan(&rules, &lowered.atoms, opts, &mut diags, &spans);
+        let spans: Vec<source::Span> = lowered.rules.iter().map(|r| r.name).collect();
+        let rule_spans: Vec<_> = lowered.rules.iter().map(|r| (r.name, r.when)).collect();
+        let rules: Vec<ir::Rule> = lowered.rules.into_iter().map(|r| r.rule).collect();
+        let plan = plan::plan(
+            &rules,
+            &lowered.atoms,
+            &lowered.ipsets,
+            opts,
+            &mut diags,
+            &spans,
+        );
         let sources = map
             .files()
             .iter()

@@ -1,10 +1,11 @@
 //! AST to IR: name resolution, value checking and rule lowering.
 //! Expressions are in `lower_expr.rs`, tests in `lower_test.rs`.
 
-use crate::ast::{self, ActionDecl, IpblockEntry, Item, KeyDecl, RuleProp, Word};
+use crate::ast::{self, IpblockEntry, Item, RuleProp, Word};
 use crate::cidr::{parse_cidr, Cidr, PrefixSet};
 use crate::diag::{code, Diagnostic, Diagnostics};
-use crate::ir::{Action, Atom, Cond, IpSet, Key, Origin, Rule, Throttle, Unit};
+use crate::ir::{Action, Atom, Cond, IpSet, Origin, Rule, Unit};
+use crate::plan::SpannedRule;
 use crate::source::{FileId, SourceMap, Span};
 use crate::spec::TestCase;
 use crate::Options;
@@ -17,13 +18,14 @@ pub struct Lowered {
     pub ipsets: Vec<IpSet>,
     /// The predicate table.
     pub atoms: Vec<Atom>,
-    /// Rules in evaluation order, with the span of each rule's name and
-    /// `when` condition (same order).
-    pub rules: Vec<(Rule, Span, Span)>,
+    /// Rules in evaluation order, with their spans.
+    pub rules: Vec<SpannedRule>,
     /// Test cases.
     pub tests: Vec<TestCase>,
     /// Merged prefix counts per ipblock name.
     pub ipblock_sizes: Vec<(String, usize, usize)>,
+    /// Where each string test was first written (its value), by atom.
+    pub atom_spans: HashMap<u32, Span>,
 }
 
 /// A lowered pattern (None: it had errors) and the patterns and ipblocks it uses.
@@ -44,14 +46,18 @@ pub(crate) struct Lowerer<'a> {
     pub ipblock_sets: HashMap<String, Option<u32>>,
     /// pattern name -> lowered condition (None: failed), and what it uses.
     pub pattern_conds: HashMap<String, PatternLowered>,
-    pub in_progress: Vec<String>,
+    /// Patterns being lowered (on the walk's stack), for cycles.
+    pub in_progress: HashSet<String>,
     pub used_patterns: HashSet<String>,
     pub used_ipblocks: HashSet<String>,
     pub atoms: Vec<Atom>,
     pub atom_ids: HashMap<Atom, u32>,
+    pub atom_spans: HashMap<u32, Span>,
     pub ipsets: Vec<IpSet>,
     pub inline_sets: HashMap<PrefixSet, u32>,
     pub regex_count: usize,
+    /// Samples of the tests lowered so far.
+    pub test_samples: u64,
     pub prefix_total: usize,
     pub list_cache: HashMap<std::path::PathBuf, FileId>,
     /// Where list files may be read.
@@ -75,14 +81,16 @@ pub fn lower(
         patterns: BTreeMap::new(),
         ipblock_sets: HashMap::new(),
         pattern_conds: HashMap::new(),
-        in_progress: Vec::new(),
+        in_progress: HashSet::new(),
         used_patterns: HashSet::new(),
         used_ipblocks: HashSet::new(),
         atoms: Vec::new(),
         atom_ids: HashMap::new(),
+        atom_spans: HashMap::new(),
         ipsets: Vec::new(),
         inline_sets: HashMap::new(),
         regex_count: 0,
+        test_samples: 0,
         prefix_total: 0,
         list_cache: HashMap::new(),
         roots,
@@ -174,7 +182,7 @@ pub fn lower(
     }
     let names: Vec<String> = lw.patterns.keys().cloned().collect();
     for n in &names {
-        lw.pattern_cond(n, None);
+        lw.pattern_cond(n);
     }
     let mut out_rules = Vec::new();
     for (seq, r) in rules.iter().enumerate() {
@@ -182,11 +190,11 @@ pub fn lower(
             out_rules.push(rule);
         }
     }
-    out_rules.sort_by_key(|(r, _, _)| (r.priority, r.seq));
-    let rule_set: HashSet<&str> = out_rules.iter().map(|(r, _, _)| r.name.as_str()).collect();
+    out_rules.sort_by_key(|r| (r.rule.priority, r.rule.seq));
+    let rule_set: HashSet<&str> = out_rules.iter().map(|r| r.rule.name.as_str()).collect();
     let sites: HashSet<&str> = out_rules
         .iter()
-        .flat_map(|(r, _, _)| r.sites.iter().map(String::as_str))
+        .flat_map(|r| r.rule.sites.iter().map(String::as_str))
         .collect();
     let mut out_tests = Vec::new();
     for t in &tests {
@@ -209,6 +217,7 @@ pub fn lower(
         rules: out_rules,
         tests: out_tests,
         ipblock_sizes,
+        atom_spans: lw.atom_spans,
     }
 }
 
@@ -233,6 +242,16 @@ impl<'a> Lowerer<'a> {
         self.atom_ids.insert(a.clone(), id);
         self.atoms.push(a);
         Cond::Atom(id)
+    }
+
+    /// Like [`Lowerer::atom`], remembering where the atom was first
+    /// written.
+    pub(crate) fn atom_at(&mut self, a: Atom, at: Span) -> Cond {
+        let c = self.atom(a);
+        if let Cond::Atom(id) = c {
+            self.atom_spans.entry(id).or_insert(at);
+        }
+        c
     }
 
     pub(crate) fn inline_set(&mut self, set: PrefixSet) -> u32 {
@@ -315,7 +334,7 @@ impl<'a> Lowerer<'a> {
         result
     }
 
-    fn rule(&mut self, d: &ast::RuleDecl, file: FileId, seq: u32) -> Option<(Rule, Span, Span)> {
+    fn rule(&mut self, d: &ast::RuleDecl, file: FileId, seq: u32) -> Option<SpannedRule> {
         let errors_before = self.diags.error_count();
         let mut seen: HashMap<&'static str, Span> = HashMap::new();
         let mut when: Option<(Cond, Span)> = None;
@@ -324,6 +343,7 @@ impl<'a> Lowerer<'a> {
         let mut sites = Vec::new();
         let mut enabled = true;
         let mut shadow = false;
+        let mut allow_undecided = None;
         let mut comment = String::new();
         for p in &d.props {
             let key = match &p.prop {
@@ -332,6 +352,7 @@ impl<'a> Lowerer<'a> {
                 RuleProp::Sites(_) => "sites",
                 RuleProp::Enabled(_) => "enabled",
                 RuleProp::Shadow => "shadow",
+                RuleProp::AllowUndecided => "allow_undecided",
                 RuleProp::Comment(_) => "comment",
                 RuleProp::Action(_) => "action",
             };
@@ -359,6 +380,7 @@ impl<'a> Lowerer<'a> {
                     let mut used = (Vec::new(), Vec::new());
                     let c = self.expr(e, &mut used);
                     self.mark_used(&used.0, &used.1);
+                    self.check_depth(&c, e.span);
                     when = Some((c, e.span));
                 }
                 RuleProp::Priority(w) => {
@@ -394,6 +416,7 @@ impl<'a> Lowerer<'a> {
                     ),
                 },
                 RuleProp::Shadow => shadow = true,
+                RuleProp::AllowUndecided => allow_undecided = Some(p.span),
                 RuleProp::Comment(w) => comment = w.text.clone(),
                 RuleProp::Action(a) => {
                     if let Some(act) = self.action(a, p.span) {
@@ -426,6 +449,17 @@ impl<'a> Lowerer<'a> {
         }
         let (cond, when_span) = when?;
         let (action, action_span) = action?;
+        if let (Some(span), false) = (allow_undecided, action == Action::Allow) {
+            self.diags.push(
+                Diagnostic::error(
+                    code::BAD_VALUE,
+                    format!("`allow_undecided` in rule `{}`, which is not an allow", d.name.text),
+                )
+                .primary(span, "only for allow rules")
+                .secondary(action_span, format!("this rule is a {}", action.kind()))
+                .hint("`allow_undecided` accepts an exemption the compiler cannot prove; remove it here"),
+            );
+        }
         if let Action::Throttle(t) = &action {
             if t.unit != Unit::Requests {
                 self.check_l4_only(&cond, when_span, action_span, &d.name.text);
@@ -440,8 +474,8 @@ impl<'a> Lowerer<'a> {
             .get(file)
             .map(|f| f.path.display().to_string())
             .unwrap_or_default();
-        Some((
-            Rule {
+        Some(SpannedRule {
+            rule: Rule {
                 name: d.name.text.clone(),
                 priority,
                 seq,
@@ -457,9 +491,10 @@ impl<'a> Lowerer<'a> {
                     col,
                 },
             },
-            d.name.span,
-            when_span,
-        ))
+            name: d.name.span,
+            when: when_span,
+            allow_undecided: allow_undecided.is_some(),
+        })
     }
 
     fn check_l4_only(&mut self, cond: &Cond, when: Span, action: Span, name: &str) {
@@ -491,238 +526,19 @@ impl<'a> Lowerer<'a> {
         );
     }
 
-    fn action(&mut self, a: &ActionDecl, span: Span) -> Option<Action> {
-        Some(match a {
-            ActionDecl::Allow => Action::Allow,
-            ActionDecl::Log => Action::Log,
-            ActionDecl::Drop => Action::Drop,
-            ActionDecl::Deny(status, reason) => {
-                let status = match status {
-                    Some(w) => self.status(w, 400)?,
-                    None => 403,
-                };
-                let reason = reason
-                    .as_ref()
-                    .map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
-                if reason.contains(['\n', '\r']) {
-                    self.diags.push(
-                        Diagnostic::error(code::BAD_VALUE, "a deny reason cannot span lines")
-                            .primary(span, "here"),
-                    );
-                    return None;
-                }
-                Action::Deny { status, reason }
-            }
-            ActionDecl::Throttle(t) => Action::Throttle(self.throttle(t, span)?),
-        })
-    }
-
-    fn status(&mut self, w: &Word, min: u16) -> Option<u16> {
-        match crate::value::parse_count(&w.text, 999) {
-            Ok(n) if (u64::from(min)..=599).contains(&n) => Some(n as u16),
-            _ => {
-                self.bad(
-                    code::BAD_STATUS,
-                    w,
-                    "invalid status",
-                    &format!("expected an HTTP status from {min} to 599"),
-                    "deny and throttle answer with a 4xx or 5xx status, like 403 or 429",
-                );
-                None
-            }
-        }
-    }
-
-    fn throttle(&mut self, t: &ast::ThrottleDecl, span: Span) -> Option<Throttle> {
-        let errors = self.diags.error_count();
-        let limit = match crate::value::parse_count(&t.limit.text, u64::from(u32::MAX)) {
-            Ok(0) | Err(_) => {
-                self.bad(
-                    code::BAD_NUMBER,
-                    &t.limit,
-                    "invalid throttle limit",
-                    "expected a whole number above 0",
-                    "write `throttle 100 requests per 1m`",
-                );
-                0
-            }
-            Ok(n) => n as u32,
-        };
-        let unit = match t.unit.text.to_ascii_lowercase().as_str() {
-            "requests" | "request" => Unit::Requests,
-            "packets" | "packet" => Unit::Packets,
-            "connections" | "connection" => Unit::Connections,
-            _ => {
-                self.bad(
-                    code::BAD_THROTTLE,
-                    &t.unit,
-                    "unknown throttle unit",
-                    "expected requests, packets or connections",
-                    "requests are counted in user space; packets and connections (TCP SYNs) in XDP",
-                );
-                Unit::Requests
-            }
-        };
-        let period_ms = self.duration(&t.period).unwrap_or(1);
-        let burst = match &t.burst {
-            None => limit,
-            Some(w) => match crate::value::parse_count(&w.text, u64::from(u32::MAX)) {
-                Ok(n) if n >= 1 => n as u32,
-                _ => {
-                    self.bad(
-                        code::BAD_NUMBER,
-                        w,
-                        "invalid burst",
-                        "expected a whole number above 0",
-                        "burst is the bucket size: how many may arrive at once",
-                    );
-                    1
-                }
-            },
-        };
-        let ban_ms = t
-            .ban
-            .as_ref()
-            .map_or(Some(0), |w| self.duration(w))
-            .unwrap_or(0);
-        let status = match &t.status {
-            Some(w) => self.status(w, 400).unwrap_or(429),
-            None => 429,
-        };
-        let reason = t
-            .reason
-            .as_ref()
-            .map_or_else(|| reason_phrase(status).to_string(), |r| r.text.clone());
-        let mut keys: Vec<Key> = Vec::new();
-        for k in &t.by {
-            let (key, kspan) = match k {
-                KeyDecl::Header(w) => (Key::Header(w.text.to_ascii_lowercase()), w.span),
-                KeyDecl::Query(w) => (Key::Query(w.text.clone()), w.span),
-                KeyDecl::Prefix(a, b, s) => {
-                    let v4 = self.prefix_len(a, 32);
-                    let v6 = b.as_ref().map_or(Some(64), |b| self.prefix_len(b, 128));
-                    match (v4, v6) {
-                        (Some(v4), Some(v6)) => (Key::Prefix { v4, v6 }, *s),
-                        _ => continue,
-                    }
-                }
-                KeyDecl::Word(w) => {
-                    let key = match w.text.to_ascii_lowercase().as_str() {
-                        "global" => Key::Global,
-                        "ip" => Key::Ip,
-                        "host" => Key::Host,
-                        "path" => Key::Path,
-                        "method" => Key::Method,
-                        _ => {
-                            self.bad(code::BAD_THROTTLE, w, "unknown throttle key", "not a key", "keys are global, ip, prefix(24, 64), host, path, method, header(\"x\"), query(\"p\")");
-                            continue;
-                        }
-                    };
-                    (key, w.span)
-                }
-            };
-            if keys.contains(&key) {
-                self.diags.push(
-                    Diagnostic::error(code::BAD_THROTTLE, "throttle key given twice")
-                        .primary(kspan, "repeated")
-                        .hint("remove the repetition"),
-                );
-                continue;
-            }
-            if unit != Unit::Requests && !matches!(key, Key::Ip | Key::Prefix { .. }) {
-                self.diags.push(
-                    Diagnostic::error(code::BAD_THROTTLE, "packet and connection limits are keyed by address")
-                        .primary(kspan, "not an address key")
-                        .hint("use `by ip` or `by prefix(24, 64)`; the packet plane cannot see HTTP fields"),
-                );
-                continue;
-            }
-            keys.push(key);
-        }
-        if keys.len() > 1 && keys.contains(&Key::Global) {
-            let s = t.by_span.unwrap_or(span);
-            self.diags.push(
-                Diagnostic::error(
-                    code::BAD_THROTTLE,
-                    "`global` cannot be combined with other keys",
-                )
-                .primary(s, "here")
-                .hint("`global` is one bucket per host; drop it, or use `by host`"),
-            );
-        }
-        if keys.is_empty() {
-            keys.push(if unit == Unit::Requests {
-                Key::Global
-            } else {
-                Key::Ip
-            });
-        }
-        if self.diags.error_count() > errors {
-            return None;
-        }
-        Some(Throttle {
-            limit,
-            unit,
-            period_ms,
-            burst,
-            keys,
-            ban_ms,
-            status,
-            reason,
-        })
-    }
-
-    fn prefix_len(&mut self, w: &Word, max: u64) -> Option<u8> {
-        match crate::value::parse_count(w.text.trim_start_matches('/'), max) {
-            Ok(n) => Some(n as u8),
-            Err(e) => {
-                self.bad(
-                    code::BAD_NUMBER,
-                    w,
-                    "invalid prefix length",
-                    &e,
-                    "prefix(24, 64) groups IPv4 clients by /24 and IPv6 clients by /64",
-                );
-                None
-            }
-        }
-    }
-
-    pub(crate) fn duration(&mut self, w: &Word) -> Option<u64> {
-        match crate::value::parse_duration(&w.text) {
-            Ok(0) => {
-                self.bad(
-                    code::BAD_DURATION,
-                    w,
-                    "invalid duration",
-                    "must be longer than zero",
-                    "durations are like 500ms, 30s, 5m, 1h, 1d",
-                );
-                None
-            }
-            Ok(ms) => Some(ms),
-            Err(e) => {
-                self.bad(
-                    code::BAD_DURATION,
-                    w,
-                    "invalid duration",
-                    e,
-                    "durations are like 500ms, 30s, 5m, 1h, 1d",
-                );
-                None
-            }
-        }
-    }
-
+    /// Marks patterns and ipblocks used, and everything those patterns
+    /// use in turn. A worklist, not recursion: a chain of references may be
+    /// as long as the input.
     pub(crate) fn mark_used(&mut self, patterns: &[String], ipblocks: &[String]) {
-        for b in ipblocks {
-            self.used_ipblocks.insert(b.clone());
-        }
-        for p in patterns {
-            if self.used_patterns.insert(p.clone()) {
-                if let Some((_, ps, bs)) = self.pattern_conds.get(p).cloned() {
-                    self.mark_used(&ps, &bs);
-                }
+        self.used_ipblocks.extend(ipblocks.iter().cloned());
+        let mut todo: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        while let Some(p) = todo.pop() {
+            if !self.used_patterns.insert(p.to_string()) {
+                continue;
+            }
+            if let Some((_, ps, bs)) = self.pattern_conds.get(p) {
+                self.used_ipblocks.extend(bs.iter().cloned());
+                todo.extend(ps.iter().map(String::as_str));
             }
         }
     }

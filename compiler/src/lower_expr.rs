@@ -1,7 +1,8 @@
 //! Lowering of expressions and conditions: field types, operators, values,
 //! regexes and pattern references.
 
-use crate::ast::{CmpOp, Condition, Expr, ExprKind, Field, SetExpr, Test, Word};
+use crate::artifact::MAX_COND_DEPTH;
+use crate::ast::{self, CmpOp, Condition, Expr, ExprKind, Field, SetExpr, Test, Word};
 use crate::cidr::{parse_cidr, PrefixSet};
 use crate::diag::{code, Diagnostic};
 use crate::ir::{Atom, Cond, Proto, StrField, StrOp};
@@ -12,50 +13,94 @@ use crate::value::normalize_path;
 /// Names an expression references: (patterns, ipblocks).
 pub(crate) type Uses = (Vec<String>, Vec<String>);
 
-/// Pattern references may chain at most this deep.
-const MAX_REF_DEPTH: usize = 32;
-
 impl Lowerer<'_> {
-    /// Lowers (once) the pattern called `name`. `from` is the referencing
-    /// span, for cycle reports.
-    pub(crate) fn pattern_cond(&mut self, name: &str, from: Option<Span>) -> Option<Cond> {
+    /// Lowers (once) the pattern called `name` and every pattern it
+    /// references, dependencies first.
+    ///
+    /// A depth-first walk with its own stack, not recursion: a chain of
+    /// references may be as long as the input. Cycles are reported where
+    /// they close; the inlined result is bounded by the size and depth
+    /// limits at each reference (see [`Lowerer::inline`]).
+    pub(crate) fn pattern_cond(&mut self, name: &str) -> Option<Cond> {
         if let Some((c, _, _)) = self.pattern_conds.get(name) {
             return c.clone();
         }
-        let decl = self.patterns.get(name)?.decl;
-        if self.in_progress.iter().any(|n| n == name) {
-            let chain = self.in_progress.join(" -> ");
-            self.diags.push(
-                Diagnostic::error(
-                    code::REF_CYCLE,
-                    format!("pattern `{name}` references itself: {chain} -> {name}"),
-                )
-                .primary(from.unwrap_or(decl.name.span), "cycle closes here")
-                .secondary(decl.name.span, "pattern defined here")
-                .hint("a pattern cannot include itself, directly or through others"),
-            );
+        if self.in_progress.contains(name) {
+            // A cycle through `name`: reported where the walk found it.
             return None;
         }
-        if self.in_progress.len() >= MAX_REF_DEPTH {
-            self.diags.push(
-                Diagnostic::error(
-                    code::LIMIT,
-                    format!("pattern references nest deeper than {MAX_REF_DEPTH}"),
-                )
-                .primary(from.unwrap_or(decl.name.span), "too deep here")
-                .hint("flatten the chain of patterns"),
-            );
-            return None;
+        let root = self.patterns.get(name)?.decl;
+        struct Frame<'d> {
+            name: String,
+            decl: &'d ast::PatternDecl,
+            refs: Vec<&'d Word>,
+            next: usize,
         }
-        self.in_progress.push(name.to_string());
-        let errors = self.diags.error_count();
-        let mut uses = Uses::default();
-        let c = self.expr(&decl.body, &mut uses);
-        self.in_progress.pop();
-        let c = (self.diags.error_count() == errors).then_some(c);
-        self.pattern_conds
-            .insert(name.to_string(), (c.clone(), uses.0, uses.1));
-        c
+        let mut chain: Vec<String> = vec![name.to_string()];
+        self.in_progress.insert(name.to_string());
+        let mut stack = vec![Frame {
+            name: name.to_string(),
+            decl: root,
+            refs: pattern_refs(&root.body),
+            next: 0,
+        }];
+        while let Some(top) = stack.last_mut() {
+            if let Some(&w) = top.refs.get(top.next) {
+                top.next += 1;
+                let n = w.text.as_str();
+                if self.pattern_conds.contains_key(n) {
+                    continue;
+                }
+                let Some(d) = self.patterns.get(n).map(|d| d.decl) else {
+                    continue; // reported as unknown when the body is lowered
+                };
+                if self.in_progress.contains(n) {
+                    self.cycle(n, &chain, w.span, d.name.span);
+                    continue;
+                }
+                chain.push(n.to_string());
+                self.in_progress.insert(n.to_string());
+                stack.push(Frame {
+                    name: n.to_string(),
+                    decl: d,
+                    refs: pattern_refs(&d.body),
+                    next: 0,
+                });
+                continue;
+            }
+            let Some(f) = stack.pop() else { break };
+            chain.pop();
+            self.in_progress.remove(&f.name);
+            let errors = self.diags.error_count();
+            let mut uses = Uses::default();
+            let c = self.expr(&f.decl.body, &mut uses);
+            let c = (self.diags.error_count() == errors).then_some(c);
+            self.pattern_conds.insert(f.name, (c, uses.0, uses.1));
+        }
+        self.pattern_conds.get(name).and_then(|x| x.0.clone())
+    }
+
+    fn cycle(&mut self, name: &str, chain: &[String], at: Span, decl: Span) {
+        let from = chain.iter().rposition(|n| n == name).unwrap_or(0);
+        let mut names: Vec<&str> = chain[from..].iter().map(String::as_str).collect();
+        if names.len() > 8 {
+            let tail = names.split_off(names.len() - 3);
+            names.truncate(3);
+            names.push("…");
+            names.extend(tail);
+        }
+        self.diags.push(
+            Diagnostic::error(
+                code::REF_CYCLE,
+                format!(
+                    "pattern `{name}` references itself: {} -> {name}",
+                    names.join(" -> ")
+                ),
+            )
+            .primary(at, "cycle closes here")
+            .secondary(decl, "pattern defined here")
+            .hint("a pattern cannot include itself, directly or through others"),
+        );
     }
 
     pub(crate) fn expr(&mut self, e: &Expr, uses: &mut Uses) -> Cond {
@@ -72,17 +117,8 @@ impl Lowerer<'_> {
                     return Cond::True;
                 }
                 uses.0.push(w.text.clone());
-                let c = self.pattern_cond(&w.text, Some(w.span));
-                match c {
-                    Some(c) if self.cond_size(&c) <= self.opts.max_cond_nodes => c,
-                    Some(_) => {
-                        self.diags.push(
-                            Diagnostic::error(code::LIMIT, format!("condition grows past {} nodes once patterns are inlined", self.opts.max_cond_nodes))
-                                .primary(w.span, "inlined here")
-                                .hint("patterns that reference one pattern many times multiply; simplify them"),
-                        );
-                        Cond::True
-                    }
+                match self.pattern_cond(&w.text) {
+                    Some(c) => self.inline(c, w.span),
                     None => Cond::True,
                 }
             }
@@ -94,11 +130,37 @@ impl Lowerer<'_> {
         }
     }
 
-    fn cond_size(&self, c: &Cond) -> usize {
-        match c {
-            Cond::True | Cond::False | Cond::Atom(_) => 1,
-            Cond::Not(x) => 1 + self.cond_size(x),
-            Cond::And(v) | Cond::Or(v) => 1 + v.iter().map(|x| self.cond_size(x)).sum::<usize>(),
+    /// A pattern's condition, to be pasted in at `at`, unless it is
+    /// larger or deeper than the limits allow (then an error, and `true`
+    /// in its place).
+    fn inline(&mut self, c: Cond, at: Span) -> Cond {
+        let (nodes, depth) = cond_metrics(&c);
+        if nodes > self.opts.max_cond_nodes {
+            self.diags.push(
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!(
+                        "condition grows past {} nodes once patterns are inlined",
+                        self.opts.max_cond_nodes
+                    ),
+                )
+                .primary(at, "inlined here")
+                .hint("patterns that reference one pattern many times multiply; simplify them"),
+            );
+            return Cond::True;
+        }
+        if depth > MAX_COND_DEPTH {
+            self.diags.push(too_deep(at, "inlined here", depth));
+            return Cond::True;
+        }
+        c
+    }
+
+    /// Reports a rule's condition nested deeper than an artifact holds.
+    pub(crate) fn check_depth(&mut self, c: &Cond, at: Span) {
+        let (_, depth) = cond_metrics(c);
+        if depth > MAX_COND_DEPTH {
+            self.diags.push(too_deep(at, "this condition", depth));
         }
     }
 
@@ -151,6 +213,7 @@ impl Lowerer<'_> {
             Field::Host => StrField::Host,
             Field::Path => StrField::Path,
             Field::Query => StrField::Query,
+            Field::Url => StrField::Url,
             Field::QueryParam(w) => StrField::QueryParam(w.text.clone()),
             Field::Header(w) => {
                 if w.text.is_empty() || !w.text.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
@@ -236,7 +299,7 @@ impl Lowerer<'_> {
                         )
                     }
                 };
-                let a = self.atom(Atom::Str { field, op: op_ir });
+                let a = self.atom_at(Atom::Str { field, op: op_ir }, v.span);
                 Some(if negated { Cond::Not(Box::new(a)) } else { a })
             }
         }
@@ -517,6 +580,47 @@ impl Lowerer<'_> {
         let a = self.atom(Atom::Proto(protos));
         Some(if negated { Cond::Not(Box::new(a)) } else { a })
     }
+}
+
+/// The `pattern@…` references of an expression, in source order.
+fn pattern_refs(e: &Expr) -> Vec<&Word> {
+    let mut out = Vec::new();
+    let mut todo = vec![e];
+    while let Some(e) = todo.pop() {
+        match &e.kind {
+            ExprKind::Or(v) | ExprKind::And(v) => todo.extend(v.iter().rev()),
+            ExprKind::Not(x) | ExprKind::Paren(x) => todo.push(x),
+            ExprKind::PatternRef(w) => out.push(w),
+            ExprKind::Bool(_) | ExprKind::IpblockRef(_) | ExprKind::Cond(_) => {}
+        }
+    }
+    out
+}
+
+/// Node count and nesting depth of a condition, without recursion.
+fn cond_metrics(c: &Cond) -> (usize, usize) {
+    let (mut nodes, mut deepest) = (0, 0);
+    let mut todo = vec![(c, 1usize)];
+    while let Some((c, d)) = todo.pop() {
+        nodes += 1;
+        deepest = deepest.max(d);
+        match c {
+            Cond::True | Cond::False | Cond::Atom(_) => {}
+            Cond::Not(x) => todo.push((x, d + 1)),
+            Cond::And(v) | Cond::Or(v) => todo.extend(v.iter().map(|x| (x, d + 1))),
+        }
+    }
+    (nodes, deepest)
+}
+
+/// The error for a condition nested deeper than an artifact may hold.
+fn too_deep(at: Span, label: &str, depth: usize) -> Diagnostic {
+    Diagnostic::error(
+        code::LIMIT,
+        format!("condition nests {depth} levels deep once patterns are inlined, more than the limit of {MAX_COND_DEPTH}"),
+    )
+    .primary(at, label.to_string())
+    .hint("every `and`, `or` and `not` inside a pattern adds its levels to the condition that references it; flatten the patterns or split the rule")
 }
 
 /// Levenshtein distance, for "did you mean" hints.

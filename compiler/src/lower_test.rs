@@ -38,17 +38,26 @@ impl Lowerer<'_> {
                 samples.push(sample);
             }
         }
-        if total > self.opts.max_test_samples {
+        let before = self.test_samples;
+        self.test_samples = before.saturating_add(total);
+        let (each, all) = (self.opts.max_test_samples, self.opts.max_total_test_samples);
+        if total > each {
             self.diags.push(
                 Diagnostic::error(
                     code::LIMIT,
-                    format!(
-                        "test sends {total} samples, more than {}",
-                        self.opts.max_test_samples
-                    ),
+                    format!("test sends {total} samples, more than the limit of {each}"),
                 )
                 .primary(t.name.span, "too much traffic")
-                .hint("lower the repeat counts"),
+                .hint(format!("a test keeps every decision in memory: at most {each} samples a test, {all} in all; lower the repeat counts or split the test")),
+            );
+        } else if before <= all && self.test_samples > all {
+            self.diags.push(
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!("the tests send more than {all} samples in all"),
+                )
+                .primary(t.name.span, "the limit is crossed in this test")
+                .hint(format!("`rctl test` runs every sample: at most {each} samples a test, {all} in all; lower the repeat counts")),
             );
         }
         if t.samples.is_empty() {
@@ -226,10 +235,15 @@ impl Lowerer<'_> {
         let (count, over_ms) = match &s.repeat {
             None => (1, 0),
             Some((n, over)) => {
-                let count = match crate::value::parse_count(&n.text, 10_000_000) {
+                let max = self.opts.max_test_samples.min(u64::from(u32::MAX));
+                let count = match crate::value::parse_count(&n.text, max) {
                     Ok(c) if c >= 1 => c as u32,
                     _ => {
-                        self.test_error(n, "invalid repeat count", "repeat takes 1 to 10000000");
+                        self.test_error(
+                            n,
+                            "invalid repeat count",
+                            &format!("repeat takes 1 to {max} (the samples a test may send)"),
+                        );
                         1
                     }
                 };

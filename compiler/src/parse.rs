@@ -225,6 +225,7 @@ impl Builder<'_> {
             Rule::f_host => Field::Host,
             Rule::f_path => Field::Path,
             Rule::f_query => Field::Query,
+            Rule::f_url => Field::Url,
             Rule::f_ip => Field::Ip,
             Rule::f_dst_ip => Field::DstIp,
             Rule::f_port => Field::Port,
@@ -294,6 +295,7 @@ impl Builder<'_> {
             Rule::sites => RuleProp::Sites(self.words(p)),
             Rule::enabled => RuleProp::Enabled(self.first_word(p)),
             Rule::shadow => RuleProp::Shadow,
+            Rule::allow_undecided => RuleProp::AllowUndecided,
             Rule::comment_prop => RuleProp::Comment(self.first_word(p)),
             Rule::allow => RuleProp::Action(ActionDecl::Allow),
             Rule::log => RuleProp::Action(ActionDecl::Log),
@@ -331,6 +333,7 @@ impl Builder<'_> {
             ban: None,
             status: None,
             reason: None,
+            bucket: None,
         };
         for opt in inner {
             match opt.as_rule() {
@@ -338,6 +341,7 @@ impl Builder<'_> {
                 Rule::t_ban => t.ban = Some(self.first_word(opt)),
                 Rule::t_status => t.status = Some(self.first_word(opt)),
                 Rule::t_reason => t.reason = Some(self.first_word(opt)),
+                Rule::t_bucket => t.bucket = Some(self.first_word(opt)),
                 Rule::t_by => {
                     t.by_span = Some(self.span(&opt));
                     for k in opt.into_inner() {
@@ -608,12 +612,18 @@ fn friendly(r: Rule) -> Option<&'static str> {
         | Rule::sites
         | Rule::enabled
         | Rule::shadow
+        | Rule::allow_undecided
         | Rule::comment_prop => "a rule property (`when`, `priority`, `sites`, …)",
         Rule::allow | Rule::log | Rule::drop | Rule::kw_deny | Rule::deny | Rule::throttle => {
             "an action (`allow`, `deny`, `throttle`, `log`, `drop`)"
         }
-        Rule::t_burst | Rule::t_by | Rule::t_ban | Rule::t_status | Rule::t_reason => {
-            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`)"
+        Rule::t_burst
+        | Rule::t_by
+        | Rule::t_ban
+        | Rule::t_status
+        | Rule::t_reason
+        | Rule::t_bucket => {
+            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`, `bucket`)"
         }
         Rule::k_header | Rule::k_query | Rule::k_prefix | Rule::k_word => "a throttle key",
         Rule::cidr_token | Rule::ib_file => "a CIDR or `file \"…\"`",

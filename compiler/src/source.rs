@@ -31,10 +31,24 @@ pub struct SourceFile {
     /// The text. Non-UTF-8 input never gets here; it is a diagnostic.
     pub text: String,
     line_starts: Vec<u32>,
+    /// `None` when the text is ASCII (a column is then a byte distance);
+    /// else the number of characters before each [`BLOCK`]-byte block.
+    chars_before_block: Option<Vec<u32>>,
+}
+
+/// Bytes per entry of the character index of a non-ASCII text.
+const BLOCK: usize = 256;
+
+/// Characters that start in `b` (its bytes that are not UTF-8
+/// continuation bytes).
+fn char_starts(b: &[u8]) -> usize {
+    b.iter().filter(|&&x| x & 0xc0 != 0x80).count()
 }
 
 impl SourceFile {
-    /// Wraps a text and indexes its line starts.
+    /// Wraps a text and indexes its line starts (and, if it is not ASCII,
+    /// its characters), so that every span's column is found in constant
+    /// time however long its line.
     pub fn new(path: PathBuf, text: String) -> Self {
         let mut line_starts = vec![0u32];
         for (i, b) in text.bytes().enumerate() {
@@ -42,10 +56,32 @@ impl SourceFile {
                 line_starts.push(i as u32 + 1);
             }
         }
+        let chars_before_block = (!text.is_ascii()).then(|| {
+            let mut n = 0u32;
+            let mut marks = vec![0u32];
+            for block in text.as_bytes().chunks(BLOCK) {
+                n += char_starts(block) as u32;
+                marks.push(n);
+            }
+            marks
+        });
         SourceFile {
             path,
             text,
             line_starts,
+            chars_before_block,
+        }
+    }
+
+    /// Characters before byte offset `at` (clamped to the text).
+    fn chars_before(&self, at: usize) -> usize {
+        let at = at.min(self.text.len());
+        match &self.chars_before_block {
+            None => at,
+            Some(marks) => {
+                let block = at / BLOCK;
+                marks[block] as usize + char_starts(&self.text.as_bytes()[block * BLOCK..at])
+            }
         }
     }
 
@@ -56,11 +92,7 @@ impl SourceFile {
             Err(i) => i - 1,
         };
         let start = self.line_starts[line_idx] as usize;
-        let end = (offset as usize).min(self.text.len());
-        let col = self
-            .text
-            .get(start..end)
-            .map_or(end - start, |s| s.chars().count());
+        let col = self.chars_before(offset as usize) - self.chars_before(start);
         (line_idx as u32 + 1, col as u32 + 1)
     }
 
@@ -147,5 +179,24 @@ mod tests {
         assert_eq!(f.line_col(7), (2, 3));
         assert_eq!(f.line_text(2), "\u{e9}\u{e9}x");
         assert_eq!(f.line_text(9), "");
+    }
+
+    #[test]
+    fn columns_on_long_lines_match_counting_characters() {
+        // Across the index's block boundaries, with characters of 1 to 4
+        // bytes, some of them straddling a boundary.
+        let mut text = String::new();
+        for i in 0..3_000 {
+            text.push(['a', '\u{e9}', '\u{20ac}', '\u{1f600}'][i % 4]);
+            if i % 997 == 0 {
+                text.push('\n');
+            }
+        }
+        let f = SourceFile::new("x".into(), text.clone());
+        for (off, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            let line_start = text[..off].rfind('\n').map_or(0, |n| n + 1);
+            let want = text[line_start..off].chars().count() as u32 + 1;
+            assert_eq!(f.line_col(off as u32).1, want, "at {off}");
+        }
     }
 }

@@ -40,7 +40,8 @@
 //! - Each regex compiles with the compiler's settings: nesting at most 64,
 //!   at most `max_regex_bytes` compiled; there are at most `max_regexes`.
 //! - Each field's prefix, suffix, substring and regex tests compile into
-//!   the one automaton the engine scans the field with ([`build_scan`]).
+//!   the one automaton the engine scans the field with
+//!   ([`crate::scan::build`]).
 //! - Address predicates name an existing ip set.
 //! - Port ranges are ordered (start ≤ end), sorted, and merged (neither
 //!   overlapping nor adjacent); protocols are sorted and deduplicated.
@@ -89,7 +90,7 @@ use crate::source::Span;
 use crate::value::MAX_DURATION_MS;
 use crate::wire::Invalid;
 use crate::Options;
-use regex_automata::{meta, util::syntax, MatchKind};
+use regex_automata::meta;
 use std::collections::{HashMap, HashSet};
 
 /// Where in a ruleset an invariant is broken.
@@ -160,7 +161,7 @@ pub fn build_regex(
     max_bytes: usize,
 ) -> Result<meta::Regex, Box<meta::BuildError>> {
     meta::Regex::builder()
-        .syntax(syntax::Config::new().case_insensitive(ci).nest_limit(64))
+        .syntax(crate::scan::syntax(ci).nest_limit(64))
         .configure(
             meta::Config::new()
                 .nfa_size_limit(Some(max_bytes))
@@ -169,32 +170,6 @@ pub fn build_regex(
                 .backtrack(false),
         )
         .build(pattern)
-        .map_err(Box::new)
-}
-
-/// The pattern a string test adds to its field's scan, as the engine
-/// compiles it: `None` for the tests a hash lookup answers (`==`, `in`).
-pub fn scan_pattern(op: &StrOp) -> Option<String> {
-    let escape = regex_syntax::escape;
-    Some(match op {
-        StrOp::Eq(_) | StrOp::In(_) => return None,
-        StrOp::Prefix(v) => format!(r"\A(?:{})", escape(v)),
-        StrOp::Suffix(v) => format!(r"(?:{})\z", escape(v)),
-        StrOp::Contains(v) => escape(v),
-        StrOp::Regex { pattern, ci } => format!("(?{}:{pattern})", if *ci { "i" } else { "" }),
-    })
-}
-
-/// Compiles one field's scan patterns into the multi-pattern automaton the
-/// engine searches the field with (the meta regex's default size limits).
-pub fn build_scan<P: AsRef<str>>(patterns: &[P]) -> Result<meta::Regex, Box<meta::BuildError>> {
-    meta::Regex::builder()
-        .configure(
-            meta::Regex::config()
-                .match_kind(MatchKind::All)
-                .hybrid_cache_capacity(8 << 20),
-        )
-        .build_many(patterns)
         .map_err(Box::new)
 }
 
@@ -338,14 +313,15 @@ fn check_atoms(rs: &Ruleset, opts: &Options, compile_regexes: bool) -> Result<()
                     .map_err(|e| at(Invalid::Regex(e.to_string())))?;
             }
         }
-        if let Some(p) = scan_pattern(op) {
+        if let Some(p) = crate::scan::pattern(op) {
             let entry = scans.entry(field).or_default();
             entry.0.push(p);
             entry.1 = i;
         }
     }
     for (field, (patterns, last)) in scans {
-        if build_scan(&patterns).is_err() {
+        let list: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        if crate::scan::build(&list).is_err() {
             return Err((Item::Atom(last), Invalid::FieldScan(field.display())));
         }
     }
@@ -385,6 +361,10 @@ fn check_action(r: &Rule, atoms: &[Atom]) -> Result<(), Invalid> {
         return Err(Invalid::Ban(t.ban_ms));
     }
     check_reason(t.status, &t.reason)?;
+    if t.bucket == crate::ir::Bucket::Vsthrottle && (t.unit != Unit::Requests || t.burst != t.limit)
+    {
+        return Err(Invalid::VsthrottleShape);
+    }
     if t.keys.is_empty() {
         return Err(Invalid::NoKeys);
     }
@@ -393,7 +373,7 @@ fn check_action(r: &Rule, atoms: &[Atom]) -> Result<(), Invalid> {
             return Err(Invalid::DuplicateKey);
         }
         match k {
-            Key::Global if t.keys.len() > 1 => return Err(Invalid::GlobalNotAlone),
+            Key::Global | Key::Server if t.keys.len() > 1 => return Err(Invalid::GlobalNotAlone),
             Key::Prefix { v4, v6 } if *v4 > 32 || *v6 > 128 => {
                 return Err(Invalid::PrefixKeyLength)
             }

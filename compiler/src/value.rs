@@ -1,6 +1,8 @@
 //! Scalar values of the language: durations, counts, statuses, ports, and
 //! the path normalisation shared by the compiler and every data plane.
 
+use std::borrow::Cow;
+
 /// The longest duration the language takes: 366 days, in milliseconds.
 pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
 
@@ -89,6 +91,48 @@ pub fn normalize_path(p: &str) -> String {
     // Only ASCII bytes were replaced by ASCII bytes, so this is still UTF-8
     // whenever the input was.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The value of one hex digit.
+fn hex_digit(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Decodes `+` and `%XX` in a query component, borrowing when there is
+/// nothing to decode.
+pub fn decode_component(s: &[u8]) -> Cow<'_, [u8]> {
+    if !s.iter().any(|&b| b == b'+' || b == b'%') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < s.len() => match (hex_digit(s[i + 1]), hex_digit(s[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// The decoded value of the first parameter called `name` (`a&b` has
+/// parameter `a` with value "").
+pub fn query_param(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    query.split(|&b| b == b'&').find_map(|kv| {
+        let (k, v) = match kv.iter().position(|&b| b == b'=') {
+            Some(i) => (&kv[..i], &kv[i + 1..]),
+            None => (kv, &b""[..]),
+        };
+        (decode_component(k).as_ref() == name).then(|| decode_component(v).into_owned())
+    })
 }
 
 #[cfg(test)]

@@ -138,8 +138,11 @@ pub enum Invalid {
     NoKeys,
     /// A throttle key given twice.
     DuplicateKey,
-    /// `global` combined with other keys.
+    /// `global` or `server` combined with other keys.
     GlobalNotAlone,
+    /// A vsthrottle bucket on packets or connections, or with a burst
+    /// other than its limit.
+    VsthrottleShape,
     /// A packet or connection limit keyed by something other than the
     /// address.
     PacketKey,
@@ -226,7 +229,11 @@ impl fmt::Display for Invalid {
             Ban(ms) => write!(f, "ban of {ms} ms is longer than 366 days"),
             NoKeys => write!(f, "throttle has no key"),
             DuplicateKey => write!(f, "throttle key given twice"),
-            GlobalNotAlone => write!(f, "`global` is combined with other keys"),
+            GlobalNotAlone => write!(f, "`global` or `server` is combined with other keys"),
+            VsthrottleShape => write!(
+                f,
+                "a vsthrottle bucket counts requests and holds exactly its limit"
+            ),
             PacketKey => write!(f, "packet and connection limits are keyed by address only"),
             PrefixKeyLength => write!(f, "prefix key length out of range"),
             KeyHeaderCase => write!(f, "header key name has upper case"),

@@ -1,95 +1,27 @@
 //! Engine benchmarks: ns per request for rulesets of 10 to 10,000 rules,
-//! against the reference evaluator (one regex per predicate, rules in
-//! order, as VCL and HAProxy run) and wirefilter (one compiled filter per
-//! rule, in order); ns per packet at 100,000 prefixes; limiter ns per hit.
+//! against the reference evaluator (one regex per predicate, a binary
+//! search per address set, rules in order, as VCL and HAProxy run) and
+//! wirefilter (one compiled filter per deciding rule, in order; see
+//! `support/wf.rs` for what it skips); ns per packet at 100,000 prefixes;
+//! limiter ns per hit.
+//!
+//! Before timing, wirefilter's decisions on the whole request mix are
+//! checked against the engine's. Time moves forward by 1 µs a request
+//! across the whole run, never back.
 
 #[path = "../../compiler/benches/support/gen.rs"]
 mod gen;
+#[path = "support/mix.rs"]
+mod mix;
 #[path = "support/wf.rs"]
 mod wf;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use mix::{requests, Owned};
 use rctl_compiler::ir::{Proto, Ruleset};
 use rctl_dataplane::limiter::Limiter;
 use rctl_dataplane::{Engine, EngineConfig, NaiveEngine, Packet, Request};
 use std::net::{IpAddr, Ipv4Addr};
-
-/// One request of the mix, owned.
-pub struct Owned {
-    pub method: &'static str,
-    pub host: &'static str,
-    pub target: String,
-    pub headers: Vec<(&'static str, String)>,
-    pub ip: IpAddr,
-}
-
-const BROWSERS: &[&str] = &[
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
-    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148",
-];
-
-/// A realistic mix: mostly browsers reading articles, some API clients and
-/// crawlers, a few scrapers that the generated rules are about.
-pub fn requests(n: usize) -> Vec<Owned> {
-    let mut rng = gen::Rng::new(0xbeef);
-    (0..n)
-        .map(|i| {
-            let bot = [
-                "python-requests",
-                "Go-http-client",
-                "curl",
-                "Scrapy",
-                "AhrefsBot",
-                "GPTBot",
-                "Bytespider",
-            ][i % 7];
-            let (ua, path) = match rng.below(10) {
-                0..=5 => (
-                    BROWSERS[i % 3].to_string(),
-                    format!("/wiki/Article_{}", rng.below(100_000)),
-                ),
-                6 => (
-                    format!("{bot}/2.{}", rng.below(40)),
-                    "/w/api.php".to_string(),
-                ),
-                7 => (
-                    format!("{bot}/{}", rng.below(1_000)),
-                    format!("/api/rest_v1/page/html/T{}", rng.below(1000)),
-                ),
-                8 => (
-                    format!("Mozilla/5.0 (compatible; {bot}/1.0)"),
-                    format!("/w/index.php{}", rng.below(2000)),
-                ),
-                _ => (BROWSERS[0].to_string(), "/sparql".to_string()),
-            };
-            let query = match rng.below(4) {
-                0 => format!("?action=q{}&format=json", rng.below(2000)),
-                1 => "?title=Special:Search&search=x".to_string(),
-                _ => String::new(),
-            };
-            let mut headers = vec![
-                ("User-Agent", ua),
-                ("Accept", "text/html".to_string()),
-                ("Accept-Language", "en".to_string()),
-                ("Cookie", "session=abc".to_string()),
-            ];
-            if rng.below(3) == 0 {
-                headers.push((
-                    "Referer",
-                    format!("https://spam{}.example/", rng.below(3000)),
-                ));
-            }
-            Owned {
-                method: ["GET", "GET", "GET", "POST", "HEAD"][i % 5],
-                host: "en.wikipedia.org",
-                target: format!("{path}{query}"),
-                headers,
-                ip: IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)),
-            }
-        })
-        .collect()
-}
 
 fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {
     let dir =
@@ -127,29 +59,56 @@ fn bench(c: &mut Criterion) {
             port: 443,
             time_ns: t,
         };
-        let mut i = 0usize;
+        // One clock for every evaluator at this size: it only moves
+        // forward, 1 µs a request, so limiters never see time go back.
+        let (mut i, mut t) = (0usize, 0u64);
+        let mut next = || {
+            i = (i + 1) % reqs.len();
+            t += 1_000;
+            (i, t)
+        };
         g.bench_function(BenchmarkId::new("compiled", n), |b| {
             b.iter(|| {
-                i = (i + 1) % reqs.len();
-                engine.decide_request_with(&mk(i, i as u64 * 1000), &mut scratch, None)
+                let (i, t) = next();
+                engine.decide_request_with(&mk(i, t), &mut scratch, None)
             })
         });
         let naive = NaiveEngine::new(rs.clone(), &EngineConfig::default()).unwrap();
         g.bench_function(BenchmarkId::new("naive", n), |b| {
             b.iter(|| {
-                i = (i + 1) % reqs.len();
-                naive.decide_request(&mk(i, i as u64 * 1000))
+                let (i, t) = next();
+                naive.decide_request(&mk(i, t))
             })
         });
-        if n <= 1_000 {
-            let wf = wf::Wirefilter::new(&rs);
-            g.bench_function(BenchmarkId::new("wirefilter", n), |b| {
-                b.iter(|| {
-                    i = (i + 1) % reqs.len();
-                    wf.decide(&reqs[i])
-                })
-            });
-        }
+        let wf = wf::Wirefilter::new(&rs);
+        let agree = wf::agreement(&rs, &wf, reqs, 1_000);
+        eprintln!(
+            "wirefilter at {n} rules: {} rules compiled, {} skipped (throttle, log); \
+             agrees with the engine on {} of {} requests ({} throttled by the engine)",
+            rs.rules.len() - wf.skipped,
+            wf.skipped,
+            agree.same,
+            reqs.len(),
+            agree.throttled
+        );
+        assert!(
+            agree.differ.is_empty(),
+            "{:?}",
+            &agree.differ[..agree.differ.len().min(10)]
+        );
+        let contexts: Vec<_> = reqs.iter().map(|r| wf.context(r)).collect();
+        g.bench_function(BenchmarkId::new("wirefilter", n), |b| {
+            b.iter(|| {
+                let (i, _) = next();
+                wf.decide(&contexts[i])
+            })
+        });
+        g.bench_function(BenchmarkId::new("wirefilter_with_context", n), |b| {
+            b.iter(|| {
+                let (i, _) = next();
+                wf.decide(&wf.context(&reqs[i]))
+            })
+        });
     }
     g.finish();
 
@@ -162,11 +121,12 @@ fn bench(c: &mut Criterion) {
     let ips: Vec<IpAddr> = (0..4096)
         .map(|_| IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)))
         .collect();
-    let mut i = 0usize;
+    let (mut i, mut t) = (0usize, 0u64);
     let mut g = c.benchmark_group("packet");
     g.bench_function("compiled_100k_prefixes", |b| {
         b.iter(|| {
             i = (i + 1) % ips.len();
+            t += 1;
             engine.decide_packet_with(
                 &Packet {
                     src: ips[i],
@@ -174,7 +134,7 @@ fn bench(c: &mut Criterion) {
                     proto: Proto::Tcp,
                     dst_port: 443,
                     syn: i.is_multiple_of(8),
-                    time_ns: i as u64,
+                    time_ns: t,
                 },
                 &mut scratch,
             )

@@ -38,8 +38,8 @@ pub fn apply(
     site: Option<&str>,
     paths: &HostPaths,
 ) -> Result<ExitCode> {
-    let bytes =
-        std::fs::read(artifact).with_context(|| format!("reading {}", artifact.display()))?;
+    let bytes = rctl_compiler::files::read_binary(artifact, rctl_compiler::files::MAX_BINARY_BYTES)
+        .with_context(|| format!("reading {}", artifact.display()))?;
     let shown = artifact.display();
     let xdp = xdp.as_ref();
     let Some((sock, named)) = socket(agent) else {

@@ -165,7 +165,12 @@ pub fn text(r: &Report) -> String {
         ),
         _ => String::new(),
     };
-    let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.requests);
+    let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.captured_requests);
+    let _ = writeln!(
+        o,
+        "HTTP plane: {} of the {} requests reached it; {} were in packets XDP rules stopped",
+        t.requests, t.captured_requests, t.stopped_requests
+    );
     let _ = writeln!(
         o,
         "not decoded: {} fragments, {} truncated, {} not IP, {} unsupported link type, {} malformed; {} unparsable stream bytes, {} resyncs, {} retransmitted bytes",
@@ -201,6 +206,25 @@ pub fn text(r: &Report) -> String {
             counts(&rule.requests),
             counts(&rule.packets)
         );
+        if rule.stopped_packets > 0 {
+            let _ = writeln!(
+                o,
+                "      would have stopped {} packets carrying {} HTTP requests",
+                rule.stopped_packets, rule.stopped_requests
+            );
+            if rule.stopped_requests > 0 {
+                let _ = writeln!(
+                    o,
+                    "      their top addresses:   {}",
+                    hitters(&rule.stopped_top_ips)
+                );
+                let _ = writeln!(
+                    o,
+                    "      their top user agents: {}",
+                    hitters(&rule.stopped_top_user_agents)
+                );
+            }
+        }
         if rule.shadow && rule.would != Counts::default() {
             let _ = writeln!(o, "      would have: {}", counts(&rule.would));
         }

@@ -8,6 +8,11 @@ use rctl_dataplane::{Engine, EngineConfig, Request, Trace, Verdict};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+/// Most copies of the request `--count` sends, checked before anything
+/// is loaded (each copy is decided and traced; a million take a fraction
+/// of a second).
+pub const MAX_COUNT: u32 = 1_000_000;
+
 /// The request, as given on the command line.
 pub struct EvalArgs {
     pub method: String,

@@ -1,6 +1,6 @@
 //! `rctl explain`: the plan in evaluation order.
 
-use rctl_compiler::ir::{Action, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
+use rctl_compiler::ir::{Action, Bucket, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
 use rctl_compiler::value::fmt_duration;
 use std::fmt::Write as _;
 
@@ -15,6 +15,7 @@ fn keys(keys: &[Key]) -> String {
             Key::Method => "method".to_string(),
             Key::Header(h) => format!("header({h:?})"),
             Key::Query(q) => format!("query({q:?})"),
+            Key::Server => "server".to_string(),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -42,8 +43,12 @@ fn action(a: &Action) -> String {
             } else {
                 "excess is dropped".to_string()
             };
+            let bucket = match t.bucket {
+                Bucket::Gcra => "",
+                Bucket::Vsthrottle => ", vsthrottle's bucket",
+            };
             format!(
-                "throttle {} {unit} per {}, burst {}, by {}{ban}, {excess}",
+                "throttle {} {unit} per {}, burst {}, by {}{ban}{bucket}, {excess}",
                 t.limit,
                 fmt_duration(t.period_ms),
                 t.burst,
@@ -177,4 +182,29 @@ pub fn json(
         serde_json::to_string_pretty(&serde_json::json!({"rules": rules, "ipblocks": ipblocks}))?
             + "\n",
     )
+}
+
+/// Per rule, a request that reaches it, or why none does
+/// (`rctl explain --witness`).
+pub fn reaching(rs: &Ruleset, opts: &rctl_compiler::Options) -> String {
+    use rctl_compiler::proof::{reaching, Reach};
+    let mut out = String::from("\nrequests that reach each rule:\n");
+    let answers = reaching(&rs.rules, &rs.atoms, &rs.ipsets, opts);
+    for (r, answer) in rs.rules.iter().zip(answers) {
+        let line = match answer {
+            None => "not asked: it tests only addresses, ports and protocols (XDP decides those packets in its own order), or is disabled".to_string(),
+            Some(Reach::Reached { witness, site }) => {
+                let at = site.map(|s| format!(" (at site {s})")).unwrap_or_default();
+                format!("reached by {}{at}", witness.summary())
+            }
+            Some(Reach::Covered(by)) => {
+                let names: Vec<&str> = by.iter().map(|&i| rs.rules[i].name.as_str()).collect();
+                format!("unreachable: {} decide all of its traffic first", names.join(", "))
+            }
+            Some(Reach::NeverMatches) => "unreachable: its condition holds for no request".into(),
+            Some(Reach::Unknown(why)) => format!("not decided: {why}"),
+        };
+        let _ = writeln!(out, "  {:<28} {line}", r.name);
+    }
+    out
 }

@@ -44,7 +44,8 @@ fn object(flag: Option<PathBuf>) -> Result<Vec<u8>> {
     let path = flag.or_else(|| std::env::var_os("RCTL_XDP_OBJECT").map(PathBuf::from));
     match (path, embedded::OBJECT) {
         (Some(p), _) => {
-            std::fs::read(&p).with_context(|| format!("reading the XDP object {}", p.display()))
+            rctl_compiler::files::read_binary(&p, rctl_compiler::files::MAX_BINARY_BYTES)
+                .with_context(|| format!("reading the XDP object {}", p.display()))
         }
         (None, Some(b)) => Ok(b.to_vec()),
         (None, None) => bail!(
@@ -168,13 +169,14 @@ pub fn report_incomplete(a: &host::Applied) -> bool {
 pub fn status(
     iface: Option<&str>,
     agent: Option<crate::agent::Seen>,
+    proxy: Option<crate::haproxy::Seen>,
     json: bool,
     paths: &HostPaths,
 ) -> Result<ExitCode> {
     let all = match host::status(&paths.paths(), iface) {
         Ok(all) => all,
         // A host may run only the HTTP plane: the agent is still shown.
-        Err(e) if agent.is_some() && iface.is_none() => {
+        Err(e) if (agent.is_some() || proxy.is_some()) && iface.is_none() => {
             warn(&format!("packet plane: {e}"));
             Vec::new()
         }
@@ -190,6 +192,7 @@ pub fn status(
         let v = serde_json::json!({
             "interfaces": all,
             "agent": agent.as_ref().map(crate::agent::Seen::json),
+            "haproxy": proxy.as_ref().map(crate::haproxy::Seen::json),
         });
         writeln!(
             out,
@@ -206,9 +209,13 @@ pub fn status(
         if let Some(a) = &agent {
             a.text(&mut out)?;
         }
+        if let Some(p) = &proxy {
+            p.text(&mut out)?;
+        }
     }
     let agent_ok = agent.as_ref().is_none_or(crate::agent::Seen::serving);
-    Ok(if all.iter().all(|s| s.enforcing) && agent_ok {
+    let proxy_ok = proxy.as_ref().is_none_or(crate::haproxy::Seen::ok);
+    Ok(if all.iter().all(|s| s.enforcing) && agent_ok && proxy_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

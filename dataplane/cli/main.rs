@@ -2,11 +2,14 @@
 
 mod agent;
 mod dryrun;
+mod emit;
 mod eval;
 mod explain;
 mod format;
+mod haproxy;
 mod host;
 mod html;
+mod import;
 mod output;
 mod serve;
 mod term;
@@ -77,6 +80,10 @@ enum Command {
         /// Treat warnings as errors.
         #[arg(long)]
         deny_warnings: bool,
+        /// Print, on stdout, a `test` block for each exemption conflict: a
+        /// request both rules match, ready to paste into a rule file.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -106,6 +113,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Also print, per rule, a request that reaches it (or the rules
+        /// that decide all of its traffic first), as text.
+        #[arg(long)]
+        witness: bool,
         #[command(flatten)]
         limits: Limits,
     },
@@ -139,8 +150,10 @@ enum Command {
         /// Evaluate this site's rules.
         #[arg(long)]
         site: Option<String>,
-        /// Send the request this many times at once (to see limits act).
-        #[arg(long, default_value_t = 1)]
+        /// Send the request this many times at once (to see limits act);
+        /// at most 1,000,000.
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(eval::MAX_COUNT)))]
         count: u32,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -243,6 +256,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// HAProxy's stats socket: also show the requests HAProxy let
+        /// through unchecked (the table `rctl emit haproxy-spoe` writes).
+        #[arg(long, value_name = "PATH")]
+        haproxy_socket: Option<PathBuf>,
         #[command(flatten)]
         host: host::HostPaths,
     },
@@ -270,6 +287,16 @@ enum Command {
     /// for nginx and Envoy, metrics, the matched-request log; switched by
     /// `rctl apply` through its control socket.
     Serve(serve::ServeArgs),
+    /// Import another tool's rules: `rctl import requestctl DIR|DUMP -o OUTDIR`.
+    #[command(subcommand)]
+    Import(import::ImportSource),
+    /// Write an edge proxy's configuration for a ruleset: HAProxy SPOE or
+    /// nginx auth_request asking `rctl serve`, or VCL and HAProxy ACLs that
+    /// decide by themselves (requestctl's shape).
+    Emit {
+        #[command(subcommand)]
+        target: emit::Target,
+    },
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug {
         /// ast, ir or plan.
@@ -373,7 +400,9 @@ type LoadedRuleset = (rctl_compiler::ir::Ruleset, IpblockSizes, Vec<PathBuf>);
 /// `None` if the sources have errors.
 fn load_ruleset(paths: &[PathBuf], opts: &Options) -> Result<Option<LoadedRuleset>> {
     if is_artifact(paths) {
-        let bytes = std::fs::read(&paths[0])?;
+        let bytes =
+            rctl_compiler::files::read_binary(&paths[0], rctl_compiler::files::MAX_BINARY_BYTES)
+                .with_context(|| format!("reading {}", paths[0].display()))?;
         let rs = artifact::decode(&bytes).with_context(|| format!("{}", paths[0].display()))?;
         let sizes = rs
             .ipsets
@@ -426,13 +455,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     };
     match cli.command {
+        Command::Import(src) => import::run(src),
         Command::Check {
             paths,
             deny_warnings,
+            witness,
             limits,
         } => {
             let c = compile(&paths, &limits.options());
             let failed = report(&c.sources, &c.diagnostics, deny_warnings);
+            if witness {
+                let tests: Vec<&str> = c
+                    .diagnostics
+                    .sorted()
+                    .into_iter()
+                    .filter_map(|d| d.witness.as_deref())
+                    .collect();
+                print(&tests.join("\n"), Format::Text)?;
+            }
             if let (false, Some(rs)) = (failed, &c.ruleset) {
                 let prefixes: usize = rs.ipsets.iter().map(|s| s.prefixes.len()).sum();
                 let _ = writeln!(
@@ -556,9 +596,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             paths,
             site,
             format,
+            witness,
             limits,
         } => {
-            let Some((rs, sizes, _)) = load_ruleset(&paths, &limits.options())? else {
+            let opts = limits.options();
+            let Some((rs, sizes, _)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
             };
             warn_site(&rs, site.as_deref());
@@ -567,6 +609,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Json => explain::json(&rs, &sizes, site.as_deref())?,
             };
             print(&out, format)?;
+            if witness {
+                print(&explain::reaching(&rs, &opts), Format::Text)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Test {
@@ -646,10 +691,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             iface,
             agent,
             format,
+            haproxy_socket,
             host,
         } => {
             let seen = agent::Seen::ask(agent, iface.as_deref());
-            host::status(iface.as_deref(), seen, format == Format::Json, &host)
+            let proxy = haproxy_socket.map(haproxy::Seen::ask);
+            host::status(iface.as_deref(), seen, proxy, format == Format::Json, &host)
         }
         Command::Serve(args) => {
             serve::run(args)?;
@@ -667,6 +714,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host::detach(&iface, &host)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Emit { target } => emit::run(target),
         Command::Debug {
             stage,
             paths,

@@ -34,6 +34,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 
+pub mod vsthrottle;
+
 /// Number of independently locked shards per limiter.
 pub const SHARDS: usize = 16;
 const SAMPLE: usize = 16;
@@ -50,6 +52,7 @@ pub enum Outcome {
     },
 }
 
+/// One key's GCRA state.
 #[derive(Debug, Clone, Copy)]
 struct State {
     /// Theoretical arrival time of the next conforming hit.
@@ -58,9 +61,40 @@ struct State {
     banned_until: u64,
 }
 
-#[derive(Debug, Default)]
-struct Shard {
-    keys: HashMap<u64, State, NoHash>,
+/// What eviction needs to know of a key's state.
+trait Slot: Copy {
+    /// Banned until (0 or past: not banned).
+    fn banned_until(&self) -> u64;
+    /// Whether forgetting the key would change nothing at `now`.
+    fn refilled(&self, now: u64, params: &Params) -> bool;
+    /// Among keys alike in being banned and refilled, the one to evict
+    /// first has the smallest rank.
+    fn rank(&self) -> u64;
+}
+
+impl Slot for State {
+    fn banned_until(&self) -> u64 {
+        self.banned_until
+    }
+    fn refilled(&self, now: u64, _: &Params) -> bool {
+        self.tat <= now
+    }
+    fn rank(&self) -> u64 {
+        self.tat
+    }
+}
+
+#[derive(Debug)]
+struct Shard<S> {
+    keys: HashMap<u64, S, NoHash>,
+}
+
+impl<S> Default for Shard<S> {
+    fn default() -> Self {
+        Shard {
+            keys: HashMap::default(),
+        }
+    }
 }
 
 /// Keys are already hashes: the table uses them as they are.
@@ -116,23 +150,95 @@ impl Gcra {
     }
 }
 
+/// A limiter's parameters: GCRA's, or vsthrottle's.
+#[derive(Debug, Clone, Copy)]
+enum Params {
+    Gcra(Gcra),
+    Vsthrottle(vsthrottle::Params),
+}
+
 /// The keys and buckets of a limiter: what a new generation's limiter
 /// shares with the old one's.
 #[derive(Debug)]
-struct Table {
+struct Table<S> {
     /// Keys are stored as this hasher's 64-bit hashes.
     hasher: RandomState,
-    shards: Vec<Mutex<Shard>>,
+    shards: Vec<Mutex<Shard<S>>>,
+}
+
+impl<S: Slot> Table<S> {
+    fn new() -> Arc<Self> {
+        Arc::new(Table {
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+        })
+    }
+
+    /// Runs `f` on `key`'s state, made fresh by `fresh` if the key is new,
+    /// evicting one of a sample of keys first if its shard is full.
+    fn with<R>(
+        &self,
+        key: &[u8],
+        now: u64,
+        per_shard: usize,
+        params: &Params,
+        fresh: impl FnOnce() -> S,
+        f: impl FnOnce(&mut S) -> R,
+    ) -> R {
+        let h = self.hasher.hash_one(key);
+        let shard = &self.shards[(h >> 60) as usize % SHARDS];
+        // A poisoned lock only means another thread panicked mid-update of
+        // plain integers; the state is still usable.
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if shard.keys.len() >= per_shard && !shard.keys.contains_key(&h) {
+            evict(&mut shard.keys, now, params);
+        }
+        f(shard.keys.entry(h).or_insert_with(fresh))
+    }
+
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.keys.len()))
+            .sum()
+    }
+
+    fn fill(&self, now_ns: u64) -> (usize, usize) {
+        let (mut keys, mut banned) = (0, 0);
+        for s in &self.shards {
+            let s = s.lock().unwrap_or_else(|p| p.into_inner());
+            keys += s.keys.len();
+            banned += s
+                .keys
+                .values()
+                .filter(|k| k.banned_until() > now_ns)
+                .count();
+        }
+        (keys, banned)
+    }
+
+    fn bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(u64, S)>() + 1;
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.keys.capacity() * entry))
+            .sum()
+    }
+}
+
+/// The tables of one of the two kinds of bucket.
+#[derive(Debug, Clone)]
+enum Tables {
+    Gcra(Arc<Table<State>>),
+    Vsthrottle(Arc<Table<vsthrottle::State>>),
 }
 
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
-    interval_ns: u64,
-    tolerance_ns: u64,
-    ban_ns: u64,
+    params: Params,
     per_shard: usize,
-    table: Arc<Table>,
+    table: Tables,
 }
 
 /// How full a limiter is, for status pages and metrics.
@@ -151,51 +257,70 @@ impl Limiter {
     /// tracking at most `max_keys` keys (rounded up to a multiple of the
     /// shard count).
     pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64, max_keys: usize) -> Self {
-        let g = Gcra::new(limit, period_ms, burst, ban_ms);
         Limiter {
-            interval_ns: g.interval_ns,
-            tolerance_ns: g.tolerance_ns,
-            ban_ns: g.ban_ns,
+            params: Params::Gcra(Gcra::new(limit, period_ms, burst, ban_ms)),
             per_shard: max_keys.div_ceil(SHARDS).max(1),
-            table: Arc::new(Table {
-                hasher: RandomState::new(),
-                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            }),
+            table: Tables::Gcra(Table::new()),
         }
+    }
+
+    /// vmod_vsthrottle's bucket (`bucket vsthrottle`): `limit` tokens per
+    /// `period_ms`, ban `ban_ms` (0: none), admitting exactly as
+    /// `vsthrottle.is_denied(key, limit, period, ban)` does (see
+    /// [`vsthrottle`]); at most `max_keys` keys.
+    pub fn vsthrottle(limit: u32, period_ms: u64, ban_ms: u64, max_keys: usize) -> Self {
+        Limiter {
+            params: Params::Vsthrottle(vsthrottle::Params::new(limit, period_ms, ban_ms)),
+            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            table: Tables::Vsthrottle(Table::new()),
+        }
+    }
+
+    /// Whether this limiter's buckets are vsthrottle's.
+    pub fn is_vsthrottle(&self) -> bool {
+        matches!(self.params, Params::Vsthrottle(_))
     }
 
     /// Takes over `old`'s keys and buckets: from now on both limiters
     /// update the same state (shared, not copied, so hits `old` still
     /// takes are not lost), each with its own rate, burst, ban and key
     /// bound. What this limiter had before is dropped. Bans carry with the
-    /// end they were given; the new ban length applies to new bans.
-    pub fn share_state(&mut self, old: &Limiter) {
-        self.table = Arc::clone(&old.table);
+    /// end they were given; the new ban length applies to new bans. Limiters
+    /// of different kinds of bucket share nothing: this returns false and
+    /// changes nothing.
+    pub fn share_state(&mut self, old: &Limiter) -> bool {
+        match (&mut self.table, &old.table) {
+            (Tables::Gcra(a), Tables::Gcra(b)) => *a = Arc::clone(b),
+            (Tables::Vsthrottle(a), Tables::Vsthrottle(b)) => *a = Arc::clone(b),
+            _ => return false,
+        }
+        true
     }
 
     /// Whether the two limiters update the same keys and buckets.
     pub fn shares_state_with(&self, other: &Limiter) -> bool {
-        Arc::ptr_eq(&self.table, &other.table)
+        match (&self.table, &other.table) {
+            (Tables::Gcra(a), Tables::Gcra(b)) => Arc::ptr_eq(a, b),
+            (Tables::Vsthrottle(a), Tables::Vsthrottle(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// Number of keys tracked now.
     pub fn len(&self) -> usize {
-        self.table
-            .shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.keys.len()))
-            .sum()
+        match &self.table {
+            Tables::Gcra(t) => t.len(),
+            Tables::Vsthrottle(t) => t.len(),
+        }
     }
 
     /// Keys tracked, keys banned at `now_ns`, and the bound (one pass
     /// over the shards, each locked in turn).
     pub fn fill(&self, now_ns: u64) -> Fill {
-        let (mut keys, mut banned) = (0, 0);
-        for s in &self.table.shards {
-            let s = s.lock().unwrap_or_else(|p| p.into_inner());
-            keys += s.keys.len();
-            banned += s.keys.values().filter(|k| k.banned_until > now_ns).count();
-        }
+        let (keys, banned) = match &self.table {
+            Tables::Gcra(t) => t.fill(now_ns),
+            Tables::Vsthrottle(t) => t.fill(now_ns),
+        };
         Fill {
             keys,
             banned,
@@ -215,51 +340,64 @@ impl Limiter {
 
     /// Bytes of table memory now allocated (entries and control bytes).
     pub fn table_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(u64, State)>() + 1;
-        self.table
-            .shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.keys.capacity() * entry))
-            .sum()
+        match &self.table {
+            Tables::Gcra(t) => t.bytes(),
+            Tables::Vsthrottle(t) => t.bytes(),
+        }
     }
 
     /// Records one hit for `key` at `now_ns`.
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
-        let h = self.table.hasher.hash_one(key);
-        let shard = &self.table.shards[(h >> 60) as usize % SHARDS];
-        // A poisoned lock only means another thread panicked mid-update of
-        // plain integers; the state is still usable.
-        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-        if shard.keys.len() >= self.per_shard && !shard.keys.contains_key(&h) {
-            evict(&mut shard.keys, now_ns);
+        let params = &self.params;
+        match (&self.table, params) {
+            (Tables::Gcra(t), Params::Gcra(g)) => t.with(
+                key,
+                now_ns,
+                self.per_shard,
+                params,
+                || State {
+                    tat: now_ns,
+                    banned_until: 0,
+                },
+                |st| gcra_hit(st, g, now_ns),
+            ),
+            (Tables::Vsthrottle(t), Params::Vsthrottle(v)) => t.with(
+                key,
+                now_ns,
+                self.per_shard,
+                params,
+                || v.fresh(now_ns),
+                |st| v.hit(st, now_ns),
+            ),
+            // The constructors pair each kind of table with its parameters.
+            _ => Outcome::Allowed,
         }
-        let st = shard.keys.entry(h).or_insert(State {
-            tat: now_ns,
-            banned_until: 0,
-        });
-        if st.banned_until > now_ns {
-            return Outcome::Limited {
-                retry_after_ns: st.banned_until - now_ns,
-            };
-        }
-        let tat = st.tat.max(now_ns);
-        if tat - now_ns > self.tolerance_ns {
-            if self.ban_ns > 0 {
-                st.banned_until = now_ns.saturating_add(self.ban_ns);
-                return Outcome::Limited {
-                    retry_after_ns: self.ban_ns,
-                };
-            }
-            return Outcome::Limited {
-                retry_after_ns: tat - now_ns - self.tolerance_ns,
-            };
-        }
-        st.tat = tat.saturating_add(self.interval_ns);
-        Outcome::Allowed
     }
 }
 
-fn evict(keys: &mut HashMap<u64, State, NoHash>, now: u64) {
+fn gcra_hit(st: &mut State, g: &Gcra, now_ns: u64) -> Outcome {
+    if st.banned_until > now_ns {
+        return Outcome::Limited {
+            retry_after_ns: st.banned_until - now_ns,
+        };
+    }
+    let tat = st.tat.max(now_ns);
+    if tat - now_ns > g.tolerance_ns {
+        if g.ban_ns > 0 {
+            st.banned_until = now_ns.saturating_add(g.ban_ns);
+            return Outcome::Limited {
+                retry_after_ns: g.ban_ns,
+            };
+        }
+        return Outcome::Limited {
+            retry_after_ns: tat - now_ns - g.tolerance_ns,
+        };
+    }
+    st.tat = tat.saturating_add(g.interval_ns);
+    Outcome::Allowed
+}
+
+fn evict<S: Slot>(keys: &mut HashMap<u64, S, NoHash>, now: u64, params: &Params) {
     // Sample from a position that moves with time, so eviction does not
     // keep hitting the same part of the table.
     let skip = (now as usize / 1_000) % keys.len().max(1);
@@ -269,12 +407,11 @@ fn evict(keys: &mut HashMap<u64, State, NoHash>, now: u64) {
         .skip(skip)
         .take(SAMPLE)
         .min_by_key(|(_, s)| {
-            let banned = s.banned_until > now;
-            let refilled = s.tat <= now;
+            let banned = s.banned_until() > now;
             (
                 banned,
-                !refilled,
-                if banned { s.banned_until } else { s.tat },
+                !s.refilled(now, params),
+                if banned { s.banned_until() } else { s.rank() },
             )
         })
         .map(|(k, _)| *k);

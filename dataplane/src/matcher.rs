@@ -12,9 +12,9 @@ use crate::engine::EngineError;
 use crate::iptable::PrefixTable;
 use crate::request::{decode_component, Fields};
 use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};
-use rctl_compiler::validate::{build_scan, scan_pattern};
+use rctl_compiler::scan;
 use regex_automata::meta::Regex;
-use regex_automata::{hybrid, Input, MatchKind, PatternSet};
+use regex_automata::{hybrid, Input, PatternSet};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -226,6 +226,7 @@ pub struct Matcher {
     host: Option<FieldMatcher>,
     path: Option<FieldMatcher>,
     query: Option<FieldMatcher>,
+    url: Option<FieldMatcher>,
     params: FastMap<Vec<u8>, FieldMatcher>,
     headers: FastMap<Vec<u8>, FieldMatcher>,
     ips: PrefixTable,
@@ -268,7 +269,7 @@ impl Matcher {
                         StrOp::Prefix(_)
                         | StrOp::Suffix(_)
                         | StrOp::Contains(_)
-                        | StrOp::Regex { .. } => parts.1.extend(scan_pattern(op).map(|p| (p, i))),
+                        | StrOp::Regex { .. } => parts.1.extend(scan::pattern(op).map(|p| (p, i))),
                     }
                 }
                 Atom::Present(field) => by_field.entry(field.clone()).or_default().2.push(i),
@@ -305,6 +306,7 @@ impl Matcher {
             host: None,
             path: None,
             query: None,
+            url: None,
             params: FastMap::default(),
             headers: FastMap::default(),
             ips: PrefixTable::new(&rs.ipsets),
@@ -323,20 +325,15 @@ impl Matcher {
             let scan = if scans.is_empty() {
                 None
             } else {
+                // The compiler builds the same automaton (`rctl check`), so
+                // this fails only on an artifact it did not write.
                 let pats: Vec<&str> = scans.iter().map(|(p, _)| p.as_str()).collect();
-                let re = build_scan(&pats).map_err(|e| EngineError::Scan {
+                let re = scan::build(&pats).map_err(|e| EngineError::Scan {
                     field: field.display(),
-                    message: e.to_string(),
+                    message: scan::explain(&e),
                 })?;
                 m.max_patterns = m.max_patterns.max(re.pattern_len());
-                let dfa = hybrid::dfa::DFA::builder()
-                    .configure(
-                        hybrid::dfa::DFA::config()
-                            .match_kind(MatchKind::All)
-                            .cache_capacity(8 << 20),
-                    )
-                    .build_many(&pats)
-                    .ok();
+                let dfa = scan::lazy_dfa(&pats);
                 m.dfas.push(dfa.clone());
                 Some(Scan {
                     re,
@@ -355,6 +352,7 @@ impl Matcher {
                 StrField::Host => m.host = Some(fm),
                 StrField::Path => m.path = Some(fm),
                 StrField::Query => m.query = Some(fm),
+                StrField::Url => m.url = Some(fm),
                 StrField::QueryParam(p) => {
                     m.params.insert(p.into_bytes(), fm);
                 }
@@ -434,6 +432,9 @@ impl Matcher {
         }
         if let Some(m) = &self.query {
             m.run(f.query.unwrap_or(b""), set, pats);
+        }
+        if let Some(m) = &self.url {
+            m.run(req.target, set, pats);
         }
         if !self.params.is_empty() {
             if let Some(q) = f.query {

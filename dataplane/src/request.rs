@@ -88,6 +88,7 @@ impl<'a> Fields<'a> {
             StrField::Host => Some(self.host.clone()),
             StrField::Path => Some(self.path.clone()),
             StrField::Query => Some(Cow::Borrowed(self.query.unwrap_or(b""))),
+            StrField::Url => Some(Cow::Borrowed(self.req.target)),
             StrField::QueryParam(p) => query_param(self.query?, p.as_bytes()).map(Cow::Owned),
             StrField::Header(h) => self.header(h.as_bytes()).map(Cow::Borrowed),
         }
@@ -158,42 +159,7 @@ pub fn normalize_path(p: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// Decodes `+` and `%XX` in a query component, borrowing when there is
-/// nothing to decode.
-pub fn decode_component(s: &[u8]) -> Cow<'_, [u8]> {
-    if !s.iter().any(|&b| b == b'+' || b == b'%') {
-        return Cow::Borrowed(s);
-    }
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        match s[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < s.len() => match (hex(s[i + 1]), hex(s[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h * 16 + l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    Cow::Owned(out)
-}
-
-/// The decoded value of the first parameter called `name` (`a&b` has
-/// parameter `a` with value "").
-pub fn query_param(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
-    query.split(|&b| b == b'&').find_map(|kv| {
-        let (k, v) = match kv.iter().position(|&b| b == b'=') {
-            Some(i) => (&kv[..i], &kv[i + 1..]),
-            None => (kv, &b""[..]),
-        };
-        (decode_component(k).as_ref() == name).then(|| decode_component(v).into_owned())
-    })
-}
+pub use rctl_compiler::value::{decode_component, query_param};
 
 #[cfg(test)]
 mod tests {

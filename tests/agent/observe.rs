@@ -248,7 +248,9 @@ fn agent_sigterm_stops_accepting_answers_what_it_took_and_exits() {
     assert!(throttled > 0);
     assert!(a.stderr().contains("rctl serve: stopped"), "{}", a.stderr());
     assert!(!a.control.exists(), "the control socket is removed");
-    assert!(TcpStream::connect(a.http).is_err(), "still accepting");
+    // Not "connect to a.http fails": the process has exited, so its
+    // listener is gone, and a server of a test running in parallel may
+    // already have taken the freed port (this flaked).
     // Everything it answered is accounted for in the log, which was
     // flushed with a last summary.
     let all = lines(&log);

@@ -30,7 +30,7 @@
 //! `431`, malformed HTTP a `400`; each counts as a listener error.
 //! Connections are bounded, and so is the time to send a request head.
 
-use crate::judge::{Action, Fields, Judge, Observer, Outcome};
+use crate::judge::{Action, Fields, Generation, Judge, Observer, Outcome};
 use crate::shutdown::{Shutdown, Tasks};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -38,9 +38,11 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use rctl_dataplane::{Decision, Scratch};
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -238,10 +240,32 @@ fn check_parts(
     };
     let started = Instant::now();
     let generation = judge.current();
-    let (outcome, decision) = judge.decide_with(&generation, &f);
+    let (outcome, decision) = decide(judge, &generation, &f);
     let elapsed = started.elapsed();
     observer.decided(&generation, &f, &outcome, &decision, elapsed);
     answer(&outcome, mode)
+}
+
+thread_local! {
+    /// This thread's decision memory and the generation it belongs to,
+    /// held weakly: the allocation of a generation stays while the entry
+    /// holds it, so no later generation can have its address.
+    static SCRATCH: RefCell<Option<(Weak<Generation>, Scratch)>> = const { RefCell::new(None) };
+}
+
+/// [`Judge::decide_in`] with this thread's scratch for `generation`: a
+/// fresh scratch per request (cold lazy-DFA caches) cost more than the
+/// decision itself.
+fn decide(judge: &Judge, generation: &Arc<Generation>, f: &Fields<'_>) -> (Outcome, Decision) {
+    SCRATCH.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if !matches!(&*slot, Some((g, _)) if std::ptr::eq(g.as_ptr(), Arc::as_ptr(generation))) {
+            *slot = None;
+        }
+        let (_, scratch) =
+            slot.get_or_insert_with(|| (Arc::downgrade(generation), generation.engine.scratch()));
+        judge.decide_in(generation, f, scratch)
+    })
 }
 
 /// The fields a check request names, borrowed from its headers.

@@ -7,7 +7,7 @@
 //! the old generation, later ones start on the new.
 
 use arc_swap::ArcSwap;
-use rctl_dataplane::{Decision, Engine, Request, Verdict};
+use rctl_dataplane::{Decision, Engine, Request, Scratch, Verdict};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -182,6 +182,19 @@ impl Judge {
     /// Decides one request with `generation` (a snapshot from
     /// [`Judge::current`]).
     pub fn decide_with(&self, generation: &Generation, f: &Fields<'_>) -> (Outcome, Decision) {
+        self.decide_in(generation, f, &mut generation.engine.scratch())
+    }
+
+    /// [`Judge::decide_with`] reusing `scratch`, which must come from
+    /// `generation.engine.scratch()`. A fresh scratch per request costs
+    /// more than the decision (its lazy-DFA caches start cold): listeners
+    /// keep one per connection and generation.
+    pub fn decide_in(
+        &self,
+        generation: &Generation,
+        f: &Fields<'_>,
+        scratch: &mut Scratch,
+    ) -> (Outcome, Decision) {
         let req = Request {
             method: f.method,
             host: f.host,
@@ -193,7 +206,7 @@ impl Judge {
             time_ns: self.now_ns(),
         };
         let engine = &generation.engine;
-        let decision = engine.decide_request(&req);
+        let decision = engine.decide_request_with(&req, scratch, None);
         let name = |i: usize| engine.rule(i).name.clone();
         let tags = decision.logged.iter().map(|(i, _)| name(*i)).collect();
         let mut out = outcome(&decision.verdict, name);

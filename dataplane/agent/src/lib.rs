@@ -11,6 +11,7 @@
 //! - [`serve`]: `rctl serve`: every listener, and the graceful drain.
 //! - [`listen`], [`shutdown`]: endpoints and the shutdown signal the
 //!   listeners share.
+//! - [`spop`]: the HAProxy SPOE agent (SPOP 2.0).
 //!
 //! The engine library (`rctl-dataplane`) stays free of async runtimes and
 //! network clients; everything that listens on a socket lives here.
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;
+pub mod spop;
 
 /// Seconds since the epoch.
 pub(crate) fn now_unix() -> u64 {

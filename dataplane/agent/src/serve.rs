@@ -133,8 +133,11 @@ impl Server {
     /// Loads the artifact and binds every listener.
     pub async fn bind(config: Config) -> Result<Server, ServeError> {
         let shown = config.artifact.display().to_string();
-        let bytes =
-            std::fs::read(&config.artifact).map_err(|e| fail(format!("reading {shown}: {e}")))?;
+        let bytes = rctl_compiler::files::read_binary(
+            &config.artifact,
+            rctl_compiler::files::MAX_BINARY_BYTES,
+        )
+        .map_err(|e| fail(format!("reading {shown}: {e}")))?;
         let (first, _, warnings) = control::build(
             &bytes,
             config.site.as_deref(),
@@ -295,51 +298,23 @@ impl Server {
     }
 }
 
-// Where helper A's SPOE server (`spop`, behind the `spop` feature until
-// it is merged) plugs in: `spop::Listener::bind("unix:PATH"|"tcp:ADDR")`
-// before serving, then `spop::serve(listener, judge, observer, shutdown)`.
-// It makes, checks and removes its own socket files.
+// The HAProxy SPOE server: bound before serving (it makes, checks and
+// removes its own socket files), then served until shutdown.
 
-#[cfg(feature = "spop")]
 type SpoeListener = crate::spop::Listener;
-/// Without the SPOE server, no SPOE listener can exist.
-#[cfg(not(feature = "spop"))]
-type SpoeListener = std::convert::Infallible;
 
-#[cfg(feature = "spop")]
 fn bind_spoe(ep: &Endpoint) -> Result<SpoeListener, String> {
     crate::spop::Listener::bind(&ep.to_string()).map_err(|e| e.to_string())
 }
 
-#[cfg(not(feature = "spop"))]
-fn bind_spoe(_: &Endpoint) -> Result<SpoeListener, String> {
-    Err(
-        "this rctl was built without the SPOE server (the `spop` feature of rctl-agent); \
-         use --http, or a build with it"
-            .into(),
-    )
-}
-
-#[cfg(feature = "spop")]
 fn spoe_address(l: &SpoeListener) -> String {
     l.address()
 }
 
-#[cfg(not(feature = "spop"))]
-fn spoe_address(l: &SpoeListener) -> String {
-    match *l {}
-}
-
-#[cfg(feature = "spop")]
 async fn spoe(l: SpoeListener, judge: Arc<Judge>, observer: Arc<dyn Observer>, s: Shutdown) {
     let mut s = s;
     // It reports its own failures to the observer.
     let _ = crate::spop::serve(l, judge, observer, async move { s.fired().await }).await;
-}
-
-#[cfg(not(feature = "spop"))]
-async fn spoe(l: SpoeListener, _: Arc<Judge>, _: Arc<dyn Observer>, _: Shutdown) {
-    match l {}
 }
 
 /// Catches SIGTERM and SIGINT from now on (call it within the runtime);

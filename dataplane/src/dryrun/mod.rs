@@ -12,10 +12,13 @@ mod report;
 mod requests;
 mod series;
 
+use crate::topk::TopK;
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
 pub use report::{Change, Counts, InputReport, Report, RuleReport, Totals, Unmatched};
-use requests::{change_report, changed, count, describe, ip_key, Changes, RequestSide};
+use requests::{
+    change_report, changed, count, describe, ip_key, show_ip, Changes, RequestSide, CANDIDATES, TOP,
+};
 use std::io::{BufRead, Read};
 use std::sync::Arc;
 
@@ -84,6 +87,10 @@ struct PacketSide {
     totals: Totals,
     /// Per rule: packets it decided.
     decided: Vec<Counts>,
+    /// Per rule: the requests in the packets it stopped.
+    stopped: Vec<Stopped>,
+    /// Requests completed by a stopped packet, counted and cleared.
+    spare: Batch,
     /// Packet decisions that change under `--against`.
     changes: Changes,
 }
@@ -110,6 +117,8 @@ impl DryRun {
                 streams: Streams::new(Limits::default()),
                 totals: Totals::default(),
                 decided: vec![Counts::default(); n],
+                stopped: (0..n).map(|_| Stopped::default()).collect(),
+                spare: Batch::new(),
                 changes: Changes::new(),
             },
             inputs: Vec::new(),
@@ -212,6 +221,7 @@ impl PacketSide {
             _ => return,
         };
         let syn = d.flags & tcp::SYN != 0 && d.flags & tcp::ACK == 0;
+        let mut stopped_by = None;
         // XDP sits on the edge's ingress: it judges what clients send, not
         // the servers' answers (for UDP and ICMP every packet is judged).
         let inbound = d.proto != 6
@@ -242,13 +252,20 @@ impl PacketSide {
                     changed(&mut self.changes, a, b, &ip.0[..ip.1], None);
                 }
             }
-            if matches!(pd.verdict, Verdict::Drop { .. } | Verdict::Throttle { .. }) {
-                return;
+            if let Verdict::Drop { rule } | Verdict::Throttle { rule, .. } = pd.verdict {
+                stopped_by = Some(rule);
             }
         }
         if d.proto != 6 {
             return;
         }
+        // A stopped packet still goes through reassembly, so that the
+        // requests it carried are counted (and its flow stays in step);
+        // the requests it completes go to its rule, not to the HTTP plane.
+        let to = match stopped_by {
+            Some(_) => &mut self.spare,
+            None => out,
+        };
         self.streams.segment_from(
             (d.src, d.sport),
             (d.dst, d.dport),
@@ -259,8 +276,37 @@ impl PacketSide {
                 payload: d.payload,
                 time_ns: f.time_ns,
             },
-            out,
+            to,
         );
+        if let Some(i) = stopped_by {
+            let s = &mut self.stopped[i];
+            for r in self.spare.iter() {
+                s.add(r);
+                self.totals.stopped_requests += 1;
+            }
+            self.spare.clear();
+        }
+    }
+}
+
+/// The requests in the packets one rule stopped.
+#[derive(Default)]
+struct Stopped {
+    requests: u64,
+    ips: Option<TopK>,
+    uas: Option<TopK>,
+}
+
+impl Stopped {
+    fn add(&mut self, r: &HttpRequest) {
+        self.requests += 1;
+        let ip = ip_key(r.client.0);
+        self.ips
+            .get_or_insert_with(|| TopK::new(CANDIDATES))
+            .add(&ip.0[..ip.1]);
+        self.uas
+            .get_or_insert_with(|| TopK::new(CANDIDATES))
+            .add(r.header("user-agent").unwrap_or(b""));
     }
 }
 
@@ -282,11 +328,20 @@ impl DryRun {
         t.shed_bytes = st.shed_bytes;
         let r = self.requests.finish(t.first_ns);
         t.requests = r.requests;
+        t.captured_requests = t.requests + t.stopped_requests;
         let rules = r
             .rules
             .into_iter()
             .zip(p.decided)
-            .map(|(rule, packets)| RuleReport { packets, ..rule })
+            .zip(p.stopped)
+            .map(|((rule, packets), s)| RuleReport {
+                stopped_packets: packets.drop + packets.throttle,
+                stopped_requests: s.requests,
+                stopped_top_ips: s.ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+                stopped_top_user_agents: s.uas.map_or(Vec::new(), |t| t.top(TOP)),
+                packets,
+                ..rule
+            })
             .collect();
         let changes = p.old.is_some().then(|| change_report(p.changes, r.changes));
         Report {

@@ -45,6 +45,17 @@ pub struct RuleReport {
     pub top_user_agents: Vec<Hitter>,
     /// Busiest paths among its matches.
     pub top_paths: Vec<Hitter>,
+    /// Packets it stopped on the packet plane (dropped, or over its
+    /// limit): `packets.drop + packets.throttle`.
+    pub stopped_packets: u64,
+    /// HTTP requests those packets carried: requests whose head the
+    /// reassembler completed on a packet this rule stopped. They never
+    /// reach the HTTP plane, so no request rule sees them.
+    pub stopped_requests: u64,
+    /// Busiest client addresses among the requests it stopped.
+    pub stopped_top_ips: Vec<Hitter>,
+    /// Busiest User-Agents among the requests it stopped.
+    pub stopped_top_user_agents: Vec<Hitter>,
 }
 
 /// Input totals.
@@ -58,8 +69,14 @@ pub struct Totals {
     pub flows: u64,
     /// Flows carrying TLS (not inspected; L3/L4 rules still apply).
     pub tls_flows: u64,
-    /// HTTP requests parsed.
+    /// HTTP requests that reached the HTTP plane (the request decision):
+    /// those the packet plane let through.
     pub requests: u64,
+    /// HTTP requests the capture held: `requests` and `stopped_requests`.
+    pub captured_requests: u64,
+    /// HTTP requests in packets an XDP rule stopped (dropped or limited),
+    /// which never reached the HTTP plane.
+    pub stopped_requests: u64,
     /// IP fragments (not reassembled).
     pub fragments: u64,
     /// Frames cut before their headers ended.

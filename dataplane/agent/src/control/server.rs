@@ -168,7 +168,8 @@ impl Control {
         let bytes = match (load.artifact_hex, load.path) {
             (Some(h), None) => from_hex(&h).map_err(|e| e.0)?,
             (None, Some(p)) => {
-                std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?
+                rctl_compiler::files::read_binary(&p, rctl_compiler::files::MAX_BINARY_BYTES)
+                    .map_err(|e| format!("reading {}: {e}", p.display()))?
             }
             _ => return Err("give the artifact as exactly one of artifact_hex or path".into()),
         };

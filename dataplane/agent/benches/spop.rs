@@ -1,0 +1,351 @@
+//! The SPOE agent alone: NOTIFY frames per second per core.
+//!
+//! A load generator (two plain threads: one writes pre-encoded NOTIFY
+//! frames, one reads the ACKs) pipelines frames over a unix socket to an
+//! agent running on one tokio runtime thread, keeping `WINDOW` frames in
+//! flight. The agent decides each `rctl-req` with the generated rulesets
+//! of `compiler/benches/support/gen.rs` (10, 1,000 and 10,000 rules) and
+//! the engine bench's request mix. In the same run, the same generator drives
+//! the protocol's floor: a minimal agent on the same codec and frame I/O
+//! that acks every NOTIFY without deciding (no fields, no engine, no
+//! set-var).
+//!
+//! Frames per second are counted over a measured window after a warm-up;
+//! "per core" divides by the agent thread's own CPU time in that window
+//! (from /proc/self/task/TID/schedstat). The decision's share is the time
+//! the observer is told each decision took over the agent thread's CPU
+//! time.
+//!
+//! `cargo bench -p rctl-agent --bench spop` (RCTL_BENCH_SECS sets the
+//! window, default 3 s; RCTL_BENCH_RULES the sizes, default 10,1000,10000).
+
+#[path = "../../../compiler/benches/support/gen.rs"]
+mod gen;
+#[path = "../../benches/support/mix.rs"]
+mod mix;
+
+use rctl_agent::judge::{Fields, Generation, Judge, Observer, Outcome};
+use rctl_agent::spop::conn::{FrameReader, FrameWriter};
+use rctl_agent::spop::data::Value;
+use rctl_agent::spop::frame::{encode_agent_hello, Encoder, FrameType, Limits};
+use rctl_agent::spop::{serve_with, Config, Listener};
+use rctl_dataplane::{Decision, Engine, EngineConfig};
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// NOTIFY frames in flight.
+const WINDOW: u64 = 512;
+/// Frames per write.
+const BATCH: usize = 64;
+
+/// Sums what the observer is told.
+#[derive(Default)]
+struct Timing {
+    decisions: AtomicU64,
+    decision_ns: AtomicU64,
+}
+
+impl Observer for Timing {
+    fn decided(
+        &self,
+        _: &Generation,
+        _: &Fields<'_>,
+        _: &Outcome,
+        _: &Decision,
+        elapsed: Duration,
+    ) {
+        self.decisions.fetch_add(1, Ordering::Relaxed);
+        self.decision_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+    fn failed(&self, kind: &'static str, detail: &str) {
+        eprintln!("agent failure: {kind}: {detail}");
+    }
+}
+
+/// `n` NOTIFY frames, one `rctl-req` each, carrying the engine bench's
+/// request mix (`dataplane/benches/support/mix.rs`) as HAProxy would send
+/// it: method, host, target, addresses, port and the headers as `h.*`.
+fn notify_frames(n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, r) in mix::requests(n).iter().enumerate() {
+        let IpAddr::V4(src) = r.ip else {
+            unreachable!("the mix is IPv4")
+        };
+        let names: Vec<String> = r
+            .headers
+            .iter()
+            .map(|(h, _)| format!("h.{}", h.to_ascii_lowercase()))
+            .collect();
+        let mut args: Vec<(&[u8], Value<'_>)> = vec![
+            (b"method", Value::String(r.method.as_bytes())),
+            (b"host", Value::String(r.host.as_bytes())),
+            (b"target", Value::String(r.target.as_bytes())),
+            (b"src", Value::Ipv4(src)),
+            (b"dst", Value::Ipv4([10, 0, 0, 1].into())),
+            (b"dst_port", Value::Int64(443)),
+            (b"h.cache-control", Value::Null),
+        ];
+        for (name, (_, v)) in names.iter().zip(&r.headers) {
+            args.push((name.as_bytes(), Value::String(v.as_bytes())));
+        }
+        let mut e = Encoder::new(&mut out, FrameType::Notify, i as u64 + 1, 1);
+        e.message(b"rctl-req", &args);
+        e.finish();
+    }
+    out
+}
+
+/// The generated ruleset with `rules` rules, as the engine bench builds it.
+fn judge(rules: usize) -> Arc<Judge> {
+    let dir = std::env::temp_dir().join(format!("rctl-spop-bench-{rules}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    gen::write_ruleset(&dir, (rules / 20).clamp(1, 50), 2_000, rules, rules);
+    let c = rctl_compiler::compile_paths(&[dir.join("rules.rctl")], &Default::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = Engine::new(
+        c.ruleset.expect("generated ruleset compiles"),
+        &EngineConfig::default(),
+    )
+    .unwrap();
+    let g = Generation {
+        engine,
+        sha256: String::new(),
+        number: 1,
+        installed_unix: 0,
+    };
+    Arc::new(Judge::new(g, false))
+}
+
+/// The protocol's floor: answers the HELLO, then acks every frame with
+/// no action, on the same frame reader and writer as the agent.
+async fn floor_agent(listener: tokio::net::UnixListener) {
+    let (s, _) = listener.accept().await.unwrap();
+    let (r, w) = s.into_split();
+    let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
+    let limits = Limits::default();
+    let long = Duration::from_secs(60);
+    let mut first = true;
+    while let Ok(Some(f)) = r.read_frame(&limits, long, long).await {
+        if first {
+            encode_agent_hello(w.buffer(), "2.0", limits.max_frame_size, "pipelining,async");
+            first = false;
+        } else {
+            let (sid, fid) = (f.stream_id, f.frame_id);
+            Encoder::new(w.buffer(), FrameType::Ack, sid, fid).finish();
+        }
+        if !r.has_buffered_frame(&limits) && w.flush(long).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// CPU nanoseconds of a thread of this process.
+fn cpu_ns(tid: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    s.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+struct Run {
+    frames_per_s: f64,
+    frames_per_cpu_s: f64,
+    cpu_share: f64,
+    decision_share: f64,
+}
+
+/// Runs the generator against an agent on one runtime thread: `judge`
+/// decides, or with `None` the floor agent acks.
+fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64) -> Run {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("rctl-spop-bench-sock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sock = dir.join("spoe.sock");
+    let timing = Arc::new(Timing::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (sock2, timing2) = (sock.clone(), timing.clone());
+    let server = std::thread::spawn(move || {
+        let tid = std::fs::read_link("/proc/thread-self").unwrap();
+        let tid = tid.file_name().unwrap().to_string_lossy().into_owned();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            match judge {
+                Some(j) => {
+                    let l = Listener::bind(&format!("unix:{}", sock2.display())).unwrap();
+                    tid_tx.send(tid).unwrap();
+                    let stop = async move {
+                        let _ = stop_rx.await;
+                    };
+                    serve_with(l, j, timing2, Config::default(), stop)
+                        .await
+                        .unwrap();
+                }
+                None => {
+                    std::fs::create_dir_all(sock2.parent().unwrap()).unwrap();
+                    let l = tokio::net::UnixListener::bind(&sock2).unwrap();
+                    tid_tx.send(tid).unwrap();
+                    floor_agent(l).await;
+                }
+            }
+        });
+    });
+    let tid = tid_rx.recv().unwrap();
+    let r = generate(&sock, frames, secs, &tid, &timing);
+    let _ = stop_tx.send(());
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Offsets of each frame in `frames`.
+fn offsets(frames: &[u8]) -> Vec<usize> {
+    let mut v = vec![0];
+    let mut at = 0;
+    while at < frames.len() {
+        at += 4 + u32::from_be_bytes(frames[at..at + 4].try_into().unwrap()) as usize;
+        v.push(at);
+    }
+    v
+}
+
+fn generate(sock: &Path, frames: &[u8], secs: f64, tid: &str, timing: &Timing) -> Run {
+    let mut s = UnixStream::connect(sock).unwrap();
+    let mut hello = Vec::new();
+    let mut e = Encoder::new(&mut hello, FrameType::HaproxyHello, 0, 0);
+    e.kv(b"supported-versions", Value::String(b"2.0"))
+        .kv(b"max-frame-size", Value::Uint32(16380))
+        .kv(b"capabilities", Value::String(b"pipelining,async"));
+    e.finish();
+    s.write_all(&hello).unwrap();
+    let acked = Arc::new(AtomicU64::new(0));
+    let (mut rs, a2) = (s.try_clone().unwrap(), acked.clone());
+    // The reader counts frames by their length prefixes; the first is the
+    // AGENT-HELLO.
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut have, mut count) = (0usize, 0u64);
+        loop {
+            let n = match rs.read(&mut buf[have..]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            have += n;
+            let mut at = 0;
+            while have - at >= 4 {
+                let len = 4 + u32::from_be_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
+                if have - at < len {
+                    break;
+                }
+                at += len;
+                count += 1;
+            }
+            buf.copy_within(at..have, 0);
+            have -= at;
+            a2.store(count.saturating_sub(1), Ordering::Release);
+        }
+    });
+    let offs = offsets(frames);
+    let nframes = offs.len() - 1;
+    let (mut sent, mut i) = (0u64, 0usize);
+    let start = Instant::now();
+    let warm = Duration::from_millis(500);
+    let mut window: Option<(Instant, u64, u64, u64, u64)> = None;
+    loop {
+        let now = Instant::now();
+        if window.is_none() && now - start >= warm {
+            let t = &timing;
+            window = Some((
+                now,
+                acked.load(Ordering::Acquire),
+                cpu_ns(tid),
+                t.decision_ns.load(Ordering::Relaxed),
+                0,
+            ));
+        }
+        if let Some((t0, ..)) = window {
+            if (now - t0).as_secs_f64() >= secs {
+                break;
+            }
+        }
+        if sent - acked.load(Ordering::Acquire) >= WINDOW {
+            std::thread::yield_now();
+            continue;
+        }
+        let j = (i + BATCH).min(nframes);
+        s.write_all(&frames[offs[i]..offs[j]]).unwrap();
+        sent += (j - i) as u64;
+        i = if j == nframes { 0 } else { j };
+    }
+    let end = Instant::now();
+    let (t0, a0, c0, d0, _) = window.unwrap();
+    let (a1, c1, d1) = (
+        acked.load(Ordering::Acquire),
+        cpu_ns(tid),
+        timing.decision_ns.load(Ordering::Relaxed),
+    );
+    let wait = Instant::now();
+    while acked.load(Ordering::Acquire) < sent {
+        assert!(
+            wait.elapsed() < Duration::from_secs(30),
+            "{} of {sent} frames acked after 30 s",
+            acked.load(Ordering::Acquire)
+        );
+        std::thread::yield_now();
+    }
+    // Both directions: the reader holds a clone of the socket, so a drop
+    // alone would not close it.
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let _ = reader.join();
+    let wall = (end - t0).as_secs_f64();
+    let cpu = (c1 - c0) as f64 / 1e9;
+    let n = (a1 - a0) as f64;
+    Run {
+        frames_per_s: n / wall,
+        frames_per_cpu_s: n / cpu,
+        cpu_share: cpu / wall,
+        decision_share: (d1 - d0) as f64 / 1e9 / cpu,
+    }
+}
+
+fn main() {
+    let secs: f64 = std::env::var("RCTL_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let frames = notify_frames(4096);
+    eprintln!(
+        "{} NOTIFY frames, {} bytes each on average",
+        4096,
+        frames.len() / 4096
+    );
+    let floor = run(None, &frames, secs);
+    println!("| agent | frames/s | frames per agent-CPU-second | agent thread busy | decision's share of agent CPU | vs floor (per CPU-second) |");
+    println!("|---|---|---|---|---|---|");
+    let row = |name: &str, r: &Run| {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.0}% | {:.0}% | {:.2}× |",
+            r.frames_per_s,
+            r.frames_per_cpu_s,
+            r.cpu_share * 100.0,
+            r.decision_share * 100.0,
+            r.frames_per_cpu_s / floor.frames_per_cpu_s
+        );
+    };
+    row("floor: ack without deciding", &floor);
+    let sizes: Vec<usize> = match std::env::var("RCTL_BENCH_RULES") {
+        Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => vec![10, 1_000, 10_000],
+    };
+    for rules in sizes {
+        let r = run(Some(judge(rules)), &frames, secs);
+        row(&format!("rctl agent, {rules} rules"), &r);
+    }
+}

@@ -1,0 +1,275 @@
+//! nginx (1.22 and later): `auth_request` asks `rctl serve --http` about
+//! every request and acts on its answer.
+//!
+//! Two files:
+//! - [`HTTP_FILE`], for the `http` block: the agent's `upstream` (kept-alive
+//!   connections) and a `log_format` that records rctl's verdict and
+//!   whether the request was checked;
+//! - [`SERVER_FILE`], for each `server` block rctl protects: `auth_request`
+//!   with its `auth_request_set` variables, the internal location that
+//!   asks the agent (`/check/nginx`, which answers every block with 403
+//!   and the verdict in `X-Rctl-*` headers, since `auth_request` only
+//!   understands 2xx, 401 and 403), and the named location that answers a
+//!   block: one `return` per status the ruleset answers with (nginx's
+//!   `return` takes a literal code), with the reason as body and
+//!   `Retry-After`; `444` (close without an answer) for drops.
+//!
+//! Failing open: the internal location turns the agent's absence (502),
+//! slowness (504) or errors (500) into a `204` for `auth_request`, so the
+//! request goes on. `$rctl_check` keeps what the agent answered: `200`
+//! (checked, served), `403` (checked, blocked) or the 5xx of an unchecked
+//! request; the `rctl` log format logs it.
+
+use crate::reads::Reads;
+use crate::{banner, timeout, Agent, Emitted, Error, ErrorKind, File};
+use rctl_compiler::ir::Ruleset;
+use std::fmt::Write as _;
+
+/// The file for the `http` block.
+pub const HTTP_FILE: &str = "rctl-http.conf";
+/// The file for each protected `server` block.
+pub const SERVER_FILE: &str = "rctl-server.conf";
+
+/// Headers nginx's proxy module replaces or removes on the way to the
+/// agent, so that rules reading them see something else through nginx.
+const HOP_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "expect",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// How to write the nginx side.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The agent's HTTP check endpoint (`rctl serve --http ADDR`).
+    pub agent: Agent,
+    /// How long a request may wait for the agent (connect, send, read),
+    /// in milliseconds, before it goes on unchecked.
+    pub timeout_ms: u64,
+    /// What the configuration is for, for the files' headers.
+    pub source: String,
+}
+
+impl Default for Options {
+    /// `127.0.0.1:9781`, 100 ms.
+    fn default() -> Options {
+        Options {
+            agent: Agent::Tcp(([127, 0, 0, 1], 9781).into()),
+            timeout_ms: 100,
+            source: "a ruleset".into(),
+        }
+    }
+}
+
+/// Writes the two files for `rs`.
+pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
+    let reads = Reads::of(rs);
+    let Agent::Tcp(addr) = o.agent else {
+        return Err(Error::new(ErrorKind::AgentKind(format!(
+            "nginx reaches the agent's HTTP check endpoint (`rctl serve --http ADDR:PORT`) over TCP, not {}",
+            o.agent
+        ))));
+    };
+    let timeout_ms = timeout(o.timeout_ms)?;
+    let mut warnings = Vec::new();
+    for h in &reads.headers {
+        if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            warnings.push(format!(
+                "header({h:?}) never reaches the agent through nginx, which drops header names other than letters, digits and '-' (ignore_invalid_headers, underscores_in_headers): rules see it absent"
+            ));
+        } else if HOP_HEADERS.contains(&h.as_str()) || h.starts_with("x-rctl-") {
+            warnings.push(format!(
+                "header({h:?}) does not reach the agent as the client sent it through nginx (nginx or the check endpoint use it)"
+            ));
+        }
+    }
+    Ok(Emitted {
+        files: vec![
+            File {
+                name: HTTP_FILE.into(),
+                role: "include in the http block",
+                text: http_file(&o.source, &addr.to_string()),
+            },
+            File {
+                name: SERVER_FILE.into(),
+                role: "include in each server block rctl protects",
+                text: server_file(&o.source, timeout_ms, &reads),
+            },
+        ],
+        warnings,
+    })
+}
+
+fn http_file(source: &str, addr: &str) -> String {
+    let mut s = banner(
+        "#",
+        "rctl: the agent's check endpoint and a log format; for the http block.",
+        source,
+        &[&format!("Include it once: `include .../{HTTP_FILE};`.")],
+    );
+    let _ = write!(
+        s,
+        "upstream rctl_agent {{
+    # rctl serve --http {addr}. One server: nginx never marks it down, so
+    # requests are checked again as soon as the agent is back.
+    server {addr};
+    keepalive 32;
+}}
+
+# `access_log PATH rctl;`: the combined format, then rctl's verdict, the
+# deciding rule, the log/shadow rules' tags, and check=: 200 checked and
+# served, 403 checked and blocked, 5xx not checked (agent down, slow or
+# failing: served), - never asked.
+log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
+                '$status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" '
+                'rctl=$rctl_action rule=$rctl_rule tags=$rctl_tags check=$rctl_check';
+"
+    );
+    s
+}
+
+fn server_file(source: &str, timeout_ms: u64, reads: &Reads) -> String {
+    let mut s = banner(
+        "#",
+        "rctl: every request of this server is asked about; for each server block.",
+        source,
+        &[
+            &format!("Include it in the server block: `include .../{SERVER_FILE};`. Locations"),
+            "inherit it, except that a location with its own error_page must add",
+            "`error_page 403 = @rctl_block;`, and one with its own proxy_set_header",
+            "must add `proxy_set_header X-Requestctl $rctl_tags;`.",
+        ],
+    );
+    let _ = write!(
+        s,
+        "auth_request /_rctl;
+auth_request_set $rctl_check       $upstream_status;
+auth_request_set $rctl_action      $upstream_http_x_rctl_action;
+auth_request_set $rctl_status      $upstream_http_x_rctl_status;
+auth_request_set $rctl_reason      $upstream_http_x_rctl_reason;
+auth_request_set $rctl_rule        $upstream_http_x_rctl_rule;
+auth_request_set $rctl_retry_after $upstream_http_retry_after;
+auth_request_set $rctl_tags        $upstream_http_x_requestctl;
+# Blocks come back as 403 with the verdict in headers.
+error_page 403 = @rctl_block;
+# requestctl's tag for the backend (a client's own is not passed on).
+proxy_set_header X-Requestctl $rctl_tags;
+
+location = /_rctl {{
+    internal;
+    proxy_pass http://rctl_agent/check/nginx;
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length \"\";
+    # The request as the client sent it; its other headers pass as they are.
+    proxy_set_header Host             $http_host;
+    proxy_set_header X-Rctl-Method    $request_method;
+    proxy_set_header X-Rctl-Host      $http_host;
+    proxy_set_header X-Rctl-Target    $request_uri;
+    proxy_set_header X-Rctl-Client-Ip $remote_addr;
+    proxy_set_header X-Rctl-Dst-Ip    $server_addr;
+    proxy_set_header X-Rctl-Port      $server_port;
+    proxy_set_header X-Rctl-Mode      nginx;
+    proxy_connect_timeout {timeout_ms}ms;
+    proxy_send_timeout    {timeout_ms}ms;
+    proxy_read_timeout    {timeout_ms}ms;
+    # Fail open: an agent that is down (502), slow (504) or failing (500)
+    # lets the request through; $rctl_check keeps the code for the log.
+    proxy_intercept_errors on;
+    error_page 500 502 503 504 = @rctl_unchecked;
+}}
+
+location @rctl_unchecked {{
+    auth_request off;
+    return 204;
+}}
+
+location @rctl_block {{
+    auth_request off;
+    default_type text/plain;
+    add_header Retry-After $rctl_retry_after always;
+    if ($rctl_action = drop) {{
+        return 444;
+    }}
+"
+    );
+    for st in reads.statuses() {
+        let _ = write!(
+            s,
+            "    if ($rctl_status = {st}) {{
+        return {st} \"$rctl_reason\\n\";
+    }}
+"
+        );
+    }
+    s.push_str(
+        "    # A status these lines were not written for (the agent now runs a
+    # ruleset with other statuses: emit again), or a 403 of this server's
+    # own: 429 for a throttle, else 403.
+    if ($rctl_action = throttle) {
+        return 429 \"$rctl_reason\\n\";
+    }
+    return 403 \"$rctl_reason\\n\";
+}
+",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::test_ruleset as ruleset;
+
+    #[test]
+    fn one_return_per_status_and_warnings_for_headers_nginx_drops() {
+        let rs = ruleset(
+            r#"
+rule a { when header("x_under") present deny 418 "tea" }
+rule b { when header("content-length") == "0" throttle 5 requests per 1m status 503 }
+rule c { when header("user-agent") absent deny 403 }
+"#,
+        );
+        let e = emit(&rs, &Options::default()).unwrap();
+        let server = &e.files[1].text;
+        let returns: Vec<&str> = server
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("return "))
+            .collect();
+        assert_eq!(
+            returns,
+            [
+                "204;",
+                "444;",
+                "403 \"$rctl_reason\\n\";",
+                "418 \"$rctl_reason\\n\";",
+                "503 \"$rctl_reason\\n\";",
+                "429 \"$rctl_reason\\n\";",
+                "403 \"$rctl_reason\\n\";",
+            ]
+        );
+        assert_eq!(e.warnings.len(), 2, "{:?}", e.warnings);
+        assert!(e.warnings[0].contains("content-length"));
+        assert!(e.warnings[1].contains("x_under"));
+        assert!(e.files[0].text.contains("server 127.0.0.1:9781;"));
+    }
+
+    #[test]
+    fn a_unix_agent_is_refused() {
+        let rs = ruleset(r#"rule a { when path == "/" deny }"#);
+        let o = Options {
+            agent: Agent::parse("unix:/run/rctl/http.sock").unwrap(),
+            ..Options::default()
+        };
+        assert!(matches!(
+            emit(&rs, &o).unwrap_err().kind(),
+            ErrorKind::AgentKind(_)
+        ));
+    }
+}

@@ -1,0 +1,114 @@
+//! HAProxy (`/usr/sbin/haproxy`, Debian's 2.6): `haproxy -c` and a
+//! foreground server (`-db`) logging to stdout, with an admin stats
+//! socket in its directory.
+
+use super::Proc;
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The program.
+pub const BIN: &str = "haproxy";
+
+/// A running HAProxy.
+pub struct Haproxy {
+    /// The process; its stdout is the traffic log.
+    pub proc: Proc,
+    /// The admin stats socket.
+    pub stats: PathBuf,
+}
+
+/// The `global` and `defaults` sections every test configuration starts
+/// with: logs to stdout (one `option httplog` line per request, raw), an
+/// admin socket at `DIR/admin.sock`, HTTP mode and short timeouts.
+pub fn base(dir: &Path) -> String {
+    format!(
+        "global
+    log stdout format raw local0 info
+    stats socket {}/admin.sock mode 600 level admin
+
+defaults
+    log global
+    mode http
+    option httplog
+    # Connections that send nothing (readiness checks) are not logged.
+    option dontlognull
+    timeout connect 1s
+    timeout client 30s
+    timeout server 30s
+    timeout queue 5s
+
+",
+        dir.display()
+    )
+}
+
+/// `haproxy -c -f F...`: `Ok(output)` if it accepts the files, else
+/// `Err(output)`.
+pub fn check(files: &[PathBuf]) -> Result<String, String> {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("-c");
+    for f in files {
+        cmd.arg("-f").arg(f);
+    }
+    super::check(cmd)
+}
+
+impl Haproxy {
+    /// Writes `config` to `DIR/haproxy.cfg`, checks it (with `extra`
+    /// files after it), starts HAProxy in the foreground and waits until
+    /// every address of `listen` accepts connections.
+    pub fn start(dir: &Path, config: &str, extra: &[PathBuf], listen: &[SocketAddr]) -> Haproxy {
+        Haproxy::start_with(dir, config, extra, listen, |c| c)
+    }
+
+    /// [`Haproxy::start`], running the command `wrap` makes of
+    /// HAProxy's (for example under `taskset`).
+    pub fn start_with(
+        dir: &Path,
+        config: &str,
+        extra: &[PathBuf],
+        listen: &[SocketAddr],
+        wrap: impl FnOnce(Command) -> Command,
+    ) -> Haproxy {
+        let main = dir.join("haproxy.cfg");
+        std::fs::write(&main, config).unwrap();
+        let mut files = vec![main];
+        files.extend(extra.iter().cloned());
+        if let Err(e) = check(&files) {
+            panic!("haproxy -c refuses the configuration:\n{e}\n{config}");
+        }
+        let mut cmd = Command::new(BIN);
+        cmd.arg("-db");
+        for f in &files {
+            cmd.arg("-f").arg(f);
+        }
+        let mut proc = Proc::spawn("haproxy", dir, wrap(cmd));
+        for a in listen {
+            proc.wait_port(*a);
+        }
+        Haproxy {
+            proc,
+            stats: dir.join("admin.sock"),
+        }
+    }
+
+    /// The traffic log (stdout), once it has stopped growing.
+    pub fn log(&self) -> String {
+        super::settled(|| self.proc.stdout())
+    }
+
+    /// Runs one command on the stats socket and returns the answer.
+    pub fn command(&self, command: &str) -> String {
+        let mut s = UnixStream::connect(&self.stats)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.stats.display()));
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(format!("{command}\n").as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+}
