@@ -34,4 +34,5 @@ mod netns;
 mod witness;
 mod xdp;
 mod xdp_clock;
+mod xdp_dir;
 mod xdp_race;
