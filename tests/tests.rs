@@ -32,3 +32,4 @@ mod netns;
 mod xdp;
 mod xdp_clock;
 mod xdp_race;
+mod xdp_tables;
