@@ -14,6 +14,7 @@ mod capgen;
 
 mod agent;
 mod artifact;
+mod artifact_layout;
 mod cli;
 mod corpus;
 mod diagnostics;
