@@ -220,11 +220,13 @@ fn corrupt_captures_give_the_offset_and_a_partial_report() {
                 b[20..24].copy_from_slice(&147u32.to_le_bytes());
                 b
             },
-            "",
+            "at byte offset 20: link type 147 is not supported",
         ),
     ];
     let rules = root().join("tests/fixtures/rules");
     for (name, bytes, msg) in cases {
+        // Every stderr contains "": each case names its error.
+        assert!(!msg.is_empty(), "{name}: no expected message");
         let p = dir.join(name);
         std::fs::write(&p, &bytes).unwrap();
         let o = rctl(&[
