@@ -81,7 +81,7 @@ fn every_request_matches_tshark() {
             std::env::var_os("CI").is_none(),
             "tshark must be installed in CI"
         );
-        eprintln!("tshark not installed: skipping the tshark cross-check");
+        crate::servers::skipped("tshark, for the cross-check (apt-get install tshark)");
         return;
     }
     for name in FIXTURES
@@ -318,7 +318,7 @@ fn html_report_renders_in_chromium() {
             std::env::var_os("CI").is_none(),
             "chromium must be installed in CI"
         );
-        eprintln!("chromium not installed: skipping the rendering check");
+        crate::servers::skipped("chromium, for the rendering check (apt-get install chromium)");
         return;
     };
     let profile = dir.join("profile");
