@@ -379,6 +379,41 @@ mod tests {
         assert_eq!((f.keys, f.banned, f.capacity), (2, 1, 112));
     }
 
+    /// `fill` counts a key as banned exactly while `hit` refuses it for
+    /// its ban, and never a key that was not banned; `is_empty` follows
+    /// the keys.
+    #[test]
+    fn fill_counts_bans_as_hit_enforces_them() {
+        let l = Limiter::new(1, 1_000, 1, 60_000, 100);
+        assert!(l.is_empty());
+        assert_eq!(
+            l.fill(0),
+            Fill {
+                keys: 0,
+                banned: 0,
+                capacity: 112
+            }
+        );
+        assert_eq!(l.hit(b"calm", 0), Outcome::Allowed);
+        assert!(!l.is_empty());
+        assert_eq!(l.fill(0).banned, 0, "a key that was never banned");
+        assert_eq!(l.hit(b"bad", 0), Outcome::Allowed);
+        assert!(matches!(l.hit(b"bad", 1), Outcome::Limited { .. }));
+        // Banned from 1 ns to 1 ns + 60 s.
+        let end = 1 + 60 * S;
+        assert_eq!(
+            l.fill(end - 1),
+            Fill {
+                keys: 2,
+                banned: 1,
+                capacity: 112
+            }
+        );
+        assert_eq!(l.fill(end).banned, 0, "the ban is over at its end");
+        assert!(matches!(l.hit(b"bad", end - 1), Outcome::Limited { .. }));
+        assert_eq!(l.hit(b"bad", end), Outcome::Allowed);
+    }
+
     #[test]
     fn shared_across_threads() {
         let l = std::sync::Arc::new(Limiter::new(1_000, 1_000, 1_000, 0, 1 << 16));
