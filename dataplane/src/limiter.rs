@@ -410,8 +410,35 @@ mod tests {
             }
         );
         assert_eq!(l.fill(end).banned, 0, "the ban is over at its end");
-        assert!(matches!(l.hit(b"bad", end - 1), Outcome::Limited { .. }));
+        // While banned, the wait is what is left of the ban.
+        assert_eq!(
+            l.hit(b"bad", 30 * S),
+            Outcome::Limited {
+                retry_after_ns: 30 * S + 1
+            }
+        );
+        assert_eq!(
+            l.hit(b"bad", end - 1),
+            Outcome::Limited { retry_after_ns: 1 }
+        );
         assert_eq!(l.hit(b"bad", end), Outcome::Allowed);
+    }
+
+    /// The table's memory: nothing before the first key, then at least a
+    /// (key, state) entry and a control byte per key held, and not more
+    /// than the table's growth can explain (4x).
+    #[test]
+    fn table_bytes_follow_the_keys_held() {
+        let l = Limiter::new(1, 1_000, 1, 0, 1 << 16);
+        assert_eq!(l.table_bytes(), 0);
+        for i in 0..10_000u32 {
+            l.hit(&i.to_le_bytes(), 0);
+        }
+        let per_key = std::mem::size_of::<(u64, State)>() + 1;
+        let bytes = l.table_bytes();
+        assert_eq!(l.len(), 10_000);
+        assert!(bytes >= 10_000 * per_key, "{bytes}");
+        assert!(bytes <= 4 * 10_000 * per_key, "{bytes}");
     }
 
     #[test]
