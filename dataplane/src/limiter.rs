@@ -424,6 +424,34 @@ mod tests {
         assert_eq!(l.hit(b"bad", end), Outcome::Allowed);
     }
 
+    /// A full shard forgets a key whose bucket has refilled (it would be
+    /// allowed anyway) before a key still in debt: churn through new keys
+    /// does not hand a limited client a fresh burst.
+    #[test]
+    fn eviction_keeps_keys_in_debt_over_refilled_ones() {
+        // 32 keys: two per shard.
+        let l = Limiter::new(1, 1_000, 2, 0, 32);
+        let shard = |k: &[u8]| (l.table.hasher.hash_one(k) >> 60) as usize % SHARDS;
+        // Three keys of one shard.
+        let keys: Vec<[u8; 4]> = (0u32..)
+            .map(u32::to_le_bytes)
+            .filter(|k| shard(k) == 0)
+            .take(3)
+            .collect();
+        let (idle, debtor, newcomer) = (&keys[0], &keys[1], &keys[2]);
+        // `idle` hits once at 0 and has refilled by 10 s; `debtor` spends
+        // its burst of 2 at 10 s and is limited.
+        assert_eq!(l.hit(idle, 0), Outcome::Allowed);
+        let t = 10 * S;
+        assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+        assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+        assert!(matches!(l.hit(debtor, t), Outcome::Limited { .. }));
+        // The newcomer fills the shard: `idle` goes, `debtor` stays limited.
+        assert_eq!(l.hit(newcomer, t), Outcome::Allowed);
+        assert!(matches!(l.hit(debtor, t), Outcome::Limited { .. }));
+        assert_eq!(l.len(), 2);
+    }
+
     /// The table's memory: nothing before the first key, then at least a
     /// (key, state) entry and a control byte per key held, and not more
     /// than the table's growth can explain (4x).
