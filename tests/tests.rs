@@ -14,6 +14,7 @@ mod capgen;
 
 mod agent;
 mod artifact;
+mod artifact_layout;
 mod cli;
 mod corpus;
 mod diagnostics;
@@ -36,3 +37,4 @@ mod xdp;
 mod xdp_clock;
 mod xdp_dir;
 mod xdp_race;
+mod xdp_tables;

@@ -40,7 +40,10 @@ pub(crate) fn object_path() -> Option<std::path::PathBuf> {
         );
     }
     if !root || !built {
-        eprintln!("skipping XDP tests: root {root}, object {}", path.display());
+        crate::servers::skipped(&format!(
+            "root (is {root}) and the XDP object {} (built: {built})",
+            path.display()
+        ));
         return None;
     }
     Some(path)

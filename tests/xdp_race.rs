@@ -30,7 +30,7 @@ fn cpus() -> Option<usize> {
             std::env::var_os("CI").is_none(),
             "the XDP concurrency tests need two CPUs in CI"
         );
-        eprintln!("skipped: the XDP concurrency tests need two CPUs, this machine has {n}");
+        crate::servers::skipped(&format!("two CPUs, this machine has {n}"));
         return None;
     }
     Some(n)

@@ -16,6 +16,33 @@
 //! | 8 | payload length |
 //! | 32 | SHA-256 of the payload (the content hash) |
 //! | … | payload: sources, ipsets, atoms, rules, plan |
+//!
+//! The payload is five lists. A list is a u32 count then its items; a
+//! string is a u32 byte length then UTF-8; a flag is a byte, 0 or 1.
+//!
+//! - **sources**: path (string), SHA-256 of the file (32 bytes).
+//! - **ipsets**: name (string), IPv4 list of (network u32, length u8),
+//!   IPv6 list of (network u128, length u8).
+//! - **atoms**: a tag byte, then by tag: 0 string test: field, operator
+//!   (0 equals, 1 starts with, 2 ends with, 3 contains: a string; 4 regex:
+//!   pattern, case-insensitive flag; 5 in: list of strings); 1 present:
+//!   field; 2 source / 5 destination address: ipset index u32; 3 port:
+//!   list of (first u16, last u16); 4 protocol: list of IP protocol
+//!   numbers (u8). A field is a byte: 0 method, 1 host, 2 path, 3 query,
+//!   4 query parameter (then its name), 5 header (then its name).
+//! - **rules**, in evaluation order: name, priority i32, sequence u32,
+//!   sites (list of strings), enabled flag, shadow flag, comment, the
+//!   condition's node count u32 then its nodes in postfix order (0 true,
+//!   1 false, 2 atom: index u32, 3 not, 4 and / 5 or: operand count u32,
+//!   operands before), the action (0 allow, 1 log, 2 drop, 3 deny: status
+//!   u16, reason; 4 throttle: limit u32, unit u8 (0 requests, 1 packets,
+//!   2 connections), period ms u64, burst u32, ban ms u64, status u16,
+//!   reason, keys: list of a tag byte (0 global, 1 ip, 2 prefix: v4 u8,
+//!   v6 u8, 3 host, 4 path, 5 method, 6 header: name, 7 query: name)), the
+//!   origin: file (string), line u32, column u32.
+//! - **plan**, one per rule: note (string), then 0 (not in XDP) or 1 +
+//!   kind (0 allow, 1 exempt, 2 drop, 3 throttle) and the XDP condition as
+//!   a list of terms, each a list of (atom index u32, negated flag).
 
 use crate::cidr::PrefixSet;
 use crate::ir::*;

@@ -516,6 +516,99 @@ mod tests {
         assert_eq!((f.keys, f.banned, f.capacity), (2, 1, 112));
     }
 
+    /// `fill` counts a key as banned exactly while `hit` refuses it for
+    /// its ban, and never a key that was not banned; `is_empty` follows
+    /// the keys.
+    #[test]
+    fn fill_counts_bans_as_hit_enforces_them() {
+        let l = Limiter::new(1, 1_000, 1, 60_000, 100);
+        assert!(l.is_empty());
+        assert_eq!(
+            l.fill(0),
+            Fill {
+                keys: 0,
+                banned: 0,
+                capacity: 112
+            }
+        );
+        assert_eq!(l.hit(b"calm", 0), Outcome::Allowed);
+        assert!(!l.is_empty());
+        assert_eq!(l.fill(0).banned, 0, "a key that was never banned");
+        assert_eq!(l.hit(b"bad", 0), Outcome::Allowed);
+        assert!(matches!(l.hit(b"bad", 1), Outcome::Limited { .. }));
+        // Banned from 1 ns to 1 ns + 60 s.
+        let end = 1 + 60 * S;
+        assert_eq!(
+            l.fill(end - 1),
+            Fill {
+                keys: 2,
+                banned: 1,
+                capacity: 112
+            }
+        );
+        assert_eq!(l.fill(end).banned, 0, "the ban is over at its end");
+        // While banned, the wait is what is left of the ban.
+        assert_eq!(
+            l.hit(b"bad", 30 * S),
+            Outcome::Limited {
+                retry_after_ns: 30 * S + 1
+            }
+        );
+        assert_eq!(
+            l.hit(b"bad", end - 1),
+            Outcome::Limited { retry_after_ns: 1 }
+        );
+        assert_eq!(l.hit(b"bad", end), Outcome::Allowed);
+    }
+
+    /// A full shard forgets a key whose bucket has refilled (it would be
+    /// allowed anyway) before a key still in debt: churn through new keys
+    /// does not hand a limited client a fresh burst.
+    #[test]
+    fn eviction_keeps_keys_in_debt_over_refilled_ones() {
+        // 32 keys: two per shard.
+        let l = Limiter::new(1, 1_000, 2, 0, 32);
+        let Tables::Gcra(table) = &l.table else {
+            panic!("Limiter::new makes a GCRA limiter")
+        };
+        let shard = |k: &[u8]| (table.hasher.hash_one(k) >> 60) as usize % SHARDS;
+        // Three keys of one shard.
+        let keys: Vec<[u8; 4]> = (0u32..)
+            .map(u32::to_le_bytes)
+            .filter(|k| shard(k) == 0)
+            .take(3)
+            .collect();
+        let (idle, debtor, newcomer) = (&keys[0], &keys[1], &keys[2]);
+        // `idle` hits once at 0 and has refilled by 10 s; `debtor` spends
+        // its burst of 2 at 10 s and is limited.
+        assert_eq!(l.hit(idle, 0), Outcome::Allowed);
+        let t = 10 * S;
+        assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+        assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+        assert!(matches!(l.hit(debtor, t), Outcome::Limited { .. }));
+        // The newcomer fills the shard: `idle` goes, `debtor` stays limited.
+        assert_eq!(l.hit(newcomer, t), Outcome::Allowed);
+        assert!(matches!(l.hit(debtor, t), Outcome::Limited { .. }));
+        assert_eq!(l.len(), 2);
+    }
+
+    /// The table's memory: nothing before the first key, then at least a
+    /// (key, state) entry and a control byte per key held, and not more
+    /// than the table's growth can explain (4x).
+    #[test]
+    fn table_bytes_follow_the_keys_held() {
+        let l = Limiter::new(1, 1_000, 1, 0, 1 << 16);
+        assert_eq!(l.table_bytes(), 0);
+        for i in 0..10_000u32 {
+            l.hit(&i.to_le_bytes(), 0);
+        }
+        let per_key = std::mem::size_of::<(u64, State)>() + 1;
+        let bytes = l.table_bytes();
+        assert_eq!(l.len(), 10_000);
+        assert!(bytes >= 10_000 * per_key, "{bytes}");
+        assert!(bytes <= 4 * 10_000 * per_key, "{bytes}");
+    }
+
     #[test]
     fn shared_across_threads() {
         let l = std::sync::Arc::new(Limiter::new(1_000, 1_000, 1_000, 0, 1 << 16));
