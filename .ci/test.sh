@@ -31,6 +31,11 @@ command -v varnishd >/dev/null || missing="$missing varnish"
 [ -e /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_vsthrottle.so ] || missing="$missing varnish-modules"
 command -v wrk >/dev/null || missing="$missing wrk"
 python3 -c 'import requests' 2>/dev/null || missing="$missing python3-requests"
+# The requestctl round trip runs conftool's own reqconfig code (fetched
+# from PyPI by `pip download`), which needs sympy and PyYAML.
+python3 -c 'import sympy' 2>/dev/null || missing="$missing python3-sympy"
+python3 -c 'import yaml' 2>/dev/null || missing="$missing python3-yaml"
+python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # The fleet: etcd (a three-member cluster on loopback) and Redis (shared
 # limits) started by the fleet tests; etcd-client's build script runs protoc.
 command -v etcd >/dev/null || missing="$missing etcd-server"
@@ -91,6 +96,15 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
       -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
   done
+)
+
+(
+  cd compiler/import
+  cargo +nightly fuzz build --sanitizer none
+  mkdir -p fuzz/corpus/requestctl_dump
+  cargo +nightly fuzz run --sanitizer none requestctl_dump fuzz/corpus/requestctl_dump fuzz/seeds/requestctl_dump -- -runs=0
+  cargo +nightly fuzz run --sanitizer none requestctl_dump fuzz/corpus/requestctl_dump fuzz/seeds/requestctl_dump -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
 )
 
 (

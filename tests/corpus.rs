@@ -88,7 +88,7 @@ const IPS: &[&str] = &[
 
 pub(crate) fn random_condition(r: &mut Rng, depth: u32) -> String {
     if depth > 2 || r.next() % 3 == 0 {
-        return match r.next() % 15 {
+        return match r.next() % 16 {
             0 => format!("path == \"{}\"", r.pick(PATHS)),
             1 => format!(
                 "path starts_with \"{}\"",
@@ -136,6 +136,15 @@ pub(crate) fn random_condition(r: &mut Rng, depth: u32) -> String {
                     "198.51.100.0/24",
                     "10.0.0.0/8, 2001:db8::/32",
                     "203.0.113.5"
+                ])
+            ),
+            14 => format!(
+                "url ~ \"{}\"",
+                r.pick(&[
+                    "(?-u)^/w/api\\.php\\?",
+                    "[?&]title=",
+                    "(?-u)%EA.",
+                    "^/wiki/[^?]*$"
                 ])
             ),
             _ => format!("path !~ \"{}\"", r.pick(&["^/w/", "html"])),

@@ -147,6 +147,27 @@ fn rule_shape() {
         "rule r { when true throttle 5 packets per 1s by path }",
         &[("E0033", 1, 49)],
     );
+    // requestctl's bucket and key.
+    expect(
+        "rule r { when true throttle 5 requests per 1m by server, ip }",
+        &[("E0033", 1, 47)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m bucket leaky }",
+        &[("E0033", 1, 54)],
+    );
+    expect(
+        "rule r { when port == 80 throttle 5 packets per 1s bucket vsthrottle }",
+        &[("E0033", 1, 37)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m burst 9 bucket vsthrottle }",
+        &[("E0033", 1, 53)],
+    );
+    expect(
+        "rule r { when true throttle 5 requests per 1m burst 5 by server bucket vsthrottle }",
+        &[],
+    );
 }
 
 #[test]

@@ -81,7 +81,7 @@ fn every_request_matches_tshark() {
             std::env::var_os("CI").is_none(),
             "tshark must be installed in CI"
         );
-        eprintln!("tshark not installed: skipping the tshark cross-check");
+        crate::servers::skipped("tshark, for the cross-check (apt-get install tshark)");
         return;
     }
     for name in FIXTURES
@@ -220,11 +220,13 @@ fn corrupt_captures_give_the_offset_and_a_partial_report() {
                 b[20..24].copy_from_slice(&147u32.to_le_bytes());
                 b
             },
-            "",
+            "at byte offset 20: link type 147 is not supported",
         ),
     ];
     let rules = root().join("tests/fixtures/rules");
     for (name, bytes, msg) in cases {
+        // Every stderr contains "": each case names its error.
+        assert!(!msg.is_empty(), "{name}: no expected message");
         let p = dir.join(name);
         std::fs::write(&p, &bytes).unwrap();
         let o = rctl(&[
@@ -316,7 +318,7 @@ fn html_report_renders_in_chromium() {
             std::env::var_os("CI").is_none(),
             "chromium must be installed in CI"
         );
-        eprintln!("chromium not installed: skipping the rendering check");
+        crate::servers::skipped("chromium, for the rendering check (apt-get install chromium)");
         return;
     };
     let profile = dir.join("profile");

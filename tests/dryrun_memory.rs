@@ -97,7 +97,7 @@ fn rctl_with_rss(args: &[&str], input: &[u8]) -> (Vec<u8>, Option<u64>) {
             std::env::var_os("CI").is_none(),
             "{TIME} (GNU time) must be installed in CI"
         );
-        eprintln!("{TIME} not installed: skipping the peak RSS check");
+        crate::servers::skipped(&format!("{TIME} (GNU time), for the peak RSS check"));
     }
     let rctl = env!("CARGO_BIN_EXE_rctl");
     let mut cmd = if timed {

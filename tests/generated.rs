@@ -73,3 +73,37 @@ fn the_large_generated_rulesets_compile_within_the_packet_planes_limits() {
         .iter()
         .all(|d| d.message.starts_with("exemption `late_wiki`")));
 }
+
+/// The generated rules `and` their tests in a drawn order, not one that
+/// favours an evaluator that tests left to right: among the rules that
+/// `and` an address test (or its negation) with other tests, some test the
+/// address first and some after the others. Fails before: the generator
+/// always wrote `ipblock@...` first, and `not ipblock@...` last.
+#[test]
+fn the_generated_rules_do_not_put_address_tests_first() {
+    use rctl_compiler::ir::{Atom, Cond};
+    let dir = tempdir("gen-order");
+    gen::write_ruleset(&dir, 5, 20, 100, 100);
+    let c = rctl_compiler::compile_paths(&[dir.join("rules.rctl")], &Default::default());
+    let rs = c.ruleset.expect("compiles");
+    let ip = |c: &Cond| matches!(c, Cond::Atom(a) if matches!(rs.atoms[*a as usize], Atom::Ip(_)));
+    // (first, later) for an address test, then for a negated one.
+    let mut seen = [[0; 2]; 2];
+    for r in &rs.rules {
+        let Cond::And(tests) = &r.cond else { continue };
+        for (i, t) in tests.iter().enumerate() {
+            let negated = match t {
+                Cond::Not(x) if ip(x) => 1,
+                t if ip(t) => 0,
+                _ => continue,
+            };
+            seen[negated][usize::from(i > 0)] += 1;
+        }
+    }
+    for [first, later] in seen {
+        assert!(
+            first * 5 >= first + later && later * 5 >= first + later,
+            "address test first in {first} rules, later in {later} ({seen:?})"
+        );
+    }
+}

@@ -73,6 +73,33 @@ fn shared_packet_and_connection_limits_are_refused_where_written() {
     assert_eq!(codes(src), [("E0033", 1, 55)]);
 }
 
+/// Shared limits are GCRA: a vsthrottle bucket is counted per host, so
+/// asking for both is an error at the throttle, whichever comes first.
+#[test]
+fn a_shared_vsthrottle_bucket_is_refused_at_the_throttle() {
+    let src = "rule r {\n  when true\n  throttle 5 requests per 1m bucket vsthrottle shared\n}\n";
+    assert_eq!(codes(src), [("E0033", 3, 3)]);
+    let src = "rule r { when true throttle 5 requests per 1m shared bucket vsthrottle }";
+    assert_eq!(codes(src), [("E0033", 1, 20)]);
+    let d = compile(src);
+    let d = d.diagnostics.iter().next().unwrap();
+    assert!(
+        d.message.contains("vsthrottle bucket cannot be shared"),
+        "{d:?}"
+    );
+    assert!(
+        d.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("drop `shared`")),
+        "{d:?}"
+    );
+    // Each alone is fine.
+    for opts in ["shared", "bucket vsthrottle", "bucket gcra shared"] {
+        let src = format!("rule r {{ when true throttle 5 requests per 1m {opts} }}");
+        assert_eq!(codes(&src), [], "{opts}");
+    }
+}
+
 #[test]
 fn fmt_keeps_shared_and_explain_says_which_limits_are_site_wide() {
     let dir = tempdir("shared-throttle");

@@ -258,3 +258,44 @@ fn explain_prints_a_request_that_reaches_each_rule() {
     );
     assert!(line("drop_bogons").contains("not asked"), "{text}");
 }
+
+/// A rule on `url` (path and query as sent) gets a witness whose request
+/// target is that url, and the engines decide it as the diagnostic says.
+#[test]
+fn a_url_rule_has_a_witness_sent_as_that_url() {
+    let rules = [
+        "rule block {\n  priority 1\n  when url ~ \"^/w/index\\.php\\?title=Special:Search&\"\n  deny 403\n}\n",
+        "rule exempt {\n  priority 2\n  when header(\"user-agent\") == \"updater\"\n  allow\n}\n",
+    ];
+    let c = compile(&rules.concat());
+    let d = c
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "E0050")
+        .expect("E0050");
+    let test = d.witness.as_ref().expect("a witness");
+    let full = format!(
+        "{}{}\n{test}",
+        rules[0],
+        rules[1].replace("  allow\n", "  log\n")
+    );
+    let c2 = compile(&full);
+    let rs = c2.ruleset.expect(&full);
+    let t = c2.tests.last().unwrap();
+    for report in [
+        run_test(&rs, t).unwrap(),
+        run_test_reference(&rs, t).unwrap(),
+    ] {
+        assert!(report.passed(), "{full}\n{:?}", report.failures);
+    }
+    with_request(t, |req| {
+        assert!(
+            req.target
+                .starts_with(b"/w/index.php?title=Special:Search&"),
+            "{}",
+            String::from_utf8_lossy(req.target)
+        );
+        let naive = NaiveEngine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        assert!(naive.rule_matches(index(&rs, "block"), req));
+    });
+}

@@ -4,7 +4,7 @@
 
 use super::xdp::object_path;
 use super::xdp::xdp_frame::frame;
-use rctl_common::{bucket_set, WAYS};
+use rctl_common::WAYS;
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::{kernel_tick, ClockMode, Tables, XdpProgram};
 use std::net::{IpAddr, Ipv4Addr};
@@ -48,10 +48,10 @@ fn tick_clock_follows_the_monotonic_clock() {
     );
     let after = monotonic_ns();
     let hi = u64::from(u32::from(src)) << 32;
-    let first = bucket_set(prog.seed(), 0, 4, hi, 0) * WAYS;
-    let b = (first..first + WAYS)
+    let (set, tag) = prog.bucket_of(0, 4, hi, 0);
+    let b = (set * WAYS..set * WAYS + WAYS)
         .map(|s| prog.bucket(s).unwrap())
-        .find(|b| b.family == 4 && b.addr_hi == hi)
+        .find(|b| b.tag == tag)
         .expect("the source's bucket");
     let now = b.tat - 1_000_000_000;
     assert!(

@@ -12,7 +12,7 @@
 use crate::util::Rng;
 use crate::xdp::object_path;
 use crate::xdp::xdp_frame::frame;
-use rctl_common::{bucket_set, MAX_BUCKETS, WAYS};
+use rctl_common::{overflow_slot, SETS, WAYS};
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::{Tables, XdpProgram};
 use std::net::{IpAddr, Ipv6Addr};
@@ -30,7 +30,7 @@ fn cpus() -> Option<usize> {
             std::env::var_os("CI").is_none(),
             "the XDP concurrency tests need two CPUs in CI"
         );
-        eprintln!("skipped: the XDP concurrency tests need two CPUs, this machine has {n}");
+        crate::servers::skipped(&format!("two CPUs, this machine has {n}"));
         return None;
     }
     Some(n)
@@ -97,10 +97,10 @@ fn one_source_from_every_cpu_gets_exactly_its_burst() {
     // The bucket agrees: its theoretical arrival time moved one interval
     // (100 ns) per admitted packet.
     let hi = u64::from(u32::from_be_bytes([198, 51, 100, 9])) << 32;
-    let set = bucket_set(prog.seed(), 0, 4, hi, 0);
+    let (set, tag) = prog.bucket_of(0, 4, hi, 0);
     let b = (0..WAYS)
         .map(|w| prog.bucket(set * WAYS + w).unwrap())
-        .find(|b| b.family == 4 && b.addr_hi == hi)
+        .find(|b| b.tag == tag)
         .expect("the source has a bucket");
     assert_eq!(b.tat - t0, BURST * 100);
 }
@@ -127,15 +127,14 @@ fn sources_claiming_one_set_from_every_cpu_get_exact_bursts() {
     };
     let t0 = 1_000_000_000_000u64;
     prog.set_clock(t0).unwrap();
-    let seed = prog.seed();
-    let set_of = |a: u128| bucket_set(seed, 0, 6, (a >> 64) as u64, a as u64);
+    let set_of = |a: u128| prog.bucket_of(0, 6, (a >> 64) as u64, a as u64);
     // Random sources, filed by set, until ROUNDS sets hold sixteen.
     let mut r = Rng(0x5e7_c1a1);
-    let mut by_set: Vec<Vec<u128>> = vec![Vec::new(); (MAX_BUCKETS / WAYS) as usize];
+    let mut by_set: Vec<Vec<u128>> = vec![Vec::new(); SETS as usize];
     let mut rounds: Vec<(u32, Vec<u128>)> = Vec::new();
     while rounds.len() < ROUNDS {
         let a = 0x2001_0db8_u128 << 96 | u128::from(r.next()) << 32 | u128::from(r.next() as u32);
-        let set = set_of(a);
+        let (set, _) = set_of(a);
         let v = &mut by_set[set as usize];
         v.push(a);
         if v.len() == 16 {
@@ -172,18 +171,16 @@ fn sources_claiming_one_set_from_every_cpu_get_exact_bursts() {
         let mut held = Vec::new();
         for w in 0..WAYS {
             let b = prog.bucket(set * WAYS + w).unwrap();
-            assert_eq!((b.family, b.limiter), (6, 0), "set {set} way {w}: {b:?}");
-            let a = u128::from(b.addr_hi) << 64 | u128::from(b.addr_lo);
-            assert!(
-                sources.contains(&a),
-                "set {set} way {w} holds no source: {b:?}"
-            );
+            let a = sources.iter().find(|&&a| set_of(a).1 == b.tag).copied();
+            let Some(a) = a else {
+                panic!("set {set} way {w} holds no source: {b:?}");
+            };
             assert!(!held.contains(&a), "two buckets for {a:x}");
             assert_eq!(b.tat - t0, BURST * 1_000_000, "set {set} way {w}: {b:?}");
             held.push(a);
         }
     }
-    let overflow = prog.bucket(MAX_BUCKETS).unwrap();
+    let overflow = prog.bucket(overflow_slot(0)).unwrap();
     assert_eq!(overflow.tat - t0, BURST * 1_000_000, "{overflow:?}");
     // Nothing is left over: a later packet of any of them is dropped.
     for f in frames.iter().flatten().step_by(37) {

@@ -200,7 +200,7 @@ impl<'a> Analyzer<'a> {
             StrOp::Regex { pattern, ci } => {
                 let re = self.regexes.entry(a).or_insert_with(|| {
                     regex_automata::meta::Regex::builder()
-                        .syntax(regex_automata::util::syntax::Config::new().case_insensitive(*ci))
+                        .syntax(crate::scan::syntax(*ci))
                         .build(pattern)
                         .ok()
                 });

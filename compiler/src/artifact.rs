@@ -16,6 +16,35 @@
 //! | 8 | payload length |
 //! | 32 | SHA-256 of the payload (the content hash) |
 //! | … | payload: sources, ipsets, atoms, rules, plan |
+//!
+//! The payload is five lists. A list is a u32 count then its items; a
+//! string is a u32 byte length then UTF-8; a flag is a byte, 0 or 1.
+//!
+//! - **sources**: path (string), SHA-256 of the file (32 bytes).
+//! - **ipsets**: name (string), IPv4 list of (network u32, length u8),
+//!   IPv6 list of (network u128, length u8).
+//! - **atoms**: a tag byte, then by tag: 0 string test: field, operator
+//!   (0 equals, 1 starts with, 2 ends with, 3 contains: a string; 4 regex:
+//!   pattern, case-insensitive flag; 5 in: list of strings); 1 present:
+//!   field; 2 source / 5 destination address: ipset index u32; 3 port:
+//!   list of (first u16, last u16); 4 protocol: list of IP protocol
+//!   numbers (u8). A field is a byte: 0 method, 1 host, 2 path, 3 query,
+//!   4 query parameter (then its name), 5 header (then its name).
+//! - **rules**, in evaluation order: name, priority i32, sequence u32,
+//!   sites (list of strings), enabled flag, shadow flag, comment, the
+//!   condition's node count u32 then its nodes in postfix order (0 true,
+//!   1 false, 2 atom: index u32, 3 not, 4 and / 5 or: operand count u32,
+//!   operands before), the action (0 allow, 1 log, 2 drop, 3 deny: status
+//!   u16, reason; 4 throttle: limit u32, unit u8 (0 requests, 1 packets,
+//!   2 connections), period ms u64, burst u32, ban ms u64, status u16,
+//!   reason, keys: list of a tag byte (0 global, 1 ip, 2 prefix: v4 u8,
+//!   v6 u8, 3 host, 4 path, 5 method, 6 header: name, 7 query: name);
+//!   5 the same throttle with vsthrottle's bucket, 6 the same throttle
+//!   `shared` site-wide; key tag 8 is `server`), the
+//!   origin: file (string), line u32, column u32.
+//! - **plan**, one per rule: note (string), then 0 (not in XDP) or 1 +
+//!   kind (0 allow, 1 exempt, 2 drop, 3 throttle) and the XDP condition as
+//!   a list of terms, each a list of (atom index u32, negated flag).
 
 use crate::cidr::PrefixSet;
 use crate::ir::*;
@@ -109,6 +138,7 @@ fn encode_field(w: &mut Writer, f: &StrField) {
         StrField::Host => w.u8(1),
         StrField::Path => w.u8(2),
         StrField::Query => w.u8(3),
+        StrField::Url => w.u8(6),
         StrField::QueryParam(p) => {
             w.u8(4);
             w.str(p);
@@ -215,9 +245,16 @@ fn encode_rule(w: &mut Writer, r: &Rule) {
             w.str(reason);
         }
         Action::Throttle(t) => {
-            // 5: a `shared` throttle, with the same fields; a reader that
-            // predates it refuses the tag rather than count per host.
-            w.u8(if t.shared { 5 } else { 4 });
+            // Tag 4 is the default bucket, as format 1 always wrote it;
+            // tag 5 the same layout with vsthrottle's bucket; tag 6 a
+            // `shared` throttle (default bucket), so that every artifact
+            // without them stays byte for byte what it was, and a reader
+            // that predates them refuses the tag rather than count per host.
+            w.u8(match (t.bucket, t.shared) {
+                (Bucket::Gcra, false) => 4,
+                (Bucket::Vsthrottle, _) => 5,
+                (Bucket::Gcra, true) => 6,
+            });
             w.u32(t.limit);
             w.u8(t.unit as u8);
             w.u64(t.period_ms);
@@ -240,6 +277,7 @@ fn encode_rule(w: &mut Writer, r: &Rule) {
                     Key::Method => w.u8(5),
                     Key::Header(h) => (w.u8(6), w.str(h)).0,
                     Key::Query(q) => (w.u8(7), w.str(q)).0,
+                    Key::Server => w.u8(8),
                 }
             }
         }
@@ -421,6 +459,7 @@ fn decode_field(r: &mut Reader<'_>) -> Result<StrField, ArtifactError> {
         3 => StrField::Query,
         4 => StrField::QueryParam(r.str()?),
         5 => StrField::Header(r.str()?),
+        6 => StrField::Url,
         t => return r.err(Invalid::Tag(TagOf::Field, t)),
     })
 }
@@ -526,6 +565,7 @@ fn decode_key(r: &mut Reader<'_>) -> Result<Key, ArtifactError> {
         5 => Key::Method,
         6 => Key::Header(r.str()?),
         7 => Key::Query(r.str()?),
+        8 => Key::Server,
         k => return r.err(Invalid::Tag(TagOf::Key, k)),
     })
 }
@@ -539,7 +579,12 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
             status: r.u16()?,
             reason: r.str()?,
         },
-        tag @ (4 | 5) => {
+        tag @ (4..=6) => {
+            let bucket = if tag == 5 {
+                Bucket::Vsthrottle
+            } else {
+                Bucket::Gcra
+            };
             let limit = r.u32()?;
             let unit = match r.u8()? {
                 0 => Unit::Requests,
@@ -562,7 +607,8 @@ fn decode_action(r: &mut Reader<'_>) -> Result<Action, ArtifactError> {
                 ban_ms,
                 status,
                 reason,
-                shared: tag == 5,
+                bucket,
+                shared: tag == 6,
             })
         }
         t => return r.err(Invalid::Tag(TagOf::Action, t)),

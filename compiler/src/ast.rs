@@ -126,6 +126,9 @@ pub enum Field {
     Host,
     /// The path, without the query string, normalised.
     Path,
+    /// The request target as sent: path plus `?query`, not normalised
+    /// (what VCL calls `req.url`).
+    Url,
     /// The whole query string, without `?`.
     Query,
     /// One query parameter's value.
@@ -256,6 +259,8 @@ pub struct ThrottleDecl {
     pub status: Option<Word>,
     /// `reason "…"`.
     pub reason: Option<Word>,
+    /// `bucket gcra|vsthrottle`.
+    pub bucket: Option<Word>,
     /// `shared`: counted site-wide rather than per host.
     pub shared: Option<Span>,
 }

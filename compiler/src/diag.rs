@@ -71,6 +71,12 @@ pub mod code {
     pub const EXEMPTION_UNDECIDED: &str = "E0051";
     /// An invalid test block.
     pub const BAD_TEST: &str = "E0060";
+    /// A requestctl object that cannot be read: YAML syntax, a value of
+    /// the wrong type, a file outside requestctl's layout (`rctl import`).
+    pub const IMPORT_SHAPE: &str = "E0070";
+    /// A requestctl field or value with no rctl equivalent (`rctl import`;
+    /// `--lossy` keeps it as a warning and a comment).
+    pub const IMPORT_UNSUPPORTED: &str = "E0071";
     /// A CIDR has host bits set.
     pub const HOST_BITS: &str = "W0101";
     /// An object no rule uses.
@@ -81,6 +87,9 @@ pub mod code {
     pub const EMPTY_SET: &str = "W0104";
     /// An undecided exemption accepted with `allow_undecided`.
     pub const EXEMPTION_UNPROVEN: &str = "W0105";
+    /// An imported requestctl object whose meaning in rctl differs from
+    /// requestctl's translation; the rule's comment says how.
+    pub const IMPORT_CHANGED: &str = "W0106";
 }
 
 /// A span with a message: the primary label gets carets, secondary ones dashes.

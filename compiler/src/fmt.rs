@@ -149,6 +149,7 @@ impl Printer<'_> {
                     Field::Host => "host".to_string(),
                     Field::Path => "path".to_string(),
                     Field::Query => "query".to_string(),
+                    Field::Url => "url".to_string(),
                     Field::QueryParam(w) => format!("query({})", self.w(w)),
                     Field::Header(w) => format!("header({})", self.w(w)),
                     Field::Ip => "ip".to_string(),
@@ -281,6 +282,9 @@ impl Printer<'_> {
                     }
                     if let Some(r) = &t.reason {
                         out += &format!(" reason {}", self.w(r));
+                    }
+                    if let Some(b) = &t.bucket {
+                        out += &format!(" bucket {}", b.text.to_ascii_lowercase());
                     }
                     if t.shared.is_some() {
                         out += " shared";

@@ -16,6 +16,9 @@ pub enum StrField {
     Path,
     /// The raw query string without `?`.
     Query,
+    /// The request target as sent (path and `?query`), not normalised:
+    /// VCL's `req.url`.
+    Url,
     /// The value of the first query parameter with this name.
     QueryParam(String),
     /// The value of the first header with this (lowercased) name.
@@ -30,6 +33,7 @@ impl StrField {
             StrField::Host => "host".into(),
             StrField::Path => "path".into(),
             StrField::Query => "query".into(),
+            StrField::Url => "url".into(),
             StrField::QueryParam(p) => format!("query({p:?})"),
             StrField::Header(h) => format!("header({h:?})"),
         }
@@ -186,6 +190,23 @@ pub enum Key {
     Header(String),
     /// A query parameter's value.
     Query(String),
+    /// One bucket for the whole server: every request the rule matches
+    /// counts against it (requestctl's `"requestctl:NAME"` vsthrottle key,
+    /// one bucket per CDN server).
+    Server,
+}
+
+/// How a throttle's bucket admits and refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Bucket {
+    /// GCRA: continuous refill, refused hits cost nothing (the default).
+    Gcra,
+    /// vmod_vsthrottle's token bucket, as requestctl's VCL uses it: the
+    /// bucket starts full with `limit` tokens and refills by whole tokens
+    /// computed from the time since a token was last taken (fractions are
+    /// lost when one is taken); a hit that finds it empty starts the ban;
+    /// hits during a ban are refused but still take tokens.
+    Vsthrottle,
 }
 
 /// A rate limit: `limit` per `period_ms`, bursting to `burst`, then
@@ -208,6 +229,8 @@ pub struct Throttle {
     pub status: u16,
     /// Reason phrase for the excess.
     pub reason: String,
+    /// The bucket's algorithm.
+    pub bucket: Bucket,
     /// Counted site-wide: every host of a site shares the buckets (in
     /// Redis, through `rctl agent --redis`); a host without them counts
     /// alone. Requests only.

@@ -3,7 +3,7 @@
 
 use crate::ast::{self, ActionDecl, KeyDecl, Word};
 use crate::diag::{code, Diagnostic};
-use crate::ir::{Action, Key, Throttle, Unit};
+use crate::ir::{Action, Bucket, Key, Throttle, Unit};
 use crate::lower::{reason_phrase, Lowerer};
 use crate::source::Span;
 
@@ -126,12 +126,13 @@ impl Lowerer<'_> {
                 KeyDecl::Word(w) => {
                     let key = match w.text.to_ascii_lowercase().as_str() {
                         "global" => Key::Global,
+                        "server" => Key::Server,
                         "ip" => Key::Ip,
                         "host" => Key::Host,
                         "path" => Key::Path,
                         "method" => Key::Method,
                         _ => {
-                            self.bad(code::BAD_THROTTLE, w, "unknown throttle key", "not a key", "keys are global, ip, prefix(24, 64), host, path, method, header(\"x\"), query(\"p\")");
+                            self.bad(code::BAD_THROTTLE, w, "unknown throttle key", "not a key", "keys are global, server, ip, prefix(24, 64), host, path, method, header(\"x\"), query(\"p\")");
                             continue;
                         }
                     };
@@ -156,16 +157,69 @@ impl Lowerer<'_> {
             }
             keys.push(key);
         }
-        if keys.len() > 1 && keys.contains(&Key::Global) {
-            let s = t.by_span.unwrap_or(span);
-            self.diags.push(
-                Diagnostic::error(
+        for (alone, what) in [
+            (
+                Key::Global,
+                "`global` is one bucket per host; drop it, or use `by host`",
+            ),
+            (
+                Key::Server,
+                "`server` is one bucket for every request; drop it or the other keys",
+            ),
+        ] {
+            if keys.len() > 1 && keys.contains(&alone) {
+                let s = t.by_span.unwrap_or(span);
+                let name = if alone == Key::Global {
+                    "global"
+                } else {
+                    "server"
+                };
+                self.diags.push(
+                    Diagnostic::error(
+                        code::BAD_THROTTLE,
+                        format!("`{name}` cannot be combined with other keys"),
+                    )
+                    .primary(s, "here")
+                    .hint(what),
+                );
+            }
+        }
+        let bucket = match &t.bucket {
+            None => Bucket::Gcra,
+            Some(w) => match w.text.to_ascii_lowercase().as_str() {
+                "gcra" => Bucket::Gcra,
+                "vsthrottle" => Bucket::Vsthrottle,
+                _ => {
+                    self.bad(
+                        code::BAD_THROTTLE,
+                        w,
+                        "unknown bucket",
+                        "expected gcra or vsthrottle",
+                        "`bucket vsthrottle` admits exactly as requestctl's vsthrottle.is_denied does",
+                    );
+                    Bucket::Gcra
+                }
+            },
+        };
+        if bucket == Bucket::Vsthrottle {
+            if unit != Unit::Requests {
+                self.bad(
                     code::BAD_THROTTLE,
-                    "`global` cannot be combined with other keys",
-                )
-                .primary(s, "here")
-                .hint("`global` is one bucket per host; drop it, or use `by host`"),
-            );
+                    &t.unit,
+                    "`bucket vsthrottle` counts requests only",
+                    "not requests",
+                    "packet and connection limits use the default bucket",
+                );
+            }
+            if let Some(b) = t.burst.as_ref().filter(|_| burst != limit) {
+                self.bad(
+                    code::BAD_THROTTLE,
+                    b,
+                    "`bucket vsthrottle` holds exactly `limit` tokens",
+                    "burst differs from the limit",
+                    "drop `burst`: vsthrottle's bucket size is its limit",
+                );
+            }
         }
         if keys.is_empty() {
             keys.push(if unit == Unit::Requests {
@@ -181,6 +235,14 @@ impl Lowerer<'_> {
                     .hint("drop `shared`, or count `requests` (the HTTP plane shares them through Redis)"),
             );
         }
+        if let (Some(s), Bucket::Vsthrottle) = (t.shared, bucket) {
+            self.diags.push(
+                Diagnostic::error(code::BAD_THROTTLE, "a vsthrottle bucket cannot be shared")
+                    .primary(span, "both `shared` and `bucket vsthrottle`")
+                    .secondary(s, "shared here")
+                    .hint("drop `shared` to count vsthrottle's bucket per host, or drop `bucket vsthrottle`: shared limits are GCRA"),
+            );
+        }
         if self.diags.error_count() > errors {
             return None;
         }
@@ -193,6 +255,7 @@ impl Lowerer<'_> {
             ban_ms,
             status,
             reason,
+            bucket,
             shared: t.shared.is_some(),
         })
     }

@@ -213,6 +213,7 @@ impl Lowerer<'_> {
             Field::Host => StrField::Host,
             Field::Path => StrField::Path,
             Field::Query => StrField::Query,
+            Field::Url => StrField::Url,
             Field::QueryParam(w) => StrField::QueryParam(w.text.clone()),
             Field::Header(w) => {
                 if w.text.is_empty() || !w.text.bytes().all(|b| b.is_ascii_graphic() && b != b':') {

@@ -225,6 +225,7 @@ impl Builder<'_> {
             Rule::f_host => Field::Host,
             Rule::f_path => Field::Path,
             Rule::f_query => Field::Query,
+            Rule::f_url => Field::Url,
             Rule::f_ip => Field::Ip,
             Rule::f_dst_ip => Field::DstIp,
             Rule::f_port => Field::Port,
@@ -332,6 +333,7 @@ impl Builder<'_> {
             ban: None,
             status: None,
             reason: None,
+            bucket: None,
             shared: None,
         };
         for opt in inner {
@@ -340,6 +342,7 @@ impl Builder<'_> {
                 Rule::t_ban => t.ban = Some(self.first_word(opt)),
                 Rule::t_status => t.status = Some(self.first_word(opt)),
                 Rule::t_reason => t.reason = Some(self.first_word(opt)),
+                Rule::t_bucket => t.bucket = Some(self.first_word(opt)),
                 Rule::t_shared => t.shared = Some(self.span(&opt)),
                 Rule::t_by => {
                     t.by_span = Some(self.span(&opt));
@@ -621,8 +624,9 @@ fn friendly(r: Rule) -> Option<&'static str> {
         | Rule::t_ban
         | Rule::t_status
         | Rule::t_reason
+        | Rule::t_bucket
         | Rule::t_shared => {
-            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`, `shared`)"
+            "a throttle option (`burst`, `by`, `ban`, `status`, `reason`, `bucket`, `shared`)"
         }
         Rule::k_header | Rule::k_query | Rule::k_prefix | Rule::k_word => "a throttle key",
         Rule::cidr_token | Rule::ib_file => "a CIDR or `file \"…\"`",

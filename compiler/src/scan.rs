@@ -15,6 +15,16 @@ pub const NFA_SIZE_LIMIT: usize = 10 << 20;
 /// Lazy DFA cache per field and thread, in bytes.
 pub const DFA_CACHE_BYTES: usize = 8 << 20;
 
+/// The regex syntax every evaluator uses: the crate's own, except that a
+/// pattern may match bytes that are not UTF-8, so that `(?-u)` gives PCRE's
+/// byte semantics (`(?-u:.)` is any byte but `\n`, `(?-u:\w)` is ASCII),
+/// as requestctl's imported regexes need. Values are bytes anyway.
+pub fn syntax(ci: bool) -> regex_automata::util::syntax::Config {
+    regex_automata::util::syntax::Config::new()
+        .utf8(false)
+        .case_insensitive(ci)
+}
+
 /// The pattern an atom adds to its field's automaton, if any (`==` and
 /// `in` go to a hash table instead).
 pub fn pattern(op: &StrOp) -> Option<String> {
@@ -45,6 +55,7 @@ pub fn patterns(atoms: &[Atom]) -> BTreeMap<&StrField, Vec<(String, u32)>> {
 /// overlapping match.
 pub fn build(patterns: &[&str]) -> Result<meta::Regex, Box<meta::BuildError>> {
     meta::Regex::builder()
+        .syntax(syntax(false))
         .configure(
             meta::Regex::config()
                 .match_kind(MatchKind::All)
@@ -60,6 +71,7 @@ pub fn build(patterns: &[&str]) -> Result<meta::Regex, Box<meta::BuildError>> {
 /// never an error).
 pub fn lazy_dfa(patterns: &[&str]) -> Option<hybrid::dfa::DFA> {
     hybrid::dfa::DFA::builder()
+        .syntax(syntax(false))
         .configure(
             hybrid::dfa::DFA::config()
                 .match_kind(MatchKind::All)

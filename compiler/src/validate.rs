@@ -90,7 +90,7 @@ use crate::source::Span;
 use crate::value::MAX_DURATION_MS;
 use crate::wire::Invalid;
 use crate::Options;
-use regex_automata::{meta, util::syntax};
+use regex_automata::meta;
 use std::collections::{HashMap, HashSet};
 
 /// Where in a ruleset an invariant is broken.
@@ -161,7 +161,7 @@ pub fn build_regex(
     max_bytes: usize,
 ) -> Result<meta::Regex, Box<meta::BuildError>> {
     meta::Regex::builder()
-        .syntax(syntax::Config::new().case_insensitive(ci).nest_limit(64))
+        .syntax(crate::scan::syntax(ci).nest_limit(64))
         .configure(
             meta::Config::new()
                 .nfa_size_limit(Some(max_bytes))
@@ -361,6 +361,10 @@ fn check_action(r: &Rule, atoms: &[Atom]) -> Result<(), Invalid> {
         return Err(Invalid::Ban(t.ban_ms));
     }
     check_reason(t.status, &t.reason)?;
+    if t.bucket == crate::ir::Bucket::Vsthrottle && (t.unit != Unit::Requests || t.burst != t.limit)
+    {
+        return Err(Invalid::VsthrottleShape);
+    }
     if t.keys.is_empty() {
         return Err(Invalid::NoKeys);
     }
@@ -372,7 +376,7 @@ fn check_action(r: &Rule, atoms: &[Atom]) -> Result<(), Invalid> {
             return Err(Invalid::DuplicateKey);
         }
         match k {
-            Key::Global if t.keys.len() > 1 => return Err(Invalid::GlobalNotAlone),
+            Key::Global | Key::Server if t.keys.len() > 1 => return Err(Invalid::GlobalNotAlone),
             Key::Prefix { v4, v6 } if *v4 > 32 || *v6 > 128 => {
                 return Err(Invalid::PrefixKeyLength)
             }

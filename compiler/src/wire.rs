@@ -140,8 +140,11 @@ pub enum Invalid {
     SharedPackets,
     /// A throttle key given twice.
     DuplicateKey,
-    /// `global` combined with other keys.
+    /// `global` or `server` combined with other keys.
     GlobalNotAlone,
+    /// A vsthrottle bucket on packets or connections, or with a burst
+    /// other than its limit.
+    VsthrottleShape,
     /// A packet or connection limit keyed by something other than the
     /// address.
     PacketKey,
@@ -229,7 +232,11 @@ impl fmt::Display for Invalid {
             NoKeys => write!(f, "throttle has no key"),
             SharedPackets => write!(f, "a shared throttle counts packets or connections"),
             DuplicateKey => write!(f, "throttle key given twice"),
-            GlobalNotAlone => write!(f, "`global` is combined with other keys"),
+            GlobalNotAlone => write!(f, "`global` or `server` is combined with other keys"),
+            VsthrottleShape => write!(
+                f,
+                "a vsthrottle bucket counts requests and holds exactly its limit"
+            ),
             PacketKey => write!(f, "packet and connection limits are keyed by address only"),
             PrefixKeyLength => write!(f, "prefix key length out of range"),
             KeyHeaderCase => write!(f, "header key name has upper case"),

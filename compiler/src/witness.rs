@@ -139,6 +139,7 @@ fn readable(f: &StrField) -> &'static str {
         StrField::Method => r"\A[A-Z]+\z",
         StrField::Host => r"\A[a-z0-9][a-z0-9.\-]*\z",
         StrField::Path => r"\A/[!-~&&[^?#]]*\z",
+        StrField::Url => r"\A/[!-~&&[^#]]*\z",
         StrField::Query => r"\A[!-~&&[^#]]*\z",
         StrField::QueryParam(_) | StrField::Header(_) => r"\A(?:[!-~](?:[ -~]*[!-~])?)?\z",
     }
@@ -185,6 +186,18 @@ impl Solver {
         if tested(&StrField::Host) && tested(&StrField::Header("host".into())) {
             return Solution::Unknown("`host` and `header(\"host\")` tested together".into());
         }
+        if tested(&StrField::Url)
+            && by_field.keys().any(|f| {
+                matches!(
+                    f,
+                    StrField::Path | StrField::Query | StrField::QueryParam(_)
+                )
+            })
+        {
+            return Solution::Unknown(
+                "`url` and `path`, `query` or `query(\"…\")` tested together".into(),
+            );
+        }
         let mut w = Witness {
             method: b"GET".to_vec(),
             host: b"example.org".to_vec(),
@@ -227,6 +240,18 @@ impl Solver {
                     w.path_value = v;
                 }
                 StrField::Query => w.query = (!v.is_empty()).then_some(v),
+                StrField::Url => {
+                    let Ok(url) = std::str::from_utf8(&v) else {
+                        return Solution::Unknown("a `url` that is not UTF-8".into());
+                    };
+                    let (path, query) = match url.split_once('?') {
+                        Some((p, q)) => (p, Some(q.as_bytes().to_vec())),
+                        None => (url, None),
+                    };
+                    w.path = path.as_bytes().to_vec();
+                    w.path_value = crate::value::normalize_path(path).into_bytes();
+                    w.query = query;
+                }
                 StrField::QueryParam(p) => params.push((p.clone(), v)),
                 StrField::Header(h) => w.headers.push((h.clone(), v)),
             }
@@ -601,6 +626,7 @@ impl Witness {
             StrField::Host => Some(Cow::Borrowed(&self.host)),
             StrField::Path => Some(Cow::Borrowed(&self.path_value)),
             StrField::Query => Some(Cow::Borrowed(query.unwrap_or(b""))),
+            StrField::Url => Some(Cow::Owned(self.target())),
             StrField::QueryParam(p) => query_param(query?, p.as_bytes()).map(Cow::Owned),
             StrField::Header(h) => self
                 .headers

@@ -21,6 +21,7 @@
 //! /128.
 
 use rctl_compiler::ir::Proto;
+use rctl_dataplane::xdp::dir::DirConfig;
 use rctl_dataplane::xdp::{ClockMode, Tables, XdpProgram};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -28,15 +29,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 #[path = "../../tests/xdp_frame.rs"]
 mod xdp_frame;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "support/xdp_probe.rs"]
+mod xdp_probe;
+
+#[path = "support/xdp_rules.rs"]
+mod xdp_rules;
+use xdp_rules::Rng;
 
 fn frame(ip: IpAddr) -> Vec<u8> {
     xdp_frame::frame(ip, Proto::Tcp, 443, false, false)
@@ -126,25 +124,132 @@ fn run_other(ebpf: &mut aya::Ebpf, name: &str, frame: &[u8]) -> Option<f64> {
         .map(|v| v.into_iter().fold(f64::MAX, f64::min))
 }
 
-fn main() {
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
-        return;
+/// The warm columns for one table: miss, hit and IPv6 through `rctl`,
+/// `rctl_lpm` (with `base`) and xdp-filter, against the floor and the
+/// shared work.
+fn warm_row(
+    prog: &mut XdpProgram,
+    mut base: Option<&mut XdpProgram>,
+    v4s: &[Ipv4Addr],
+    v6s: &[Ipv6Addr],
+    limited: bool,
+    mounted: bool,
+    bpffs: &std::path::Path,
+) -> String {
+    let miss = frame(IpAddr::V4(Ipv4Addr::new(8, 8, 8, 8)));
+    let hit = frame(IpAddr::V4(
+        v4s.get(v4s.len() / 2)
+            .copied()
+            .unwrap_or(Ipv4Addr::new(192, 0, 2, 7)),
+    ));
+    let v6 = frame(IpAddr::V6("2606:4700::1111".parse().unwrap()));
+    let floor = one(prog, "rctl_pass", &miss);
+    let shared = one(prog, "rctl_nolookup", &miss);
+    let ours = one(prog, "rctl", &miss);
+    let ours_hit = one(prog, "rctl", &hit);
+    let ours6 = one(prog, "rctl", &v6);
+    let mut lpm = |f: &[u8]| base.as_mut().map_or(f64::NAN, |b| one(b, "rctl_lpm", f));
+    let (lpm_miss, lpm_hit, lpm6) = (lpm(&miss), lpm(&hit), lpm(&v6));
+    let filter = if limited || !mounted {
+        None
+    } else {
+        xdp_filter(v4s, v6s, bpffs).and_then(|mut e| run_other(&mut e, "xdpfilt_dny_ip", &miss))
+    };
+    let filter = filter.map_or("—".to_string(), |f| format!("{f:.1}"));
+    // The pins of this round go; the next round pins afresh.
+    if let Ok(d) = std::fs::read_dir(bpffs) {
+        d.flatten().for_each(|e| {
+            let _ = std::fs::remove_file(e.path());
+        });
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = std::env::var("RCTL_XDP_OBJECT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(root.join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"));
-    let Ok(obj) = std::fs::read(&path) else {
-        eprintln!(
-            "no XDP object at {}: build it first (see .ci/test.sh)",
-            path.display()
+    // The lookups' own cost: each program less the one without, on the
+    // miss path (which all three take alike).
+    let ratio = (lpm_miss - shared) / (ours - shared).max(0.5);
+    format!(
+        "{floor:.1} | {shared:.1} | {ours:.1} | {lpm_miss:.1} | {:.1}× | {ours_hit:.1} | {lpm_hit:.1} | {:.1}× | {ratio:.1}× | {ours6:.1} | {lpm6:.1} | {filter} |",
+        lpm_miss / ours,
+        lpm_hit / ours_hit,
+    )
+}
+
+/// `COLD` fresh random IPv4 frames (sources never sent before).
+fn fresh(r: &mut Rng) -> Vec<Vec<u8>> {
+    (0..COLD)
+        .map(|_| frame(IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000))))
+        .collect()
+}
+
+/// The physical floor: one and two dependent cold loads from tables of
+/// each size, against the empty program; median of `rounds`, each over
+/// fresh sources.
+fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
+    let mut out = String::new();
+    let mut r = Rng(0x009e_0be5);
+    for &mb in sizes_mb {
+        let mut p = xdp_probe::Probe::load(obj, mb << 10);
+        let progs = [
+            "rctl_pass",
+            "rctl_touch",
+            "rctl_touch2",
+            "rctl_touch_aom",
+            "rctl_touch2_aom",
+        ];
+        let mut m = [(); 5].map(|_| Vec::new());
+        for _ in 0..rounds {
+            for (i, prog) in progs.iter().enumerate() {
+                m[i].push(p.cold(prog, &fresh(&mut r)));
+            }
+        }
+        let [floor, one, two, one_k, two_k] = m.map(xdp_rules::median);
+        let _ = writeln!(
+            out,
+            "| {mb} KiB | {floor:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            one - floor,
+            two - floor,
+            one_k - floor,
+            two_k - floor,
         );
+    }
+    out
+}
+
+fn main() {
+    let Some(obj) = xdp_rules::object() else {
         return;
     };
-    let sizes: Vec<usize> = std::env::var("RCTL_BENCH_PREFIXES")
+    if let Ok(v) = std::env::var("RCTL_BENCH_PROBE") {
+        let mbs: Vec<usize> = v.split(',').filter_map(|x| x.parse().ok()).collect();
+        println!("| table | floor | one load (vmalloc) | two dependent | one load (kmalloc arrays) | two dependent |");
+        println!("|---|---|---|---|---|---|");
+        print!("{}", probes(&obj, &mbs, 5));
+        return;
+    }
+    let list = |name: &str, default: &str| -> Vec<String> {
+        std::env::var(name)
+            .unwrap_or_else(|_| default.to_string())
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let sizes: Vec<usize> = list("RCTL_BENCH_PREFIXES", "0,1000,100000,1000000")
+        .iter()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let limits = list("RCTL_BENCH_LIMITS", "none,tick,exact");
+    let flag = |name: &str| std::env::var(name).map_or(true, |v| v != "0");
+    let (warm_on, lpm_on) = (flag("RCTL_BENCH_WARM"), flag("RCTL_BENCH_LPM"));
+    let rounds: usize = std::env::var("RCTL_BENCH_ROUNDS")
         .ok()
-        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or(vec![0, 1_000, 100_000, 1_000_000]);
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let env_bits = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let cfg = DirConfig {
+        v4_root_bits: env_bits("RCTL_DIR_ROOT4"),
+        v4_filter_bits: env_bits("RCTL_DIR_FILTER4"),
+        v6_root_bits: env_bits("RCTL_DIR_ROOT6"),
+        v6_filter_bits: env_bits("RCTL_DIR_FILTER6"),
+        ..DirConfig::default()
+    };
     let bpffs = std::env::temp_dir().join(format!("rctl-bench-bpffs-{}", std::process::id()));
     std::fs::create_dir_all(&bpffs).unwrap();
     let mounted = std::process::Command::new("mount")
@@ -154,109 +259,129 @@ fn main() {
         .is_ok_and(|s| s.success());
     let mut warm = String::new();
     let mut cold = String::new();
+    let mut tables_out = String::new();
     for &n in &sizes {
-        for clock in [None, Some(ClockMode::Tick), Some(ClockMode::Exact)] {
+        for limit in &limits {
+            let clock = match limit.as_str() {
+                "tick" => Some(ClockMode::Tick),
+                "exact" => Some(ClockMode::Exact),
+                _ => None,
+            };
             let limited = clock.is_some();
-            let mut r = Rng(0x1234_5678);
-            let mut src = String::from("ipblock b/x {\n");
-            let (mut v4s, mut v6s) = (Vec::new(), Vec::new());
-            for _ in 0..n {
-                let a = Ipv4Addr::from(r.next() as u32 | 0x0100_0000);
-                let _ = writeln!(src, "  {a}/32");
-                let b =
-                    Ipv6Addr::from((0x2001_0db8_u128 << 96) | (u128::from(r.next() as u32) << 64));
-                let _ = writeln!(src, "  {b}/64");
-                v4s.push(a);
-                v6s.push(b);
-            }
-            src += "  192.0.2.0/24\n}\n\
-                    rule d { when ipblock@b/x and port == 443 drop }\n\
-                    rule a { when ip in { 198.51.100.0/24 } allow }\n";
-            if limited {
-                src += "rule t { when proto == tcp throttle 1000000000 packets per 1s by ip }\n";
-            }
+            let mut r = Rng(0x8765_4321);
+            let (src, v4s, v6s) = xdp_rules::ruleset(n, limited);
             let c = rctl_compiler::compile_str("bench.rctl", &src, &Default::default());
             let rs = c.ruleset.expect("bench ruleset compiles");
-            let tables = Tables::new(&rs, None).unwrap();
+            let t = std::time::Instant::now();
+            let tables = Tables::with_config(&rs, None, &cfg).unwrap();
+            let build = t.elapsed();
             let t = std::time::Instant::now();
             let mut prog =
                 XdpProgram::load(&obj, &tables, rs.rules.len(), false).expect("load (needs root)");
             let load = t.elapsed();
-            let mut base = XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap();
+            let mut base = if lpm_on {
+                Some(XdpProgram::load(&obj, &tables, rs.rules.len(), true).unwrap())
+            } else {
+                None
+            };
             if let Some(c) = clock {
                 prog.set_clock_mode(c).unwrap();
-                base.set_clock_mode(c).unwrap();
-            }
-            let miss = frame(IpAddr::V4(Ipv4Addr::new(8, 8, 8, 8)));
-            let hit = frame(IpAddr::V4(
-                v4s.get(n / 2)
-                    .copied()
-                    .unwrap_or(Ipv4Addr::new(192, 0, 2, 7)),
-            ));
-            let v6 = frame(IpAddr::V6("2606:4700::1111".parse().unwrap()));
-            let floor = one(&mut prog, "rctl_pass", &miss);
-            let shared = one(&mut prog, "rctl_nolookup", &miss);
-            let ours = one(&mut prog, "rctl", &miss);
-            let lpm = one(&mut base, "rctl_lpm", &miss);
-            let ours_hit = one(&mut prog, "rctl", &hit);
-            let lpm_hit = one(&mut base, "rctl_lpm", &hit);
-            let ours6 = one(&mut prog, "rctl", &v6);
-            let lpm6 = one(&mut base, "rctl_lpm", &v6);
-            let filter = if limited || !mounted {
-                None
-            } else {
-                xdp_filter(&v4s, &v6s, &bpffs)
-                    .and_then(|mut e| run_other(&mut e, "xdpfilt_dny_ip", &miss))
-            };
-            let filter = filter.map_or("—".to_string(), |f| format!("{f:.1}"));
-            // The pins of this round go; the next round pins afresh.
-            if let Ok(d) = std::fs::read_dir(&bpffs) {
-                d.flatten().for_each(|e| {
-                    let _ = std::fs::remove_file(e.path());
-                });
+                if let Some(b) = &mut base {
+                    b.set_clock_mode(c).unwrap();
+                }
             }
             let limit = match clock {
                 None => "no",
                 Some(ClockMode::Tick) => "yes, tick clock",
                 Some(ClockMode::Exact) => "yes, exact clock",
             };
-            // The lookups' own cost: each program less the one without, on
-            // the miss path (which all three take alike).
-            let ratio = |ours: f64, lpm: f64| (lpm - shared) / (ours - shared).max(0.5);
-            let _ = writeln!(
-                warm,
-                "| {n} + {n} | {limit} | {floor:.1} | {shared:.1} | {ours:.1} | {lpm:.1} | {:.1}× | {ours_hit:.1} | {lpm_hit:.1} | {:.1}× | {:.1}× | {ours6:.1} | {lpm6:.1} | {filter} | {load:.2?} |",
-                lpm / ours,
-                lpm_hit / ours_hit,
-                ratio(ours, lpm),
-            );
-            // Cold: distinct random sources, one run each.
-            let sources: Vec<Vec<u8>> = (0..COLD)
-                .map(|_| frame(IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000))))
-                .collect();
-            let cf = once(&mut prog, "rctl_pass", &sources);
-            let cs = once(&mut prog, "rctl_nolookup", &sources);
-            let co = once(&mut prog, "rctl", &sources);
-            let cl = once(&mut base, "rctl_lpm", &sources);
-            let _ = writeln!(
-                cold,
-                "| {n} + {n} | {limit} | {cf:.0} | {cs:.0} | {co:.0} | {cl:.0} | {:.1}× | {:.1}× |",
-                (cl - cf) / (co - cf).max(0.5),
-                (cl - cs) / (co - cs).max(0.5),
-            );
+            if !limited {
+                let d = &tables.dir;
+                let _ = writeln!(
+                    tables_out,
+                    "| {n} + {n} | {:.1} MiB | {} / {} | {} / {} | {:?} | {build:.2?} | {load:.2?} |",
+                    d.memory() as f64 / f64::from(1 << 20),
+                    d.v4_filter_bits,
+                    d.v4_root_bits,
+                    d.v6_filter_bits,
+                    d.v6_root_bits,
+                    d.kinds(),
+                );
+            }
+            if warm_on {
+                let row = warm_row(
+                    &mut prog,
+                    base.as_mut(),
+                    &v4s,
+                    &v6s,
+                    limited,
+                    mounted,
+                    &bpffs,
+                );
+                let _ = writeln!(warm, "| {n} + {n} | {limit} | {row} {load:.2?} |");
+            }
+            // Cold: fresh random sources for every program and round (a
+            // source one program saw would find its bucket made and its
+            // lines cached); the median of the rounds.
+            let v6_in = |r: &mut Rng| {
+                (0x2001_0db8_u128 << 96) | u128::from(r.next()) << 32 | u128::from(r.next() as u32)
+            };
+            for (family, make) in [
+                (
+                    "IPv4",
+                    &(|r: &mut Rng| IpAddr::V4(Ipv4Addr::from(r.next() as u32 | 0x0100_0000)))
+                        as &dyn Fn(&mut Rng) -> IpAddr,
+                ),
+                ("IPv6 in 2001:db8::/32", &|r: &mut Rng| {
+                    IpAddr::V6(Ipv6Addr::from(v6_in(r)))
+                }),
+            ] {
+                let mut m = [(); 4].map(|_| Vec::new());
+                for _ in 0..rounds {
+                    let mut fresh =
+                        || -> Vec<Vec<u8>> { (0..COLD).map(|_| frame(make(&mut r))).collect() };
+                    m[0].push(once(&mut prog, "rctl_pass", &fresh()));
+                    m[1].push(once(&mut prog, "rctl_nolookup", &fresh()));
+                    m[2].push(once(&mut prog, "rctl", &fresh()));
+                    if let Some(b) = &mut base {
+                        m[3].push(once(b, "rctl_lpm", &fresh()));
+                    }
+                }
+                let [cf, cs, co, cl] = m.map(|v| {
+                    if v.is_empty() {
+                        f64::NAN
+                    } else {
+                        xdp_rules::median(v)
+                    }
+                });
+                let _ = writeln!(
+                    cold,
+                    "| {n} + {n} | {limit} | {family} | {cf:.0} | {cs:.0} | {co:.0} | **+{:.0}** | {cl:.0} | {:.1}× |",
+                    co - cf,
+                    (cl - cf) / (co - cf).max(0.5),
+                );
+            }
         }
     }
-    println!("ns per packet (BPF_PROG_TEST_RUN), each figure the best of 5 runs of 1,000,000 repeats of one packet; floor = the empty program; shared = the rules without the source lookup; same object, same run");
+    if warm_on {
+        println!("ns per packet (BPF_PROG_TEST_RUN), each figure the best of 5 runs of 1,000,000 repeats of one packet; floor = the empty program; shared = the rules without the source lookup; same object, same run");
+        println!();
+        println!("| prefixes (v4 + v6) | rate limit | floor | shared | rctl v4 miss | LPM_TRIE v4 miss | LPM / rctl | rctl v4 hit | LPM_TRIE v4 hit | LPM / rctl | lookup alone (miss): LPM / rctl | rctl v6 | LPM_TRIE v6 | xdp-filter v4 (exact /32) | load |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        print!("{warm}");
+        println!();
+    }
+    println!("ns per packet, {COLD} fresh random sources per program and round, one run each (no repeat: every run finds caches cold after the syscall; the kernel calls the program without its XDP dispatcher); median of {rounds} rounds");
     println!();
-    println!("| prefixes (v4 + v6) | rate limit | floor | shared | rctl v4 miss | LPM_TRIE v4 miss | LPM / rctl | rctl v4 hit | LPM_TRIE v4 hit | LPM / rctl | lookup alone (miss): LPM / rctl | rctl v6 | LPM_TRIE v6 | xdp-filter v4 (exact /32) | load |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    print!("{warm}");
-    println!();
-    println!("ns per packet, {COLD} random IPv4 sources, one run each (no repeat: every run finds caches cold after the syscall; the kernel calls the program without its XDP dispatcher)");
-    println!();
-    println!("| prefixes (v4 + v6) | rate limit | floor | shared | rctl | LPM_TRIE | LPM / rctl above floor | lookup alone: LPM / rctl |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| prefixes (v4 + v6) | rate limit | sources | floor | shared | rctl | rctl above floor | LPM_TRIE | LPM / rctl above floor |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     print!("{cold}");
+    println!();
+    println!("The prefix tables (both families): map memory, filter / root bits, entries by kind [leaf, node, table, search, inline], build (user space) and load (maps filled, program verified)");
+    println!();
+    println!("| prefixes (v4 + v6) | memory | v4 filter / root | v6 filter / root | kinds | build | load |");
+    println!("|---|---|---|---|---|---|---|");
+    print!("{tables_out}");
     if mounted {
         let _ = std::process::Command::new("umount").arg(&bpffs).status();
     }

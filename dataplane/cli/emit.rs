@@ -4,7 +4,7 @@
 use crate::{load_ruleset, output, Limits};
 use anyhow::{Context, Result};
 use rctl_compiler::artifact;
-use rctl_emit::{haproxy_spoe, nginx, Agent, Emitted};
+use rctl_emit::{haproxy, haproxy_spoe, nginx, vcl, Agent, Emitted, File};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -61,6 +61,128 @@ pub enum Target {
         #[arg(long, value_name = "MS", default_value_t = 100)]
         timeout_ms: u64,
     },
+    /// Varnish 7.1+ with vmod_vsthrottle: the rules themselves in VCL, in
+    /// requestctl's shape (one `if` per rule), no agent.
+    Vcl {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        alone: Standalone,
+        /// The backend of rctl-main.vcl, HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = parse_backend)]
+        backend: (String, u16),
+    },
+    /// HAProxy 2.6+: the rules themselves as ACLs, map files and stick
+    /// tables, no agent.
+    Haproxy {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        alone: Standalone,
+        /// The directory the map files will be in on the HAProxy host
+        /// (default: the -o directory, else /etc/haproxy/rctl).
+        #[arg(long, value_name = "DIR")]
+        config_dir: Option<PathBuf>,
+    },
+}
+
+/// What the targets that decide by themselves (vcl, haproxy) take.
+#[derive(clap::Args)]
+pub struct Standalone {
+    /// Take the client's address from this header, as the TLS terminator
+    /// in front sets it (requestctl's X-Client-IP); `-` for the
+    /// connection's address. Default: X-Client-IP for vcl, the
+    /// connection's for haproxy.
+    #[arg(long, value_name = "HEADER")]
+    client_ip_header: Option<String>,
+    /// Only the rules for this site (as requestctl writes one file per
+    /// cluster and site).
+    #[arg(long)]
+    site: Option<String>,
+    /// Leave out the rules the target cannot express (each named with the
+    /// reason on stderr) instead of refusing the ruleset.
+    #[arg(long)]
+    skip_unsupported: bool,
+}
+
+impl Standalone {
+    fn client_ip(&self, default: Option<&str>) -> Option<String> {
+        match self.client_ip_header.as_deref().or(default) {
+            None | Some("-") => None,
+            Some(h) => Some(h.to_string()),
+        }
+    }
+}
+
+fn parse_backend(s: &str) -> Result<(String, u16), String> {
+    let (h, p) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?}: expected HOST:PORT"))?;
+    let p = p
+        .parse()
+        .map_err(|_| format!("{s:?}: the port is not a number from 0 to 65535"))?;
+    Ok((
+        h.trim_start_matches('[').trim_end_matches(']').to_string(),
+        p,
+    ))
+}
+
+/// The files, notes and left-out rules of `vcl` and `haproxy`, as an
+/// [`Emitted`].
+fn standalone(
+    files: Vec<(String, String)>,
+    notes: Vec<String>,
+    skipped: Vec<(String, String)>,
+) -> Emitted {
+    let mut warnings = notes;
+    warnings.extend(
+        skipped
+            .into_iter()
+            .map(|(rule, why)| format!("rule {rule} left out: {why}")),
+    );
+    let files = files
+        .into_iter()
+        .map(|(name, text)| File {
+            role: role(&name),
+            name,
+            text,
+        })
+        .collect();
+    Emitted { files, warnings }
+}
+
+fn role(name: &str) -> &'static str {
+    match name {
+        vcl::RULES_FILE => "VCL to include: the rules, sub rctl_recv and rctl_synth",
+        vcl::MAIN_FILE => "a complete VCL running the rules in front of one backend",
+        haproxy::FRONTEND_FILE => "http-request rules for the frontend",
+        haproxy::SECTIONS_FILE => {
+            "global and stick-table sections: load with -f before the frontend's file"
+        }
+        _ => "a map file of addresses (map_ip)",
+    }
+}
+
+/// Refused rules (or options, named `--…`), each with the reason, and
+/// the exit status 1.
+fn refused(target: &str, why: &[(String, String)]) -> ExitCode {
+    let mut err = std::io::stderr().lock();
+    for (what, reason) in why {
+        let _ = writeln!(
+            err,
+            "rctl: error: emit {target}: {}: {}",
+            crate::term::text(what),
+            crate::term::text(reason)
+        );
+    }
+    let rules = why.iter().filter(|(w, _)| !w.starts_with("--")).count();
+    if rules > 0 {
+        let _ = writeln!(
+            err,
+            "rctl: {rules} rule(s) cannot be written for {target}; nothing was written (--skip-unsupported leaves them out and writes the rest)"
+        );
+    }
+    ExitCode::from(1)
 }
 
 fn parse_agent(s: &str) -> Result<Agent, rctl_emit::Error> {
@@ -81,11 +203,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
             let Some((rs, inputs)) = load(&common)? else {
                 return Ok(ExitCode::from(1));
             };
-            let config_dir = match (config_dir, &common.output) {
-                (Some(d), _) => d,
-                (None, Some(out)) => absolute(out)?,
-                (None, None) => PathBuf::from("/etc/haproxy/rctl"),
-            };
+            let config_dir = haproxy_dir(config_dir, &common)?;
             let o = haproxy_spoe::Options {
                 agent,
                 backend,
@@ -111,13 +229,64 @@ pub fn run(target: Target) -> Result<ExitCode> {
             };
             (common, (nginx::emit(&rs, &o)?, inputs))
         }
+        Target::Vcl {
+            common,
+            alone,
+            backend,
+        } => {
+            let Some((rs, inputs)) = load(&common)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let o = vcl::Options {
+                client_ip: match alone.client_ip(Some("X-Client-IP")) {
+                    Some(h) => vcl::ClientIp::Header(h),
+                    None => vcl::ClientIp::Connection,
+                },
+                site: alone.site.clone(),
+                backend,
+                skip_unsupported: alone.skip_unsupported,
+            };
+            let v = match vcl::emit(&rs, &o) {
+                Ok(v) => v,
+                Err(why) => return Ok(refused("vcl", &why)),
+            };
+            let e = standalone(v.files, v.notes, v.skipped);
+            return finish(&common, &e, &inputs);
+        }
+        Target::Haproxy {
+            common,
+            alone,
+            config_dir,
+        } => {
+            let Some((rs, inputs)) = load(&common)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let config_dir = haproxy_dir(config_dir, &common)?;
+            let o = haproxy::Options {
+                client_ip_header: alone.client_ip(None),
+                site: alone.site.clone(),
+                config_dir: config_dir.to_string_lossy().into_owned(),
+                skip_unsupported: alone.skip_unsupported,
+            };
+            let h = match haproxy::emit(&rs, &o) {
+                Ok(h) => h,
+                Err(why) => return Ok(refused("haproxy", &why)),
+            };
+            let e = standalone(h.files, h.notes, h.skipped);
+            return finish(&common, &e, &inputs);
+        }
     };
     let (emitted, inputs) = emitted;
+    finish(&common, &emitted, &inputs)
+}
+
+/// Warns, then writes the files into -o DIR or prints them.
+fn finish(common: &Common, emitted: &Emitted, inputs: &[PathBuf]) -> Result<ExitCode> {
     for w in &emitted.warnings {
         crate::host::warn(w);
     }
     match &common.output {
-        Some(dir) => write_dir(dir, &emitted, &inputs)?,
+        Some(dir) => write_dir(dir, emitted, inputs)?,
         None => {
             let mut out = std::io::stdout().lock();
             for f in &emitted.files {
@@ -145,6 +314,15 @@ fn source(rs: &rctl_compiler::ir::Ruleset) -> String {
     format!("ruleset sha256 {hash} ({} rules)", rs.rules.len())
 }
 
+/// --config-dir, else the -o directory, else /etc/haproxy/rctl.
+fn haproxy_dir(config_dir: Option<PathBuf>, common: &Common) -> Result<PathBuf> {
+    Ok(match (config_dir, &common.output) {
+        (Some(d), _) => d,
+        (None, Some(out)) => absolute(out)?,
+        (None, None) => PathBuf::from("/etc/haproxy/rctl"),
+    })
+}
+
 fn absolute(p: &Path) -> Result<PathBuf> {
     if p.is_absolute() {
         return Ok(p.to_path_buf());
@@ -158,7 +336,7 @@ fn write_dir(dir: &Path, e: &Emitted, inputs: &[PathBuf]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut err = std::io::stderr().lock();
     for f in &e.files {
-        let path = dir.join(f.name);
+        let path = dir.join(&f.name);
         output::write(&path, f.text.as_bytes(), inputs)?;
         let _ = writeln!(err, "wrote {} ({})", path.display(), f.role);
     }

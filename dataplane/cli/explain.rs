@@ -1,6 +1,6 @@
 //! `rctl explain`: the plan in evaluation order.
 
-use rctl_compiler::ir::{Action, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
+use rctl_compiler::ir::{Action, Bucket, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
 use rctl_compiler::value::fmt_duration;
 use std::fmt::Write as _;
 
@@ -15,6 +15,7 @@ fn keys(keys: &[Key]) -> String {
             Key::Method => "method".to_string(),
             Key::Header(h) => format!("header({h:?})"),
             Key::Query(q) => format!("query({q:?})"),
+            Key::Server => "server".to_string(),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -42,6 +43,10 @@ fn action(a: &Action) -> String {
             } else {
                 "excess is dropped".to_string()
             };
+            let bucket = match t.bucket {
+                Bucket::Gcra => "",
+                Bucket::Vsthrottle => ", vsthrottle's bucket",
+            };
             let counted = if t.shared {
                 "counted site-wide (shared: Redis through `rctl agent --redis`; per host \
                  without it)"
@@ -49,7 +54,7 @@ fn action(a: &Action) -> String {
                 "counted per host"
             };
             format!(
-                "throttle {} {unit} per {}, burst {}, by {}{ban}, {counted}, {excess}",
+                "throttle {} {unit} per {}, burst {}, by {}{ban}{bucket}, {counted}, {excess}",
                 t.limit,
                 fmt_duration(t.period_ms),
                 t.burst,

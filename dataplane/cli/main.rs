@@ -10,6 +10,7 @@ mod format;
 mod haproxy;
 mod host;
 mod html;
+mod import;
 mod output;
 mod serve;
 mod term;
@@ -287,6 +288,9 @@ enum Command {
     /// for nginx and Envoy, metrics, the matched-request log; switched by
     /// `rctl apply` through its control socket.
     Serve(serve::ServeArgs),
+    /// Import another tool's rules: `rctl import requestctl DIR|DUMP -o OUTDIR`.
+    #[command(subcommand)]
+    Import(import::ImportSource),
     /// Store an artifact in etcd and point every host (or a site's) at it,
     /// in one transaction; or roll back.
     Push(fleet::PushArgs),
@@ -300,7 +304,8 @@ enum Command {
         command: FleetCommand,
     },
     /// Write an edge proxy's configuration for a ruleset: HAProxy SPOE or
-    /// nginx auth_request, asking `rctl serve`.
+    /// nginx auth_request asking `rctl serve`, or VCL and HAProxy ACLs that
+    /// decide by themselves (requestctl's shape).
     Emit {
         #[command(subcommand)]
         target: emit::Target,
@@ -495,6 +500,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     };
     match cli.command {
+        Command::Import(src) => import::run(src),
         Command::Check {
             paths,
             deny_warnings,

@@ -28,6 +28,9 @@ pub enum FreshReason {
     /// The old rule of that name counts another unit (requests, packets
     /// or connections).
     UnitChanged,
+    /// The kind of bucket changed (`bucket gcra` and `bucket vsthrottle`
+    /// keep different state).
+    BucketChanged,
     /// The old rule of that name was counted per host and the new one
     /// site-wide (`shared`), or the other way round.
     SharingChanged,
@@ -41,6 +44,7 @@ impl FreshReason {
             FreshReason::New => "new rule",
             FreshReason::KeysChanged => "keys changed",
             FreshReason::UnitChanged => "unit changed",
+            FreshReason::BucketChanged => "bucket changed",
             FreshReason::SharingChanged => "sharing changed",
         }
     }
@@ -103,6 +107,7 @@ pub(crate) fn link(
             None => Some(FreshReason::New),
             Some((o, _)) if o.unit != t.unit => Some(FreshReason::UnitChanged),
             Some((o, _)) if o.keys != t.keys => Some(FreshReason::KeysChanged),
+            Some((o, _)) if o.bucket != t.bucket => Some(FreshReason::BucketChanged),
             Some((o, _)) if o.shared != t.shared => Some(FreshReason::SharingChanged),
             Some((_, ol)) => {
                 l.share_state(ol);
@@ -275,5 +280,18 @@ rule other { when path == "/o" throttle 1 requests per 1m burst 1 by ip }"#,
             engine(r#"rule slow { when port == 443 throttle 1 connections per 1m burst 1 by ip }"#);
         let c = new.carry_limiters(&old);
         assert_eq!(c.fresh[0].why, super::FreshReason::UnitChanged);
+    }
+
+    #[test]
+    fn a_changed_bucket_starts_fresh() {
+        let old = engine(OLD);
+        assert_eq!(hit(&old, "/s", "192.0.2.1", 0), "pass");
+        assert_eq!(hit(&old, "/s", "192.0.2.1", 0), "throttle");
+        let mut new = engine(
+            r#"rule slow { when path == "/s" throttle 1 requests per 1m by ip ban 10m bucket vsthrottle }"#,
+        );
+        let c = new.carry_limiters(&old);
+        assert_eq!(c.fresh[0].why, super::FreshReason::BucketChanged);
+        assert_eq!(hit(&new, "/s", "192.0.2.1", 1), "pass", "nothing carried");
     }
 }

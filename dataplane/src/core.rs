@@ -12,7 +12,7 @@
 
 use crate::limiter::{Limiter, Outcome};
 use crate::request::Fields;
-use rctl_compiler::ir::{Action, Atom, Key, Rule, Ruleset, StrField};
+use rctl_compiler::ir::{Action, Atom, Bucket, Key, Rule, Ruleset, StrField};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -234,6 +234,12 @@ impl Core {
             .rules
             .iter()
             .map(|r| match &r.action {
+                Action::Throttle(t) if t.bucket == Bucket::Vsthrottle => Some(Limiter::vsthrottle(
+                    t.limit,
+                    t.period_ms,
+                    t.ban_ms,
+                    config.max_keys_per_limiter,
+                )),
                 Action::Throttle(t) => {
                     let new = if t.shared {
                         Limiter::new_shared
@@ -316,6 +322,8 @@ impl Core {
                         out.push(*v6);
                     }
                 },
+                // One bucket for everything: the key part stays empty.
+                Key::Server => {}
                 Key::Global | Key::Host => out.extend_from_slice(f.map_or(&b""[..], |f| &f.host)),
                 Key::Path => out.extend_from_slice(f.map_or(&b""[..], |f| &f.path)),
                 Key::Method => out.extend_from_slice(f.map_or(&b""[..], |f| f.method)),

@@ -226,6 +226,7 @@ pub struct Matcher {
     host: Option<FieldMatcher>,
     path: Option<FieldMatcher>,
     query: Option<FieldMatcher>,
+    url: Option<FieldMatcher>,
     params: FastMap<Vec<u8>, FieldMatcher>,
     headers: FastMap<Vec<u8>, FieldMatcher>,
     ips: PrefixTable,
@@ -305,6 +306,7 @@ impl Matcher {
             host: None,
             path: None,
             query: None,
+            url: None,
             params: FastMap::default(),
             headers: FastMap::default(),
             ips: PrefixTable::new(&rs.ipsets),
@@ -350,6 +352,7 @@ impl Matcher {
                 StrField::Host => m.host = Some(fm),
                 StrField::Path => m.path = Some(fm),
                 StrField::Query => m.query = Some(fm),
+                StrField::Url => m.url = Some(fm),
                 StrField::QueryParam(p) => {
                     m.params.insert(p.into_bytes(), fm);
                 }
@@ -429,6 +432,9 @@ impl Matcher {
         }
         if let Some(m) = &self.query {
             m.run(f.query.unwrap_or(b""), set, pats);
+        }
+        if let Some(m) = &self.url {
+            m.run(req.target, set, pats);
         }
         if !self.params.is_empty() {
             if let Some(q) = f.query {

@@ -88,6 +88,7 @@ impl<'a> Fields<'a> {
             StrField::Host => Some(self.host.clone()),
             StrField::Path => Some(self.path.clone()),
             StrField::Query => Some(Cow::Borrowed(self.query.unwrap_or(b""))),
+            StrField::Url => Some(Cow::Borrowed(self.req.target)),
             StrField::QueryParam(p) => query_param(self.query?, p.as_bytes()).map(Cow::Owned),
             StrField::Header(h) => self.header(h.as_bytes()).map(Cow::Borrowed),
         }

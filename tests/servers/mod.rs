@@ -32,6 +32,7 @@ pub mod netns;
 pub mod nginx;
 pub mod redis;
 pub mod serve;
+pub mod varnish;
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -60,9 +61,24 @@ pub fn require(program: &str) -> bool {
 pub fn skip_unless(ok: bool, needs: &str) -> bool {
     if !ok {
         assert!(std::env::var_os("CI").is_none(), "under CI: needs {needs}");
-        eprintln!("skipped: needs {needs}");
+        skipped(needs);
     }
     ok
+}
+
+/// Says that the running test skips (all or part of) its checks, where
+/// the test output shows it: libtest has no runtime skip and reports a
+/// test that returned early as `ok`, and it hides what a passing test
+/// prints with `eprintln!`, so this writes to the process's stderr
+/// directly, as `SKIPPED <test>: needs <needs>`. Callers check `CI`
+/// first (see [`skip_unless`]): under CI nothing may be skipped.
+pub fn skipped(needs: &str) {
+    use std::io::Write as _;
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: needs {needs}");
 }
 
 /// Runs a program's configuration check (`haproxy -c`, `nginx -t`):

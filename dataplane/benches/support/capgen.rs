@@ -131,12 +131,27 @@ pub fn write_shaped(
     bytes: u64,
     shape: Shape,
 ) -> std::io::Result<(u64, u64)> {
+    write_live(path, bytes, shape, FLOWS)
+}
+
+/// How many flows [`write`] keeps live at once.
+pub const FLOWS: usize = 64;
+
+/// Like [`write_shaped`], with `live` flows live at once (a new flow takes
+/// each finished one's place), so that a replay's flow table holds that
+/// many.
+pub fn write_live(
+    path: &std::path::Path,
+    bytes: u64,
+    shape: Shape,
+    live: usize,
+) -> std::io::Result<(u64, u64)> {
     let file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut f = Pcap::new(file)?;
     let mut rng = Rng(0x5eed_cafe);
     let mut requests = 0u64;
     let mut t_us: u64 = 1_760_000_000_000_000;
-    // 64 flows live at once, each doing 1 to 40 requests, interleaved.
+    // `live` flows at once, each doing 1 to 40 requests, interleaved.
     struct Flow {
         client: [u8; 4],
         sport: u16,
@@ -159,7 +174,7 @@ pub fn write_shaped(
         r
     };
     while f.written < bytes {
-        while flows.len() < 64 {
+        while flows.len() < live {
             let c = rng.next() as u32;
             // Public unicast sources (11.0.0.0 to 98.255.255.255), so that no
             // shipped rule drops them as bogons.

@@ -7,6 +7,20 @@
 //! the request mix never sends (they read as ""); `present` becomes `!= ""`;
 //! prefixes and suffixes become anchored regexes (wirefilter 0.6 has no
 //! starts_with).
+//!
+//! What it leaves out, so what its figures do not pay for:
+//! - only the rules that decide on their own are compiled: allow, deny and
+//!   drop. Throttles (which need a limiter), log rules and shadow rules are
+//!   skipped ([`Wirefilter::skipped`] counts them); the engine evaluates
+//!   them all.
+//! - it reads the path as sent: no percent-decoding or dot-segment
+//!   normalisation, which the engine does before matching. The request
+//!   mix's paths are already normal, so the two agree on it
+//!   ([`agreement`]), not on every request.
+//! - the execution context (the request's fields) is built by
+//!   [`Wirefilter::context`], outside the timed loop, as an embedding
+//!   server builds it while parsing the request; the engine's figure
+//!   includes its own field extraction.
 
 use crate::Owned;
 use rctl_compiler::ir::{Action, Atom, Cond, Ruleset, StrField, StrOp};
@@ -14,11 +28,21 @@ use wirefilter::{ExecutionContext, Filter, Scheme};
 
 pub struct Wirefilter {
     scheme: &'static Scheme,
-    filters: Vec<(Filter<'static>, bool)>,
+    /// The deciding rules' filters, in order, with their rule indexes.
+    filters: Vec<(Filter<'static>, usize)>,
+    /// Rules not compiled: throttles, log and shadow rules.
+    pub skipped: usize,
 }
 
+/// A string literal: wirefilter unescapes `\\` and `\"`.
 fn lit(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A regex literal: wirefilter passes backslashes through to the regex
+/// as written (only `\"` loses its backslash), so they are not doubled.
+fn re(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\\\""))
 }
 
 fn field(f: &StrField) -> &'static str {
@@ -27,6 +51,7 @@ fn field(f: &StrField) -> &'static str {
         StrField::Host => "http.host",
         StrField::Path => "http.path",
         StrField::Query => "http.query",
+        StrField::Url => "http.url",
         StrField::Header(h) if h == "user-agent" => "http.ua",
         StrField::Header(h) if h == "referer" => "http.referer",
         StrField::Header(_) => "http.other",
@@ -47,16 +72,16 @@ fn atom(rs: &Ruleset, a: &Atom) -> String {
                 ),
                 StrOp::Prefix(v) => format!(
                     "{f} matches {}",
-                    lit(&format!("^{}", regex_syntax::escape(v)))
+                    re(&format!("^{}", regex_syntax::escape(v)))
                 ),
                 StrOp::Suffix(v) => format!(
                     "{f} matches {}",
-                    lit(&format!("{}$", regex_syntax::escape(v)))
+                    re(&format!("{}$", regex_syntax::escape(v)))
                 ),
                 StrOp::Contains(v) => format!("{f} contains {}", lit(v)),
                 StrOp::Regex { pattern, ci } => format!(
                     "{f} matches {}",
-                    lit(&format!("{}{pattern}", if *ci { "(?i)" } else { "" }))
+                    re(&format!("{}{pattern}", if *ci { "(?i)" } else { "" }))
                 ),
             }
         }
@@ -116,28 +141,38 @@ fn cond(rs: &Ruleset, c: &Cond) -> String {
 impl Wirefilter {
     pub fn new(rs: &Ruleset) -> Self {
         let scheme: &'static Scheme = Box::leak(Box::new(Scheme! {
-            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes,
+            http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes, http.url: Bytes,
             http.ua: Bytes, http.referer: Bytes, http.other: Bytes,
             q.action: Bytes, q.other: Bytes, ip.src: Ip, port: Int,
         }));
-        let filters = rs
+        let deciding = |r: &rctl_compiler::ir::Rule| {
+            r.enabled
+                && !r.is_packet_limit()
+                && r.action.is_terminal()
+                && !r.shadow
+                && r.action != Action::Log
+        };
+        let filters: Vec<_> = rs
             .rules
             .iter()
-            .filter(|r| r.enabled && !r.is_packet_limit())
-            .map(|r| {
+            .enumerate()
+            .filter(|(_, r)| deciding(r))
+            .map(|(i, r)| {
                 let src = cond(rs, &r.cond);
                 let ast = scheme.parse(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-                (
-                    ast.compile(),
-                    r.action.is_terminal() && !r.shadow && r.action != Action::Log,
-                )
+                (ast.compile(), i)
             })
             .collect();
-        Wirefilter { scheme, filters }
+        let skipped = rs.rules.iter().filter(|r| r.enabled).count() - filters.len();
+        Wirefilter {
+            scheme,
+            filters,
+            skipped,
+        }
     }
 
-    /// The index of the first terminal rule that matches.
-    pub fn decide(&self, r: &'static Owned) -> Option<usize> {
+    /// The request's fields, as an embedding server sets them.
+    pub fn context(&self, r: &'static Owned) -> ExecutionContext<'static> {
         let mut ctx = ExecutionContext::new(self.scheme);
         let (path, query) = r.target.split_once('?').unwrap_or((&r.target, ""));
         let header = |n: &str| {
@@ -150,20 +185,84 @@ impl Wirefilter {
             .split('&')
             .find_map(|kv| kv.strip_prefix("action="))
             .unwrap_or("");
-        ctx.set_field_value("http.method", r.method).ok()?;
-        ctx.set_field_value("http.host", r.host).ok()?;
-        ctx.set_field_value("http.path", path).ok()?;
-        ctx.set_field_value("http.query", query).ok()?;
-        ctx.set_field_value("http.ua", header("user-agent")).ok()?;
-        ctx.set_field_value("http.referer", header("referer"))
-            .ok()?;
-        ctx.set_field_value("http.other", "").ok()?;
-        ctx.set_field_value("q.action", action).ok()?;
-        ctx.set_field_value("q.other", "").ok()?;
-        ctx.set_field_value("ip.src", r.ip).ok()?;
-        ctx.set_field_value("port", 443).ok()?;
+        let fields = [
+            ("http.method", r.method),
+            ("http.host", r.host),
+            ("http.path", path),
+            ("http.query", query),
+            ("http.url", r.target.as_str()),
+            ("http.ua", header("user-agent")),
+            ("http.referer", header("referer")),
+            ("http.other", ""),
+            ("q.action", action),
+            ("q.other", ""),
+        ];
+        for (f, v) in fields {
+            ctx.set_field_value(f, v).expect("a bytes field");
+        }
+        ctx.set_field_value("ip.src", r.ip)
+            .expect("an address field");
+        ctx.set_field_value("port", 443).expect("an integer field");
+        ctx
+    }
+
+    /// The index (in the ruleset) of the first deciding rule that matches.
+    pub fn decide(&self, ctx: &ExecutionContext<'static>) -> Option<usize> {
         self.filters
             .iter()
-            .position(|(f, terminal)| *terminal && f.execute(&ctx).unwrap_or(false))
+            .find(|(f, _)| f.execute(ctx).unwrap_or(false))
+            .map(|&(_, i)| i)
     }
+}
+
+/// How the engine and wirefilter decided the same requests.
+#[derive(Debug, Default)]
+pub struct Agreement {
+    /// Requests both decided by the same rule, or both left alone.
+    pub same: usize,
+    /// Requests the engine throttled (wirefilter has no limiter).
+    pub throttled: usize,
+    /// Requests decided differently: (request, engine's rule, wirefilter's).
+    pub differ: Vec<(usize, Option<usize>, Option<usize>)>,
+}
+
+/// Decides every request with a fresh engine (time moving forward by
+/// `step_ns` a request) and with `wf`, and compares the deciding rules.
+pub fn agreement(rs: &Ruleset, wf: &Wirefilter, reqs: &'static [Owned], step_ns: u64) -> Agreement {
+    use rctl_dataplane::{Engine, EngineConfig, Request, Verdict};
+    let engine = Engine::new(rs.clone(), &EngineConfig::default()).expect("engine");
+    let mut scratch = engine.scratch();
+    let mut out = Agreement::default();
+    for (i, r) in reqs.iter().enumerate() {
+        let headers: Vec<(&[u8], &[u8])> = r
+            .headers
+            .iter()
+            .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
+            .collect();
+        let req = Request {
+            method: r.method.as_bytes(),
+            host: r.host.as_bytes(),
+            target: r.target.as_bytes(),
+            headers: &headers,
+            ip: r.ip,
+            dst: None,
+            port: 443,
+            time_ns: (i as u64 + 1) * step_ns,
+        };
+        let d = engine.decide_request_with(&req, &mut scratch, None);
+        let mine = match d.verdict {
+            Verdict::Throttle { .. } => {
+                out.throttled += 1;
+                continue;
+            }
+            v => v.rule(),
+        };
+        let theirs = wf.decide(&wf.context(r));
+        if mine == theirs {
+            out.same += 1;
+        } else {
+            out.differ.push((i, mine, theirs));
+        }
+    }
+    out
 }

@@ -110,17 +110,17 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     Ok(Emitted {
         files: vec![
             File {
-                name: SPOE_FILE,
+                name: SPOE_FILE.into(),
                 role: "the SPOE engine; the filter spoe line names it",
                 text: spoe_file(source, backend, timeout_ms, &headers),
             },
             File {
-                name: BACKENDS_FILE,
+                name: BACKENDS_FILE.into(),
                 role: "backend sections: load with one more -f",
                 text: backends_file(source, backend, &o.agent),
             },
             File {
-                name: FRONTEND_FILE,
+                name: FRONTEND_FILE.into(),
                 role: "lines for each frontend rctl protects",
                 text: frontend_file(source, &format!("{dir}/{SPOE_FILE}"), &reads),
             },

@@ -7,6 +7,13 @@
 //! - [`nginx`]: nginx 1.22+ asks the agent's HTTP check endpoint through
 //!   `auth_request`.
 //!
+//! and one per target that decides by itself, in requestctl's shape
+//! (`rctl emit vcl|haproxy`, no agent involved):
+//! - [`vcl`]: Varnish 7.1+ VCL, throttles with vmod_vsthrottle;
+//! - [`haproxy`]: HAProxy 2.6+ ACLs, map files and stick tables.
+//!
+//! [`pcre`] writes rctl's regexes for both (PCRE2 without UTF).
+//!
 //! [`reads`] finds what a ruleset needs from the proxy (the headers its
 //! rules read) and what the proxy must answer (the statuses of its
 //! blocks). Every output is deterministic: the same ruleset and options
@@ -16,9 +23,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod haproxy;
 pub mod haproxy_spoe;
 pub mod nginx;
+pub mod pcre;
 pub mod reads;
+pub mod vcl;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -28,7 +38,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct File {
     /// The file name (no directory).
-    pub name: &'static str,
+    pub name: String,
     /// What it is and where it goes, one line.
     pub role: &'static str,
     /// The contents.

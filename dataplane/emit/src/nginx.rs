@@ -90,12 +90,12 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     Ok(Emitted {
         files: vec![
             File {
-                name: HTTP_FILE,
+                name: HTTP_FILE.into(),
                 role: "include in the http block",
                 text: http_file(&o.source, &addr.to_string()),
             },
             File {
-                name: SERVER_FILE,
+                name: SERVER_FILE.into(),
                 role: "include in each server block rctl protects",
                 text: server_file(&o.source, timeout_ms, &reads),
             },

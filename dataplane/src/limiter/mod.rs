@@ -30,6 +30,10 @@
 //! hit is lost while the two coexist, and each applies its own rate,
 //! burst and ban to them.
 //!
+//! **Two kinds of bucket.** `throttle … bucket vsthrottle` keeps
+//! vmod_vsthrottle's token bucket instead of GCRA ([`vsthrottle`]), in
+//! tables of its own (local only: a `shared` throttle is GCRA).
+//!
 //! **Shared limiters** (`throttle … shared`) keep the same GCRA, on a
 //! mirror of a site-wide bucket that a backend (Redis, in `rctl-fleet`)
 //! reconciles in the background: see [`Shared`]. This crate has no
@@ -37,6 +41,7 @@
 //! state through [`Limiter::shared`].
 
 mod shared;
+pub mod vsthrottle;
 
 pub use shared::{Shared, SharedDelta, SharedStats, SharedUpdate};
 
@@ -60,6 +65,7 @@ pub enum Outcome {
     },
 }
 
+/// One key's GCRA state.
 #[derive(Debug, Clone, Copy)]
 struct State {
     /// Theoretical arrival time of the next conforming hit.
@@ -68,10 +74,16 @@ struct State {
     banned_until: u64,
 }
 
-/// What a table entry holds: the GCRA state, and for shared limiters
-/// what the backend needs besides.
-trait Bucket {
-    fn state(&self) -> &State;
+/// What eviction needs to know of a table entry: a GCRA state, a
+/// vsthrottle bucket, or a shared limiter's entry.
+trait Slot {
+    /// Banned until (0 or past: not banned).
+    fn banned_until(&self) -> u64;
+    /// Whether forgetting the key would change nothing at `now`.
+    fn refilled(&self, now: u64, params: &Params) -> bool;
+    /// Among keys alike in being banned and refilled, the one to evict
+    /// first has the smallest rank.
+    fn rank(&self) -> u64;
     /// Whether it holds something not yet handed to the backend (kept
     /// over idle entries when a shard is full).
     fn busy(&self) -> bool {
@@ -79,9 +91,15 @@ trait Bucket {
     }
 }
 
-impl Bucket for State {
-    fn state(&self) -> &State {
-        self
+impl Slot for State {
+    fn banned_until(&self) -> u64 {
+        self.banned_until
+    }
+    fn refilled(&self, now: u64, _: &Params) -> bool {
+        self.tat <= now
+    }
+    fn rank(&self) -> u64 {
+        self.tat
     }
 }
 
@@ -154,11 +172,23 @@ impl Gcra {
     }
 }
 
+/// A limiter's parameters: GCRA's, or vsthrottle's.
+#[derive(Debug, Clone, Copy)]
+enum Params {
+    Gcra(Gcra),
+    Vsthrottle(vsthrottle::Params),
+}
+
 /// The shard tables of a limiter.
 #[derive(Debug)]
 enum Shards {
     Local(Vec<Mutex<Shard<State>>>),
+    Vsthrottle(Vec<Mutex<Shard<vsthrottle::State>>>),
     Shared(Box<shared::SharedTable>),
+}
+
+fn local_shards<S>() -> Vec<Mutex<Shard<S>>> {
+    (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect()
 }
 
 /// The keys and buckets of a limiter: what a new generation's limiter
@@ -173,7 +203,7 @@ struct Table {
 /// One limiter: the buckets of one throttle rule.
 #[derive(Debug)]
 pub struct Limiter {
-    gcra: Gcra,
+    params: Params,
     per_shard: usize,
     table: Arc<Table>,
 }
@@ -214,15 +244,17 @@ impl Limiter {
     /// tracking at most `max_keys` keys (rounded up to a multiple of the
     /// shard count).
     pub fn new(limit: u32, period_ms: u64, burst: u32, ban_ms: u64, max_keys: usize) -> Self {
-        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
-        Self::with(
-            limit,
-            period_ms,
-            burst,
-            ban_ms,
-            max_keys,
-            Shards::Local(shards),
-        )
+        let gcra = Params::Gcra(Gcra::new(limit, period_ms, burst, ban_ms));
+        Self::with(gcra, max_keys, Shards::Local(local_shards()))
+    }
+
+    /// vmod_vsthrottle's bucket (`bucket vsthrottle`): `limit` tokens per
+    /// `period_ms`, ban `ban_ms` (0: none), admitting exactly as
+    /// `vsthrottle.is_denied(key, limit, period, ban)` does (see
+    /// [`vsthrottle`]); at most `max_keys` keys.
+    pub fn vsthrottle(limit: u32, period_ms: u64, ban_ms: u64, max_keys: usize) -> Self {
+        let params = Params::Vsthrottle(vsthrottle::Params::new(limit, period_ms, ban_ms));
+        Self::with(params, max_keys, Shards::Vsthrottle(local_shards()))
     }
 
     /// Like [`Limiter::new`], for a `shared` throttle: the same limits,
@@ -236,20 +268,15 @@ impl Limiter {
         ban_ms: u64,
         max_keys: usize,
     ) -> Self {
-        let shards = Shards::Shared(Box::default());
-        Self::with(limit, period_ms, burst, ban_ms, max_keys, shards)
+        let gcra = Params::Gcra(Gcra::new(limit, period_ms, burst, ban_ms));
+        Self::with(gcra, max_keys, Shards::Shared(Box::default()))
     }
 
-    fn with(
-        limit: u32,
-        period_ms: u64,
-        burst: u32,
-        ban_ms: u64,
-        max_keys: usize,
-        shards: Shards,
-    ) -> Self {
+    /// `params` must pair with `shards`: GCRA with local or shared
+    /// tables, vsthrottle with vsthrottle tables.
+    fn with(params: Params, max_keys: usize, shards: Shards) -> Self {
         Limiter {
-            gcra: Gcra::new(limit, period_ms, burst, ban_ms),
+            params,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             table: Arc::new(Table {
                 hasher: RandomState::new(),
@@ -258,9 +285,9 @@ impl Limiter {
         }
     }
 
-    /// Its GCRA parameters.
-    pub fn gcra(&self) -> Gcra {
-        self.gcra
+    /// Whether this limiter's buckets are vsthrottle's.
+    pub fn is_vsthrottle(&self) -> bool {
+        matches!(self.params, Params::Vsthrottle(_))
     }
 
     /// Whether it is a `shared` limiter.
@@ -270,9 +297,9 @@ impl Limiter {
 
     /// The backend's handle on a shared limiter (`None` for a local one).
     pub fn shared(&self) -> Option<Shared<'_>> {
-        match &self.table.shards {
-            Shards::Shared(t) => Some(Shared::new(self, t)),
-            Shards::Local(_) => None,
+        match (&self.table.shards, self.params) {
+            (Shards::Shared(t), Params::Gcra(g)) => Some(Shared::new(self, t, g)),
+            _ => None,
         }
     }
 
@@ -280,13 +307,20 @@ impl Limiter {
     /// update the same state (shared, not copied, so hits `old` still
     /// takes are not lost), each with its own rate, burst, ban and key
     /// bound. What this limiter had before is dropped. Bans carry with the
-    /// end they were given; the new ban length applies to new bans. Both
-    /// must be local, or both shared ([`Limiter::is_shared`]): a shared
-    /// limiter keeps its own kind of table otherwise.
-    pub fn share_state(&mut self, old: &Limiter) {
-        if self.is_shared() == old.is_shared() {
+    /// end they were given; the new ban length applies to new bans.
+    /// Limiters of different kinds of table (local GCRA, vsthrottle,
+    /// shared) share nothing: this returns false and changes nothing.
+    pub fn share_state(&mut self, old: &Limiter) -> bool {
+        let same = matches!(
+            (&self.table.shards, &old.table.shards),
+            (Shards::Local(_), Shards::Local(_))
+                | (Shards::Vsthrottle(_), Shards::Vsthrottle(_))
+                | (Shards::Shared(_), Shards::Shared(_))
+        );
+        if same {
             self.table = Arc::clone(&old.table);
         }
+        same
     }
 
     /// Whether the two limiters update the same keys and buckets.
@@ -302,19 +336,20 @@ impl Limiter {
     /// Keys tracked, keys banned at `now_ns`, and the bound (one pass
     /// over the shards, each locked in turn).
     pub fn fill(&self, now_ns: u64) -> Fill {
-        fn count<B: Bucket>(shards: &[Mutex<Shard<B>>], now_ns: u64) -> (usize, usize) {
+        fn count<S: Slot>(shards: &[Mutex<Shard<S>>], now_ns: u64) -> (usize, usize) {
             shards.iter().fold((0, 0), |(k, b), s| {
                 let s = lock(s);
                 let banned = s
                     .keys
                     .values()
-                    .filter(|e| e.state().banned_until > now_ns)
+                    .filter(|e| e.banned_until() > now_ns)
                     .count();
                 (k + s.keys.len(), b + banned)
             })
         }
         let (keys, banned) = match &self.table.shards {
             Shards::Local(s) => count(s, now_ns),
+            Shards::Vsthrottle(s) => count(s, now_ns),
             Shards::Shared(t) => count(&t.shards, now_ns),
         };
         Fill {
@@ -342,63 +377,74 @@ impl Limiter {
         }
         match &self.table.shards {
             Shards::Local(s) => bytes(s),
+            Shards::Vsthrottle(s) => bytes(s),
             Shards::Shared(t) => bytes(&t.shards),
         }
     }
 
     /// Records one hit for `key` at `now_ns`.
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
-        match &self.table.shards {
-            Shards::Local(shards) => {
+        match (&self.table.shards, &self.params) {
+            (Shards::Local(shards), Params::Gcra(g)) => {
                 let h = self.table.hasher.hash_one(key);
                 let mut shard = lock(&shards[shard_of(h)]);
                 let st = self.entry(&mut shard, h, now_ns, |_| State {
                     tat: now_ns,
                     banned_until: 0,
                 });
-                match self.step(st, now_ns, self.gcra.interval_ns) {
+                match step(g, st, now_ns, g.interval_ns) {
                     Step::Allowed => Outcome::Allowed,
                     Step::Limited(ns) | Step::Banned(ns) => Outcome::Limited { retry_after_ns: ns },
                 }
             }
-            Shards::Shared(t) => t.hit(self, key, now_ns),
+            (Shards::Vsthrottle(shards), Params::Vsthrottle(v)) => {
+                let h = self.table.hasher.hash_one(key);
+                let mut shard = lock(&shards[shard_of(h)]);
+                v.hit(
+                    self.entry(&mut shard, h, now_ns, |_| v.fresh(now_ns)),
+                    now_ns,
+                )
+            }
+            (Shards::Shared(t), Params::Gcra(g)) => t.hit(self, g, key, now_ns),
+            // The constructors pair each kind of table with its parameters.
+            _ => Outcome::Allowed,
         }
     }
 
     /// The entry for `h` in `shard`, made by `new` if absent (evicting one
     /// when the shard is full).
-    fn entry<'s, B: Bucket>(
+    fn entry<'s, S: Slot>(
         &self,
-        shard: &'s mut Shard<B>,
+        shard: &'s mut Shard<S>,
         h: u64,
         now_ns: u64,
-        new: impl FnOnce(u64) -> B,
-    ) -> &'s mut B {
+        new: impl FnOnce(u64) -> S,
+    ) -> &'s mut S {
         if shard.keys.len() >= self.per_shard && !shard.keys.contains_key(&h) {
-            evict(&mut shard.keys, now_ns);
+            evict(&mut shard.keys, now_ns, &self.params);
         }
         shard.keys.entry(h).or_insert_with(|| new(h))
     }
-
-    /// One GCRA step on `st`: a conforming hit moves it `charge_ns` on.
-    fn step(&self, st: &mut State, now_ns: u64, charge_ns: u64) -> Step {
-        if st.banned_until > now_ns {
-            return Step::Limited(st.banned_until - now_ns);
-        }
-        let tat = st.tat.max(now_ns);
-        if tat - now_ns > self.gcra.tolerance_ns {
-            if self.gcra.ban_ns > 0 {
-                st.banned_until = now_ns.saturating_add(self.gcra.ban_ns);
-                return Step::Banned(self.gcra.ban_ns);
-            }
-            return Step::Limited(tat - now_ns - self.gcra.tolerance_ns);
-        }
-        st.tat = tat.saturating_add(charge_ns);
-        Step::Allowed
-    }
 }
 
-fn evict<B: Bucket>(keys: &mut HashMap<u64, B, NoHash>, now: u64) {
+/// One GCRA step on `st`: a conforming hit moves it `charge_ns` on.
+fn step(g: &Gcra, st: &mut State, now_ns: u64, charge_ns: u64) -> Step {
+    if st.banned_until > now_ns {
+        return Step::Limited(st.banned_until - now_ns);
+    }
+    let tat = st.tat.max(now_ns);
+    if tat - now_ns > g.tolerance_ns {
+        if g.ban_ns > 0 {
+            st.banned_until = now_ns.saturating_add(g.ban_ns);
+            return Step::Banned(g.ban_ns);
+        }
+        return Step::Limited(tat - now_ns - g.tolerance_ns);
+    }
+    st.tat = tat.saturating_add(charge_ns);
+    Step::Allowed
+}
+
+fn evict<S: Slot>(keys: &mut HashMap<u64, S, NoHash>, now: u64, params: &Params) {
     // Sample from a position that moves with time, so eviction does not
     // keep hitting the same part of the table.
     let skip = (now as usize / 1_000) % keys.len().max(1);
@@ -407,15 +453,13 @@ fn evict<B: Bucket>(keys: &mut HashMap<u64, B, NoHash>, now: u64) {
         .iter()
         .skip(skip)
         .take(SAMPLE)
-        .min_by_key(|(_, b)| {
-            let s = b.state();
-            let banned = s.banned_until > now;
-            let refilled = s.tat <= now;
+        .min_by_key(|(_, s)| {
+            let banned = s.banned_until() > now;
             (
                 banned,
-                b.busy(),
-                !refilled,
-                if banned { s.banned_until } else { s.tat },
+                s.busy(),
+                !s.refilled(now, params),
+                if banned { s.banned_until() } else { s.rank() },
             )
         })
         .map(|(k, _)| *k);
@@ -425,118 +469,4 @@ fn evict<B: Bucket>(keys: &mut HashMap<u64, B, NoHash>, now: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    #[test]
-    fn burst_then_steady_rate() {
-        let l = Limiter::new(10, 1_000, 10, 0, 100);
-        for _ in 0..10 {
-            assert_eq!(l.hit(b"k", 0), Outcome::Allowed);
-        }
-        let Outcome::Limited { retry_after_ns } = l.hit(b"k", 0) else {
-            panic!()
-        };
-        assert_eq!(retry_after_ns, S / 10);
-        assert_eq!(l.hit(b"k", S / 10), Outcome::Allowed);
-        assert!(matches!(l.hit(b"k", S / 10), Outcome::Limited { .. }));
-        assert_eq!(l.hit(b"other", 0), Outcome::Allowed);
-    }
-
-    #[test]
-    fn ban_holds_for_its_duration() {
-        let l = Limiter::new(1, 1_000, 1, 60_000, 100);
-        assert_eq!(l.hit(b"k", 0), Outcome::Allowed);
-        assert_eq!(
-            l.hit(b"k", 1),
-            Outcome::Limited {
-                retry_after_ns: 60 * S
-            }
-        );
-        assert!(matches!(l.hit(b"k", 30 * S), Outcome::Limited { .. }));
-        assert_eq!(l.hit(b"k", 60 * S + 2), Outcome::Allowed);
-    }
-
-    #[test]
-    fn a_million_spoofed_sources_neither_grow_memory_nor_lift_bans() {
-        let l = Limiter::new(1, 60_000, 1, 600_000, 4_096);
-        // 100 abusers get banned.
-        for i in 0..100u32 {
-            let k = format!("bad{i}");
-            l.hit(k.as_bytes(), 0);
-            assert!(matches!(l.hit(k.as_bytes(), 1), Outcome::Limited { .. }));
-        }
-        let mut peak_bytes = 0;
-        for i in 0..1_000_000u32 {
-            l.hit(&i.to_le_bytes(), 2 + u64::from(i) * 100);
-            if i % 65_536 == 0 {
-                peak_bytes = peak_bytes.max(l.table_bytes());
-            }
-        }
-        assert!(l.len() <= l.capacity(), "{} > {}", l.len(), l.capacity());
-        // 24 bytes of state a key; under churn the tables settle at about 3.5x
-        // their fill (tombstones force one doubling), and never grow past it.
-        assert!(peak_bytes <= 4_096 * 90, "table grew to {peak_bytes} bytes");
-        for i in 0..100u32 {
-            let k = format!("bad{i}");
-            assert!(
-                matches!(l.hit(k.as_bytes(), 200_000_000), Outcome::Limited { .. }),
-                "ban of bad{i} was lifted"
-            );
-        }
-    }
-
-    #[test]
-    fn shared_state_keeps_bans_and_hits_and_takes_new_parameters() {
-        let old = Limiter::new(1, 1_000, 1, 60_000, 100);
-        assert_eq!(old.hit(b"banned", 0), Outcome::Allowed);
-        assert!(matches!(old.hit(b"banned", 1), Outcome::Limited { .. }));
-        // A faster rate, no ban, a bigger burst.
-        let mut new = Limiter::new(100, 1_000, 5, 0, 100);
-        assert_eq!(new.hit(b"banned", 2), Outcome::Allowed, "fresh before");
-        new.share_state(&old);
-        assert!(
-            new.shares_state_with(&old) && !old.shares_state_with(&Limiter::new(1, 1, 1, 0, 1))
-        );
-        assert!(
-            matches!(new.hit(b"banned", 30 * S), Outcome::Limited { .. }),
-            "the ban carries to its end"
-        );
-        // A hit the old limiter takes after the swap is seen by the new one.
-        assert_eq!(old.hit(b"late", 0), Outcome::Allowed);
-        assert_eq!(new.fill(S).keys, 2);
-        // Its standing carries: the old limiter's hit put it a second
-        // ahead, which the new rate still counts.
-        assert!(matches!(new.hit(b"late", S / 2), Outcome::Limited { .. }));
-        // Once that has passed, the new burst (5, where the old one had 1)
-        // applies to the carried key.
-        for _ in 0..5 {
-            assert_eq!(new.hit(b"late", 2 * S), Outcome::Allowed);
-        }
-        assert!(matches!(new.hit(b"late", 2 * S), Outcome::Limited { .. }));
-        let f = new.fill(S);
-        assert_eq!((f.keys, f.banned, f.capacity), (2, 1, 112));
-    }
-
-    #[test]
-    fn shared_across_threads() {
-        let l = std::sync::Arc::new(Limiter::new(1_000, 1_000, 1_000, 0, 1 << 16));
-        let hs: Vec<_> = (0..4)
-            .map(|t| {
-                let l = l.clone();
-                std::thread::spawn(move || {
-                    (0..1_000)
-                        .filter(|i| l.hit(b"shared", t * 10 + i % 3) == Outcome::Allowed)
-                        .count()
-                })
-            })
-            .collect();
-        let allowed: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
-        assert_eq!(
-            allowed, 1_000,
-            "exactly the burst is allowed, whatever the interleaving"
-        );
-    }
-}
+mod tests;

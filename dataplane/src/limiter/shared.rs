@@ -62,7 +62,9 @@
 //! id, so a client that can choose key material still cannot aim
 //! collisions at the table.
 
-use super::{lock, shard_of, Bucket, Limiter, Outcome, Shard, State, Step, SHARDS};
+use super::{
+    lock, shard_of, step, Gcra, Limiter, Outcome, Params, Shard, Slot, State, Step, SHARDS,
+};
 use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -128,9 +130,15 @@ impl Entry {
     }
 }
 
-impl Bucket for Entry {
-    fn state(&self) -> &State {
-        &self.st
+impl Slot for Entry {
+    fn banned_until(&self) -> u64 {
+        self.st.banned_until
+    }
+    fn refilled(&self, now: u64, params: &Params) -> bool {
+        self.st.refilled(now, params)
+    }
+    fn rank(&self) -> u64 {
+        self.st.rank()
     }
     fn busy(&self) -> bool {
         self.dirty || self.inflight > 0
@@ -171,7 +179,7 @@ impl std::fmt::Debug for SharedTable {
 }
 
 impl SharedTable {
-    pub(super) fn hit(&self, l: &Limiter, key: &[u8], now_ns: u64) -> Outcome {
+    pub(super) fn hit(&self, l: &Limiter, g: &Gcra, key: &[u8], now_ns: u64) -> Outcome {
         let id = key_id(key);
         let h = l.table.hasher.hash_one(id);
         let online = self.online.load(Relaxed);
@@ -184,8 +192,8 @@ impl SharedTable {
         let mut shard = lock(&self.shards[shard_of(h)]);
         let e = l.entry(&mut shard, h, now_ns, |_| Entry::new(id, now_ns, w0));
         let w = if online { e.weight } else { 1.0 };
-        let charge = (l.gcra.interval_ns as f64 * f64::from(w)) as u64;
-        let step = l.step(&mut e.st, now_ns, charge);
+        let charge = (g.interval_ns as f64 * f64::from(w)) as u64;
+        let step = step(g, &mut e.st, now_ns, charge);
         let mut wake = false;
         let out = match step {
             Step::Allowed => {
@@ -265,11 +273,21 @@ pub struct SharedStats {
 pub struct Shared<'a> {
     limiter: &'a Limiter,
     table: &'a SharedTable,
+    gcra: Gcra,
 }
 
 impl<'a> Shared<'a> {
-    pub(super) fn new(limiter: &'a Limiter, table: &'a SharedTable) -> Self {
-        Shared { limiter, table }
+    pub(super) fn new(limiter: &'a Limiter, table: &'a SharedTable, gcra: Gcra) -> Self {
+        Shared {
+            limiter,
+            table,
+            gcra,
+        }
+    }
+
+    /// The limiter's GCRA parameters (a shared limiter is always GCRA).
+    pub fn gcra(&self) -> Gcra {
+        self.gcra
     }
 
     /// Whether the backend is online (deltas are kept and weights used).
@@ -352,7 +370,7 @@ impl<'a> Shared<'a> {
     /// site's hits over this host's.
     pub fn apply(&self, now_ns: u64, updates: &[SharedUpdate]) {
         let l = self.limiter;
-        let interval = l.gcra.interval_ns as f64;
+        let interval = self.gcra.interval_ns as f64;
         for u in updates {
             let h = l.table.hasher.hash_one(u.id);
             let mut s = lock(&self.table.shards[shard_of(h)]);

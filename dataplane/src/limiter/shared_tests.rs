@@ -28,7 +28,7 @@ impl Site {
         let sh = l.shared().unwrap();
         let mut d = Vec::new();
         sh.drain(now, &mut d);
-        let interval = l.gcra().interval_ns;
+        let interval = sh.gcra().interval_ns;
         let updates: Vec<SharedUpdate> = d
             .iter()
             .map(|d| {

@@ -3,37 +3,40 @@
 
 #![no_std]
 
+pub mod dir;
+
+pub use dir::Range;
+
 /// Map names, as the program declares them.
 pub mod maps {
     /// `Array<Term>`: the packet plane's rules as DNF terms, in order.
     pub const TERMS: &str = "RCTL_TERMS";
     /// `Array<u32>`: `[0]` is the number of terms in use
-    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_SETS_ONLY`] and
-    /// [`super::CONFIG_USES_DST`]; `[1]` and `[2]` the IPv4 and IPv6 index
-    /// shifts (see [`V4_INDEX`]); `[3]` stays 0 (the program reads it as a
-    /// zero the verifier cannot see through).
+    /// ([`super::CONFIG_TERMS`]), with [`super::CONFIG_PREFETCH`],
+    /// [`super::CONFIG_SETS_ONLY`] and [`super::CONFIG_USES_DST`]; `[1]` is
+    /// unused; `[2]` is the size of the benchmark's probe table
+    /// (`RCTL_TOUCH`); `[3]` stays 0 (the program reads it as a zero the
+    /// verifier cannot see through).
     pub const CONFIG: &str = "RCTL_CONFIG";
     /// `LpmTrie<[u8; 4], u64>`: IPv4 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).
     pub const V4: &str = "RCTL_V4";
-    /// `Array<Range4>`: the IPv4 space cut into intervals, sorted by start,
-    /// each with its membership bits; sized at load time.
-    pub const V4_RANGES: &str = "RCTL_V4_RANGES";
-    /// `Array<u64>` indexed by an address's top `k` bits (the address
-    /// shifted right by `CONFIG[1]`; `k` from 8 to 16 grows with the table,
-    /// so that a small table's index stays small and cached): the index
-    /// of the interval holding the block's first address (low 32 bits),
-    /// and how many intervals start inside the block (high 32 bits).
-    pub const V4_INDEX: &str = "RCTL_V4_INDEX";
     /// `LpmTrie<[u8; 16], u64>`: IPv6 prefixes to ip-set membership bits
     /// (read only by the `rctl_lpm` baseline program).
     pub const V6: &str = "RCTL_V6";
-    /// `Array<Range6>`: the IPv6 space cut into intervals, as
-    /// [`V4_RANGES`] for IPv4.
-    pub const V6_RANGES: &str = "RCTL_V6_RANGES";
-    /// `Array<u64>` indexed by an address's top `k` bits (the first half
-    /// shifted right by `CONFIG[2]`), as [`V4_INDEX`].
-    pub const V6_INDEX: &str = "RCTL_V6_INDEX";
+    /// `Array<[u64; ENTRY_CHUNK]>`: the direct tables' entries (see
+    /// [`super::dir`]); entry 0 is the IPv4 root, entry 1 the IPv6 root,
+    /// entries 2 and 3 describe their filters.
+    pub const ENTRIES: &str = "RCTL_ENTRIES";
+    /// `Array<[u64; FILTER_CHUNK]>`: the direct tables' filter bitmaps.
+    pub const FILTER: &str = "RCTL_FILTER";
+    /// `Array<[u16; NODE_CHUNK]>`: the direct tables' nodes.
+    pub const NODES: &str = "RCTL_NODES";
+    /// `Array<[u64; CLASS_CHUNK]>`: each class's ip-set membership bits.
+    pub const CLASSES: &str = "RCTL_CLASSES";
+    /// `Array<[Range; RANGE_CHUNK]>`: the intervals of the blocks looked up
+    /// by binary search (the fallback layout).
+    pub const RANGES: &str = "RCTL_RANGES";
     /// `Array<u64>` indexed by destination port: port-predicate bits.
     pub const PORTS: &str = "RCTL_PORTS";
     /// `Array<u32>` indexed by [`super::PROTO_TCP`] etc.: protocol bits.
@@ -42,17 +45,36 @@ pub mod maps {
     pub const COUNTERS: &str = "RCTL_COUNTERS";
     /// `Array<Limiter>`: rate-limit settings, indexed by [`super::Term::limiter`].
     pub const LIMITERS: &str = "RCTL_LIMITERS";
-    /// `Array<Bucket>`: rate-limit buckets, [`super::WAYS`]-way set
-    /// associative, then one overflow bucket per limiter.
+    /// `Array<[Bucket; WAYS]>`: rate-limit buckets, one set of
+    /// [`super::WAYS`] per 64-byte value (one cache line: the map is
+    /// page-aligned), then the limiters' overflow buckets.
     pub const BUCKETS: &str = "RCTL_BUCKETS";
+    /// `Array<u64>` indexed by bucket (set x [`super::WAYS`] + way): the
+    /// theoretical arrival time a bucket had when it was banned, read when
+    /// the ban ends.
+    pub const BANS: &str = "RCTL_BANS";
+    /// `Array<u32>`: the sources the benchmark's traffic generator
+    /// (`rctl_gen`) writes into its frames, in turn; `[0]` is how many
+    /// follow (0: random sources).
+    pub const GEN_SOURCES: &str = "RCTL_GEN_SOURCES";
+    /// `Array<[u64; ENTRY_CHUNK]>`: the benchmark's probe of one cold
+    /// memory access (`rctl_touch`); one chunk unless the benchmark sizes it.
+    pub const TOUCH: &str = "RCTL_TOUCH";
     /// `Array<Clock>`, one entry: how the program reads the time (see
     /// [`super::Clock`]).
     pub const CLOCK: &str = "RCTL_CLOCK";
 }
 
-/// The term count's bits in `CONFIG[0]` (with [`CONFIG_SETS_ONLY`] and
-/// [`CONFIG_USES_DST`] above them).
-pub const CONFIG_TERMS: u32 = 0xffff;
+/// The term count's bits in `CONFIG[0]` (with [`CONFIG_PREFETCH`],
+/// [`CONFIG_SETS_ONLY`] and [`CONFIG_USES_DST`] above them).
+pub const CONFIG_TERMS: u32 = 0xff;
+/// The bits of `CONFIG[0]` (from [`CONFIG_PREFETCH_SHIFT`]) that name the
+/// rate limit every source reaches, plus one (0: none): the program reads
+/// the source's bucket set under it before the source lookup, so that
+/// their cache misses overlap.
+pub const CONFIG_PREFETCH: u32 = 0xff << CONFIG_PREFETCH_SHIFT;
+/// See [`CONFIG_PREFETCH`].
+pub const CONFIG_PREFETCH_SHIFT: u32 = 8;
 /// Set in `CONFIG[0]` when every term needs the source in some ip set: a
 /// source in none passes as soon as it is looked up (most traffic, for a
 /// ruleset of address blocks), without reading the terms.
@@ -73,6 +95,7 @@ pub const PROTO_OTHER: u32 = 3;
 
 /// Most terms the program evaluates.
 pub const MAX_TERMS: u32 = 64;
+const _: () = assert!(MAX_TERMS <= CONFIG_TERMS && MAX_TERMS < 0xff);
 /// Most rules that can have counters.
 pub const MAX_RULES: u32 = 1024;
 
@@ -91,16 +114,23 @@ pub mod kind {
 /// Rate-limit buckets tracked per source (the table's fixed size).
 pub const MAX_BUCKETS: u32 = 1 << 18;
 /// Ways per set of the bucket table: a source's bucket is one of the
-/// `WAYS` slots of the set its key hashes to.
+/// `WAYS` slots of the set its key hashes to; a set is one 64-byte cache
+/// line.
 pub const WAYS: u32 = 4;
-/// Entries of the bucket map: the sets, then one overflow bucket per
-/// limiter, shared by sources that find their set full of live buckets.
-pub const BUCKET_ENTRIES: u32 = MAX_BUCKETS + MAX_TERMS;
-/// Entries of the index of either family (its largest size, 16 bits).
-pub const V4_INDEX_ENTRIES: u32 = 1 << 16;
-/// Most IPv6 intervals (the binary search's step bound covers them all
-/// in one /16).
-pub const MAX_V6_RANGES: u32 = 1 << 22;
+/// Sets of the bucket table.
+pub const SETS: u32 = MAX_BUCKETS / WAYS;
+/// Values of the bucket map: the sets, then the limiters' overflow
+/// buckets (see [`overflow_slot`]), shared by sources that find their set
+/// full of live buckets.
+pub const BUCKET_SETS: u32 = SETS + MAX_TERMS / WAYS;
+/// Buckets in the table, overflow buckets included (entries of
+/// [`maps::BANS`]).
+pub const BUCKET_ENTRIES: u32 = BUCKET_SETS * WAYS;
+
+/// The bucket (set x [`WAYS`] + way) of limiter `l`'s overflow bucket.
+pub const fn overflow_slot(l: u32) -> u32 {
+    MAX_BUCKETS + l
+}
 
 /// One DNF term of a packet-plane rule: it matches when every `*_pos` bit
 /// is set and no `*_neg` bit is set in the packet's bits.
@@ -149,68 +179,84 @@ pub struct Limiter {
     pub v6_len: u32,
     /// 1: count only TCP SYNs without ACK (connections).
     pub syn_only: u32,
-    /// Seed of the bucket table's hash (random per load, so that senders
-    /// cannot aim their sources at one set).
-    pub seed: u32,
-}
-
-/// One interval of the IPv4 space: it runs from `start` to the next
-/// interval's start; every address in it is in the ip sets of `bits`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Range4 {
-    /// First address (host order).
-    pub start: u32,
     /// Zero.
     pub pad: u32,
-    /// Ip-set membership bits.
-    pub bits: u64,
+    /// The key of IPv4 sources' bucket hash ([`bucket_key`]).
+    pub key4: u64,
+    /// The key of IPv6 sources' bucket hash.
+    pub key6: u64,
+    /// The bucket table's seed (random when a table is made, kept when
+    /// buckets are carried to a new generation); the program reads only
+    /// `key4` and `key6`, derived from it.
+    pub seed: u64,
 }
 
-/// One interval of the IPv6 space, as [`Range4`] (the start's two
-/// big-endian halves).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Range6 {
-    /// The first address's first 8 bytes.
-    pub start_hi: u64,
-    /// Its last 8 bytes.
-    pub start_lo: u64,
-    /// Ip-set membership bits.
-    pub bits: u64,
-}
-
-/// One slot of the bucket table: a limiter and masked source address, and
-/// its GCRA state. `family` 0 marks an empty slot.
+/// One bucket of the rate-limit table: a source's key (a keyed hash of
+/// the limiter and its masked address) and its GCRA state. `tag` 0 marks
+/// an empty slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
-    /// Limiter index.
-    pub limiter: u32,
-    /// 4 or 6 (0: empty).
-    pub family: u32,
-    /// The masked address's first 8 bytes (IPv4 in the first 4).
-    pub addr_hi: u64,
-    /// The masked address's last 8 bytes.
-    pub addr_lo: u64,
-    /// Theoretical arrival time of the next conforming packet.
+    /// [`bucket_tag`] of the key (never 0 for a key).
+    pub tag: u64,
+    /// The theoretical arrival time of the next conforming packet; with
+    /// [`BANNED`] set, the time the key's ban ends instead (its arrival
+    /// time is kept in [`maps::BANS`]); or [`CLAIMING`] or [`BANNING`].
     pub tat: u64,
-    /// Banned until (0: not banned).
-    pub banned_until: u64,
 }
 
-/// A bucket key's set in the table (its first slot is the set times
-/// [`WAYS`]): a seeded multiply-xorshift hash, so that senders cannot aim
-/// their sources at one set. The program and user space (which carries
-/// buckets from one generation to the next) share it.
+/// Set in [`Bucket::tat`] while the key is banned: the rest is the time
+/// the ban ends.
+pub const BANNED: u64 = 1 << 63;
+/// [`Bucket::tat`] of a bucket being claimed for a new key.
+pub const CLAIMING: u64 = u64::MAX;
+/// [`Bucket::tat`] of a bucket whose key is being banned (its arrival
+/// time is being saved).
+pub const BANNING: u64 = u64::MAX - 1;
+
+/// A set of the bucket table: one 64-byte cache line.
+pub type BucketSet = [Bucket; WAYS as usize];
+
+/// MurmurHash3's 64-bit finalizer: a bijection that mixes every bit into
+/// every other.
 #[inline(always)]
-pub fn bucket_set(seed: u32, limiter: u32, family: u32, hi: u64, lo: u64) -> u32 {
-    let seed = u64::from(seed).wrapping_mul(0x0100_0000_01b3);
-    let mut h = (seed ^ hi ^ (u64::from(limiter) << 8 | u64::from(family)))
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h = (h ^ (h >> 29) ^ lo).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 32;
-    (h as u32) & (MAX_BUCKETS / WAYS - 1)
+pub const fn fmix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The key of one limiter's bucket hash for one family, from the table's
+/// secret `seed` and the limiter's `id` (a hash of its rule's name, so
+/// that a limiter keeps its buckets in a new generation that keeps the
+/// seed). Distinct per limiter and family, so that no source under one
+/// can be aimed at a bucket of another without the seed.
+pub const fn bucket_key(seed: u64, id: u64, family: u32) -> u64 {
+    fmix64(fmix64(seed ^ id) ^ family as u64)
+}
+
+/// A source's bucket tag under a limiter's `key`: the masked address
+/// `(hi, lo)` (IPv4 in the top 32 bits of `hi`) hashed with the key, never
+/// 0. A key whose `lo` is 0 (IPv4, IPv6 keyed by a /64 or shorter) takes
+/// one round, a bijection of `hi`: such keys never collide. Others take
+/// two, and for one `hi` never collide either; two keys with different
+/// `hi` collide only through the secret key, as user space's 64-bit keyed
+/// hashes do.
+#[inline(always)]
+pub const fn bucket_tag(key: u64, hi: u64, lo: u64) -> u64 {
+    let mut t = fmix64(hi ^ key);
+    if lo != 0 {
+        t = fmix64(t ^ lo);
+    }
+    t | (t == 0) as u64
+}
+
+/// The set of a bucket tag.
+#[inline(always)]
+pub const fn bucket_set(tag: u64) -> u32 {
+    (tag >> 32) as u32 & (SETS - 1)
 }
 
 /// How the program reads the time, in ns of CLOCK_MONOTONIC.
@@ -248,11 +294,10 @@ pub struct Counters {
 }
 
 const _: () = assert!(core::mem::size_of::<Term>() == 72);
-const _: () = assert!(core::mem::size_of::<Limiter>() == 40);
+const _: () = assert!(core::mem::size_of::<Limiter>() == 64);
 const _: () = assert!(core::mem::size_of::<Counters>() == 16);
-const _: () = assert!(core::mem::size_of::<Range4>() == 16);
-const _: () = assert!(core::mem::size_of::<Range6>() == 24);
-const _: () = assert!(core::mem::size_of::<Bucket>() == 40);
+const _: () = assert!(core::mem::size_of::<Bucket>() == 16);
+const _: () = assert!(core::mem::size_of::<BucketSet>() == 64);
 const _: () = assert!(core::mem::size_of::<Clock>() == 24);
 
 #[cfg(feature = "user")]
@@ -264,9 +309,7 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Limiter {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::Range4 {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Range6 {}
+    unsafe impl aya::Pod for super::Range {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Bucket {}
     // SAFETY: as above.

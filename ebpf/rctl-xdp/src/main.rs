@@ -8,15 +8,15 @@
 //! or pass (allow and exemptions). Anything the program does not parse
 //! passes.
 //!
-//! IPv4 sources are looked up in a sorted interval table: an array indexed
-//! by the address's top k bits (k from 8 to 16, growing with the table:
-//! about one interval per block, and a small table's index stays small
-//! enough to stay cached) gives the few intervals that start inside that
-//! block, and a binary search over them (at most 17 steps, usually 0 to
-//! 5) finds the one that holds the address. Each step is an array load the
-//! verifier inlines. IPv6 sources use the same layout with 128-bit
-//! starts. `rctl_lpm` is the same program with the kernel's LPM tries
-//! instead: the baseline the benchmark compares against.
+//! Sources are looked up in direct tables sized to the ruleset
+//! ([`rctl_common::dir`]: a root indexed by the address's top bits, whose
+//! entries are a class, a one-cache-line node of a few intervals, a child
+//! table, or a binary search over intervals where neither fits): one or
+//! two cache lines per lookup (`lookup.rs`). `rctl_lpm` is the same
+//! program with the kernel's LPM tries instead: the baseline the benchmark
+//! compares against. When a rate limit applies to every source, the
+//! source's bucket set is read before the lookup, so that the two cache
+//! misses of a new source overlap.
 
 #![no_std]
 #![no_main]
@@ -24,37 +24,27 @@
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "core_intrinsics, for atomic_cxchg")]
 
+mod bench;
 mod limit;
+mod lookup;
 mod packet;
 
-use aya_ebpf::bindings::{xdp_action, BPF_F_NO_PREALLOC};
+use aya_ebpf::bindings::{xdp_action, BPF_F_MMAPABLE};
 use aya_ebpf::macros::{map, xdp};
-use aya_ebpf::maps::lpm_trie::Key;
-use aya_ebpf::maps::{Array, LpmTrie, PerCpuArray};
+use aya_ebpf::maps::{Array, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
+use lookup::{sets, NONE, TABLES, TRIE};
 use packet::{be16_at, bytes16_at, bytes4_at, u8_at};
 use rctl_common::{
-    kind, Bucket, Clock, Counters, Limiter, Range4, Range6, Term, BUCKET_ENTRIES, CONFIG_SETS_ONLY,
-    CONFIG_TERMS, CONFIG_USES_DST, MAX_RULES, MAX_TERMS, PROTO_ICMP, PROTO_OTHER, PROTO_TCP,
-    PROTO_UDP, V4_INDEX_ENTRIES,
+    kind, BucketSet, Clock, Counters, Limiter, Term, BUCKET_ENTRIES, BUCKET_SETS, CONFIG_PREFETCH,
+    CONFIG_PREFETCH_SHIFT, CONFIG_SETS_ONLY, CONFIG_TERMS, CONFIG_USES_DST, MAX_RULES, MAX_TERMS,
+    PROTO_ICMP, PROTO_OTHER, PROTO_TCP, PROTO_UDP,
 };
 
 #[map(name = "RCTL_TERMS")]
 static TERMS: Array<Term> = Array::with_max_entries(MAX_TERMS, 0);
 #[map(name = "RCTL_CONFIG")]
 static CONFIG: Array<u32> = Array::with_max_entries(4, 0);
-#[map(name = "RCTL_V4")]
-static V4: LpmTrie<[u8; 4], u64> = LpmTrie::with_max_entries(1 << 22, BPF_F_NO_PREALLOC);
-#[map(name = "RCTL_V4_RANGES")]
-static V4_RANGES: Array<Range4> = Array::with_max_entries(1, 0);
-#[map(name = "RCTL_V4_INDEX")]
-static V4_INDEX: Array<u64> = Array::with_max_entries(V4_INDEX_ENTRIES, 0);
-#[map(name = "RCTL_V6_RANGES")]
-static V6_RANGES: Array<Range6> = Array::with_max_entries(1, 0);
-#[map(name = "RCTL_V6_INDEX")]
-static V6_INDEX: Array<u64> = Array::with_max_entries(V4_INDEX_ENTRIES, 0);
-#[map(name = "RCTL_V6")]
-static V6: LpmTrie<[u8; 16], u64> = LpmTrie::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
 #[map(name = "RCTL_PORTS")]
 static PORTS: Array<u64> = Array::with_max_entries(65536, 0);
 #[map(name = "RCTL_PROTOS")]
@@ -63,13 +53,16 @@ static PROTOS: Array<u32> = Array::with_max_entries(4, 0);
 static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(MAX_RULES, 0);
 #[map(name = "RCTL_LIMITERS")]
 static LIMITERS: Array<Limiter> = Array::with_max_entries(MAX_TERMS, 0);
+/// One set per value; page-aligned (mmapable), so each set is one cache
+/// line.
 #[map(name = "RCTL_BUCKETS")]
-static BUCKETS: Array<Bucket> = Array::with_max_entries(BUCKET_ENTRIES, 0);
+static BUCKETS: Array<BucketSet> = Array::with_max_entries(BUCKET_SETS, BPF_F_MMAPABLE);
+#[map(name = "RCTL_BANS")]
+static BANS: Array<u64> = Array::with_max_entries(BUCKET_ENTRIES, 0);
 #[map(name = "RCTL_CLOCK")]
 static CLOCK: Array<Clock> = Array::with_max_entries(1, 0);
 
 struct Parsed {
-    sets: u64,
     proto: u32,
     dport: u16,
     /// TCP SYN without ACK.
@@ -90,17 +83,9 @@ struct Parsed {
     dst_v4: u32,
 }
 
-/// How a program variant looks sources up.
-const INTERVALS: u8 = 0;
-/// See [`INTERVALS`].
-const TRIE: u8 = 1;
-/// No lookup at all (every source in no ip set): the benchmark's measure
-/// of the work every variant shares.
-const NONE: u8 = 2;
-
 #[xdp]
 pub fn rctl(ctx: XdpContext) -> u32 {
-    match try_rctl::<INTERVALS>(&ctx) {
+    match try_rctl::<TABLES>(&ctx) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -124,32 +109,6 @@ pub fn rctl_nolookup(ctx: XdpContext) -> u32 {
     }
 }
 
-/// The ip-set bits of an IPv4 source, looked up as `L` says.
-#[inline(always)]
-fn v4_sets<const L: u8>(src: [u8; 4]) -> u64 {
-    match L {
-        INTERVALS => v4_bits(u32::from_be_bytes(src)),
-        TRIE => V4.get(&Key::new(32, src)).copied().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// The ip-set bits of an IPv6 address (two big-endian halves), looked up
-/// as `L` says.
-#[inline(always)]
-fn v6_sets<const L: u8>(hi: u64, lo: u64) -> u64 {
-    match L {
-        INTERVALS => v6_bits(hi, lo),
-        TRIE => {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&hi.to_be_bytes());
-            key[8..].copy_from_slice(&lo.to_be_bytes());
-            V6.get(&Key::new(128, key)).copied().unwrap_or(0)
-        }
-        _ => 0,
-    }
-}
-
 /// Sixteen address bytes as two big-endian halves.
 #[inline(always)]
 fn halves(a: &[u8; 16]) -> (u64, u64) {
@@ -159,69 +118,6 @@ fn halves(a: &[u8; 16]) -> (u64, u64) {
     )
 }
 
-/// 1 if `x < y`, without a branch (the borrow of `x - y`).
-#[inline(always)]
-fn lt64(x: u64, y: u64) -> u64 {
-    ((!x & y) | (!(x ^ y) & x.wrapping_sub(y))) >> 63
-}
-
-/// The ip-set bits of an IPv6 source (two big-endian halves), from the
-/// interval table: as [`v4_bits`], with 128-bit comparisons made of
-/// borrows, and up to 23 steps (one block may hold every interval).
-#[inline(always)]
-fn v6_bits(hi: u64, lo: u64) -> u64 {
-    let shift = CONFIG.get(2).copied().unwrap_or(48);
-    let Some(&ix) = V6_INDEX.get(hi.wrapping_shr(shift) as u32) else {
-        return 0;
-    };
-    let mut base = ix as u32;
-    let mut len = (ix >> 32) as u32 + 1;
-    for _ in 0..23 {
-        if len <= 1 {
-            break;
-        }
-        let half = len / 2;
-        let Some(r) = V6_RANGES.get(base + half) else {
-            return 0;
-        };
-        // address < start: the high halves' borrow, or equal high halves
-        // (their difference below the low halves' borrow).
-        let borrow = lt64(lo, r.start_lo);
-        let below = lt64(hi, r.start_hi) | lt64(hi.wrapping_sub(r.start_hi), borrow);
-        base += half * (1 - below as u32);
-        len -= half;
-    }
-    V6_RANGES.get(base).map_or(0, |r| r.bits)
-}
-
-/// The ip-set bits of an IPv4 source, from the interval table.
-#[inline(always)]
-fn v4_bits(addr: u32) -> u64 {
-    let shift = CONFIG.get(1).copied().unwrap_or(16);
-    let Some(&ix) = V4_INDEX.get(addr.wrapping_shr(shift)) else {
-        return 0;
-    };
-    // Intervals base ..= base + len - 1 may hold the address; the first
-    // starts at or below it.
-    let mut base = ix as u32;
-    let mut len = (ix >> 32) as u32 + 1;
-    for _ in 0..17 {
-        if len <= 1 {
-            break;
-        }
-        let half = len / 2;
-        let Some(r) = V4_RANGES.get(base + half) else {
-            return 0;
-        };
-        // Branch-free step (1 when the interval starts at or below the
-        // address), so that the verifier follows one path, not 2^17.
-        let le = ((u64::from(addr).wrapping_sub(u64::from(r.start)) >> 63) ^ 1) as u32;
-        base += half * le;
-        len -= half;
-    }
-    V4_RANGES.get(base).map_or(0, |r| r.bits)
-}
-
 /// An empty program: the harness floor for benchmarks.
 #[xdp]
 pub fn rctl_pass(_ctx: XdpContext) -> u32 {
@@ -229,7 +125,7 @@ pub fn rctl_pass(_ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
+fn parse(ctx: &XdpContext) -> Option<Parsed> {
     let mut off = 12usize;
     let mut ethertype = be16_at(ctx, off)?;
     off += 2;
@@ -241,7 +137,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             off += 4;
         }
     }
-    let (sets, next, l4, family, src, dst) = match ethertype {
+    let (next, l4, family, src, dst) = match ethertype {
         0x0800 => {
             let vihl = u8_at(ctx, off)?;
             let ihl = ((vihl & 0x0f) as usize) * 4;
@@ -252,7 +148,6 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             let proto = u8_at(ctx, off + 9)?;
             let src = bytes4_at(ctx, off + 12)?;
             let dst = bytes4_at(ctx, off + 16)?;
-            let sets = v4_sets::<L>(src);
             // Later fragments carry no ports.
             let l4 = if frag & 0x1fff != 0 {
                 None
@@ -261,7 +156,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
             };
             let hi = u64::from(u32::from_be_bytes(src)) << 32;
             let dst = (u64::from(u32::from_be_bytes(dst)) << 32, 0, 1);
-            (sets, proto, l4, 4u32, (hi, 0), dst)
+            (proto, l4, 4u32, (hi, 0), dst)
         }
         0x86dd => {
             let mut next = u8_at(ctx, off + 6)?;
@@ -274,15 +169,10 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                 (dhi, dlo, 0)
             };
             // An IPv4-mapped address (::ffff:a.b.c.d) is its IPv4 source.
-            let (sets, family, key) = if hi == 0 && lo >> 32 == 0xffff {
-                let v4 = lo as u32;
-                (
-                    v4_sets::<L>(v4.to_be_bytes()),
-                    4u32,
-                    (u64::from(v4) << 32, 0),
-                )
+            let (family, key) = if hi == 0 && lo >> 32 == 0xffff {
+                (4u32, (lo << 32, 0))
             } else {
-                (v6_sets::<L>(hi, lo), 6u32, (hi, lo))
+                (6u32, (hi, lo))
             };
             let mut at = off + 40;
             let mut l4 = Some(0usize);
@@ -309,7 +199,7 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
                     return None;
                 }
             }
-            (sets, next, l4.map(|_| at), family, key, dst)
+            (next, l4.map(|_| at), family, key, dst)
         }
         _ => return None,
     };
@@ -331,7 +221,6 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
         _ => (PROTO_OTHER, 0, false),
     };
     Some(Parsed {
-        sets,
         proto,
         dport,
         syn,
@@ -346,22 +235,27 @@ fn parse<const L: u8>(ctx: &XdpContext) -> Option<Parsed> {
 
 #[inline(always)]
 fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
-    let Some(p) = parse::<L>(ctx) else {
+    let Some(p) = parse(ctx) else {
         return Ok(xdp_action::XDP_PASS);
     };
-    let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
-    let protos = PROTOS.get(p.proto).copied().unwrap_or(0);
     let config = CONFIG.get(0).copied().unwrap_or(0);
     let n = config & CONFIG_TERMS;
+    // A rate limit every source reaches: its bucket set is read now, so
+    // that its cache miss overlaps the lookup's.
+    let pre = (config & CONFIG_PREFETCH) >> CONFIG_PREFETCH_SHIFT;
+    let (hint, hinted) = limit::prefetch(pre, p.family, p.src_hi, p.src_lo);
+    let src = sets::<L>(p.family, p.src_hi, p.src_lo, true);
     // Zero only for a source in no ip set when every term needs one. The
     // test is on this value alone (`black_box` keeps LLVM from splitting
     // it back into two), so that the verifier learns nothing about
-    // `p.sets` and walks the terms once, not once per outcome.
+    // `src` and walks the terms once, not once per outcome.
     let none =
-        core::hint::black_box(p.sets | u64::from((config & CONFIG_SETS_ONLY) ^ CONFIG_SETS_ONLY));
+        core::hint::black_box(src | u64::from((config & CONFIG_SETS_ONLY) ^ CONFIG_SETS_ONLY));
     if none == 0 {
         return Ok(xdp_action::XDP_PASS);
     }
+    let ports = PORTS.get(p.dport as u32).copied().unwrap_or(0);
+    let protos = PROTOS.get(p.proto).copied().unwrap_or(0);
     // The destination's bits, looked up only when some term reads them.
     // Skipping the lookup with a plain `0` would split the verifier's state
     // before the terms loop (known zero against unknown) and double its
@@ -371,11 +265,7 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
     let zero = u64::from(CONFIG.get(3).copied().unwrap_or(0));
     let mut dst = zero << 32 | zero;
     if config & CONFIG_USES_DST != 0 {
-        dst |= if p.dst_v4 != 0 {
-            v4_sets::<L>(((p.dst_hi >> 32) as u32).to_be_bytes())
-        } else {
-            v6_sets::<L>(p.dst_hi, p.dst_lo)
-        };
+        dst |= sets::<L>(6 - 2 * p.dst_v4, p.dst_hi, p.dst_lo, false);
     }
     // A throttle that let a packet through is done with it: later terms of
     // the same rule must not count it again.
@@ -388,8 +278,8 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
         if t.rule == counted_rule {
             continue;
         }
-        let hit = p.sets & t.set_pos == t.set_pos
-            && p.sets & t.set_neg == 0
+        let hit = src & t.set_pos == t.set_pos
+            && src & t.set_neg == 0
             && dst & t.dst_pos == t.dst_pos
             && dst & t.dst_neg == 0
             && ports & t.port_pos == t.port_pos
@@ -407,7 +297,8 @@ fn try_rctl<const L: u8>(ctx: &XdpContext) -> Result<u32, u32> {
                 continue;
             }
             counted_rule = t.rule;
-            if limit::rctl_limit(t.limiter, p.family, p.src_hi, p.src_lo) == limit::UNDER {
+            let family = p.family | hinted << 8;
+            if limit::rctl_limit(t.limiter, family, p.src_hi, p.src_lo, hint) == limit::UNDER {
                 continue;
             }
         }

@@ -40,3 +40,12 @@ pub fn bytes16_at(ctx: &XdpContext, offset: usize) -> Option<[u8; 16]> {
     // SAFETY: `at` checked the range.
     at::<[u8; 16]>(ctx, offset).map(|p| unsafe { *p })
 }
+
+/// Writes four bytes at `offset`, if the packet holds them.
+#[inline(always)]
+pub fn put4(ctx: &XdpContext, offset: usize, v: [u8; 4]) -> Option<()> {
+    let p = at::<[u8; 4]>(ctx, offset)?.cast_mut();
+    // SAFETY: `at` checked the range; XDP packet data is writable.
+    unsafe { p.write_unaligned(v) };
+    Some(())
+}

@@ -304,7 +304,7 @@ async fn session(
             }
             deltas.clear();
             s.drain(now_ns, &mut deltas);
-            let gcra = l.gcra();
+            let gcra = s.gcra();
             for part in deltas.chunks(PER_CALL) {
                 let mut cmd = sync.call(&script, last_ban, calls == 0, part.len());
                 for d in part {

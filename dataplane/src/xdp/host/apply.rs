@@ -17,14 +17,18 @@ use aya::maps::{Array, Map, PerCpuArray};
 use aya::programs::links::FdLink;
 use aya::programs::xdp::XdpLink;
 use aya::programs::{Xdp, XdpMode};
-use rctl_common::{maps, Bucket, Counters, BUCKET_ENTRIES, MAX_BUCKETS, MAX_RULES, WAYS};
+use rctl_common::{
+    maps, BucketSet, Counters, Limiter, BANNED, BUCKET_SETS, MAX_RULES, MAX_TERMS, SETS, WAYS,
+};
 use std::path::{Path, PathBuf};
 
 /// The maps a generation pins: what `status` reads, what the next apply
 /// carries over, and what a rebuild of lost metadata checks against.
-const PINNED_MAPS: [&str; 5] = [
+const PINNED_MAPS: [&str; 7] = [
     maps::COUNTERS,
     maps::BUCKETS,
+    maps::BANS,
+    maps::LIMITERS,
     maps::CONFIG,
     maps::TERMS,
     maps::CLOCK,
@@ -356,9 +360,12 @@ fn mode_name(m: Mode) -> &'static str {
 
 /// Copies the buckets of the generation pinned in `old_dir` into
 /// `program`'s table, for the limiters of rules present in both (by
-/// name), rehashed with the new seed; banned and busiest first, so that
-/// if a set overflows what is dropped is what matters least. Returns how
-/// many were carried.
+/// name). The new table takes the old one's seed, so that a limiter's
+/// buckets (keyed by its rule's name) keep their set and tag, and sets
+/// are copied as they are, with the arrival times saved for bans; the
+/// limiters' overflow buckets follow their rules. (A bucket of a rule
+/// that is gone stays until it has recovered: no key of the new rules
+/// matches it.) Returns how many buckets were carried.
 fn carry_buckets(
     old_dir: &Path,
     old: &[String],
@@ -372,37 +379,51 @@ fn carry_buckets(
     if to.iter().all(Option::is_none) {
         return Ok(0);
     }
-    let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&old_dir.join(maps::BUCKETS))?))
-        .map_err(|e| err(describe(&e)))?;
-    let mut live: Vec<(u32, Bucket)> = (0..BUCKET_ENTRIES)
-        .filter_map(|i| buckets.get(&i, 0).ok().map(|b| (i, b)))
-        .filter(|(_, b)| b.tat != 0 || b.banned_until != 0)
-        .collect();
-    live.sort_by_key(|(_, b)| std::cmp::Reverse((b.banned_until, b.tat)));
-    let seed = program.seed();
-    let mut ways: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-    let mut out = Vec::new();
-    for (i, mut b) in live {
-        if i >= MAX_BUCKETS {
-            // A limiter's overflow bucket.
-            if let Some(Some(l)) = to.get((i - MAX_BUCKETS) as usize) {
-                out.push((MAX_BUCKETS + l, b));
-            }
-            continue;
-        }
-        let Some(Some(l)) = to.get(b.limiter as usize) else {
+    let open =
+        |name: &str| -> Result<Map, XdpError> { Ok(Map::Array(open_map(&old_dir.join(name))?)) };
+    let limiters =
+        Array::<_, Limiter>::try_from(open(maps::LIMITERS)?).map_err(|e| err(describe(&e)))?;
+    let seed = limiters.get(&0, 0).map_err(|e| err(describe(&e)))?.seed;
+    let buckets =
+        Array::<_, BucketSet>::try_from(open(maps::BUCKETS)?).map_err(|e| err(describe(&e)))?;
+    let bans = Array::<_, u64>::try_from(open(maps::BANS)?).map_err(|e| err(describe(&e)))?;
+    let (mut sets, mut saved, mut carried) = (Vec::new(), Vec::new(), 0);
+    let mut overflow = vec![BucketSet::default(); (MAX_TERMS / WAYS) as usize];
+    for set in 0..BUCKET_SETS {
+        let Ok(b) = buckets.get(&set, 0) else {
             continue;
         };
-        let set = rctl_common::bucket_set(seed, *l, b.family, b.addr_hi, b.addr_lo);
-        let w = ways.entry(set).or_insert(0);
-        if *w < WAYS {
-            b.limiter = *l;
-            out.push((set * WAYS + *w, b));
-            *w += 1;
+        for (w, slot) in b.iter().enumerate().filter(|(_, s)| s.tat != 0) {
+            let i = set * WAYS + w as u32;
+            // A key's bucket stays in its place; limiter `l`'s overflow
+            // bucket goes to its new index.
+            let to = if set < SETS {
+                Some(i)
+            } else {
+                let l = (i - SETS * WAYS) as usize;
+                to.get(l).copied().flatten().map(|n| {
+                    overflow[(n / WAYS) as usize][(n % WAYS) as usize] = *slot;
+                    SETS * WAYS + n
+                })
+            };
+            let Some(to) = to else { continue };
+            carried += 1;
+            if slot.tat & BANNED != 0 {
+                saved.push((to, bans.get(&i, 0).unwrap_or(0)));
+            }
+        }
+        if set < SETS && b.iter().any(|s| s.tat != 0) {
+            sets.push((set, b));
         }
     }
-    program.write_buckets(&out)?;
-    Ok(out.len())
+    for (k, b) in overflow.into_iter().enumerate() {
+        if b.iter().any(|s| s.tat != 0) {
+            sets.push((SETS + k as u32, b));
+        }
+    }
+    program.reseed(seed)?;
+    program.write_buckets(&sets, &saved)?;
+    Ok(carried)
 }
 
 /// Copies the per-rule, per-CPU counters of the generation pinned in

@@ -9,7 +9,7 @@ use super::paths::{generation_of, IfName, Paths};
 use super::sys::describe;
 use super::{check_bpffs, check_privileges, check_read_privileges, fault, monotonic_ns, Attached};
 use aya::maps::{Array, Map, PerCpuArray};
-use rctl_common::{maps, Bucket, Counters, MAX_BUCKETS, MAX_RULES};
+use rctl_common::{maps, BucketSet, Counters, BANNED, MAX_BUCKETS, MAX_RULES, SETS};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -276,17 +276,17 @@ fn counters(dir: &Path, rules: Option<&[String]>) -> Result<Vec<RuleCounters>, X
 /// Occupied, live (banned, or running ahead of the clock: a bucket that
 /// has fully recovered is as good as none) and banned buckets.
 fn buckets(dir: &Path) -> Result<(usize, usize, usize), XdpError> {
-    let buckets = Array::<_, Bucket>::try_from(Map::Array(open_map(&dir.join(maps::BUCKETS))?))
+    let buckets = Array::<_, BucketSet>::try_from(Map::Array(open_map(&dir.join(maps::BUCKETS))?))
         .map_err(|e| err(describe(&e)))?;
     let now = monotonic_ns();
     let (mut used, mut live, mut banned) = (0, 0, 0);
-    for b in (0..MAX_BUCKETS).filter_map(|i| buckets.get(&i, 0).ok()) {
-        if b.family == 0 {
-            continue;
+    for set in (0..SETS).filter_map(|i| buckets.get(&i, 0).ok()) {
+        for b in set.iter().filter(|b| b.tag != 0) {
+            used += 1;
+            let ban = b.tat & BANNED != 0 && b.tat & !BANNED > now;
+            live += usize::from(ban || (b.tat & BANNED == 0 && b.tat > now));
+            banned += usize::from(ban);
         }
-        used += 1;
-        live += usize::from(b.tat > now || b.banned_until > now);
-        banned += usize::from(b.banned_until > now);
     }
     Ok((used, live, banned))
 }
