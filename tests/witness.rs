@@ -8,37 +8,14 @@ use crate::corpus::{random_request, random_rules};
 use crate::util::{compile, rctl, root, tempdir, Rng};
 use rctl_compiler::diag::Severity;
 use rctl_compiler::ir::Ruleset;
-use rctl_compiler::spec::{SampleKind, TestCase};
+use rctl_compiler::spec::TestCase;
 use rctl_compiler::Options;
-use rctl_dataplane::testing::{run_test, run_test_reference};
+use rctl_dataplane::testing::{run_test, run_test_reference, with_sample_request};
 use rctl_dataplane::{EngineConfig, NaiveEngine, Request};
 
 /// The request of a test's first sample.
 fn with_request<T>(t: &TestCase, f: impl FnOnce(&Request<'_>) -> T) -> T {
-    let s = &t.samples[0];
-    let SampleKind::Request {
-        method,
-        host,
-        target,
-        headers,
-    } = &s.kind
-    else {
-        panic!("a request sample")
-    };
-    let hs: Vec<(&[u8], &[u8])> = headers
-        .iter()
-        .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
-        .collect();
-    f(&Request {
-        method: method.as_bytes(),
-        host: host.as_bytes(),
-        target: target.as_bytes(),
-        headers: &hs,
-        ip: s.ip,
-        dst: s.dst,
-        port: s.port,
-        time_ns: 0,
-    })
+    with_sample_request(&t.samples[0], 0, f).expect("a request sample")
 }
 
 fn index(rs: &Ruleset, name: &str) -> usize {

@@ -135,6 +135,20 @@ pub fn query_param(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+/// A header name as usually written: each `-`-separated word capitalised
+/// (`user-agent` is `User-Agent`, `x-rctl-client-ip` is `X-Rctl-Client-Ip`).
+pub fn header_case(name: &str) -> String {
+    name.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

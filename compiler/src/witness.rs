@@ -595,20 +595,6 @@ pub fn show(v: &[u8]) -> String {
     out
 }
 
-/// A header name as usually written (`user-agent` is `User-Agent`).
-fn header_name(lower: &str) -> String {
-    lower
-        .split('-')
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("-")
-}
-
 fn proto_name(p: Proto) -> &'static str {
     match p {
         Proto::Tcp => "tcp",
@@ -668,7 +654,7 @@ impl Witness {
             self.ip
         );
         for (n, v) in &self.headers {
-            let _ = write!(s, "; {}: \"{}\"", header_name(n), show(v));
+            let _ = write!(s, "; {}: \"{}\"", crate::value::header_case(n), show(v));
         }
         s
     }
@@ -684,7 +670,12 @@ impl Witness {
             let _ = writeln!(s, "    host {}", q(&self.host));
             let _ = writeln!(s, "    path {}", q(&self.target()));
             for (n, v) in &self.headers {
-                let _ = writeln!(s, "    header \"{}\" {}", header_name(n), q(v));
+                let _ = writeln!(
+                    s,
+                    "    header \"{}\" {}",
+                    crate::value::header_case(n),
+                    q(v)
+                );
             }
         } else {
             let _ = writeln!(s, "  packet {label} {{");

@@ -5,7 +5,7 @@
 use crate::request::{Packet, Request};
 use crate::{Decision, Engine, EngineConfig, EngineError, NaiveEngine, Scratch, Verdict};
 use rctl_compiler::ir::Ruleset;
-use rctl_compiler::spec::{Expect, Outcome, Quantity, SampleKind, TestCase};
+use rctl_compiler::spec::{Expect, Outcome, Quantity, Sample, SampleKind, TestCase};
 use std::collections::BTreeMap;
 
 /// The result of one test.
@@ -103,26 +103,8 @@ pub fn run_test_on(
         let s = &test.samples[e.sample];
         let now = base_ns + e.time_ms * 1_000_000;
         let d = match &s.kind {
-            SampleKind::Request {
-                method,
-                host,
-                target,
-                headers,
-            } => {
-                let hs: Vec<(&[u8], &[u8])> = headers
-                    .iter()
-                    .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
-                    .collect();
-                engine.request(&Request {
-                    method: method.as_bytes(),
-                    host: host.as_bytes(),
-                    target: target.as_bytes(),
-                    headers: &hs,
-                    ip: s.ip,
-                    dst: s.dst,
-                    port: s.port,
-                    time_ns: now,
-                })
+            SampleKind::Request { .. } => {
+                with_sample_request(s, now, |r| engine.request(r)).expect("a request sample")
             }
             SampleKind::Packet { proto, syn } => engine.packet(&Packet {
                 src: s.ip,
@@ -156,6 +138,38 @@ pub fn run_test_on(
         sent: events.len() as u64,
         failures,
     })
+}
+
+/// Runs `f` on a test sample's request as the engine reads it, at
+/// `time_ns`; `None` when the sample is a packet.
+pub fn with_sample_request<T>(
+    s: &Sample,
+    time_ns: u64,
+    f: impl FnOnce(&Request<'_>) -> T,
+) -> Option<T> {
+    let SampleKind::Request {
+        method,
+        host,
+        target,
+        headers,
+    } = &s.kind
+    else {
+        return None;
+    };
+    let hs: Vec<(&[u8], &[u8])> = headers
+        .iter()
+        .map(|(a, b)| (a.as_bytes(), b.as_bytes()))
+        .collect();
+    Some(f(&Request {
+        method: method.as_bytes(),
+        host: host.as_bytes(),
+        target: target.as_bytes(),
+        headers: &hs,
+        ip: s.ip,
+        dst: s.dst,
+        port: s.port,
+        time_ns,
+    }))
 }
 
 fn matches(engine: &Ruleset, x: &Expect, d: &Decision) -> bool {

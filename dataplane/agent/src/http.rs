@@ -282,19 +282,6 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
     h.get(name).map(HeaderValue::as_bytes)
 }
 
-/// `x-rctl-client-ip` as it is documented: `X-Rctl-Client-Ip`.
-fn shown(name: &str) -> String {
-    name.split('-')
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("-")
-}
-
 fn parsed<T: std::str::FromStr>(
     h: &HeaderMap,
     name: &str,
@@ -307,7 +294,7 @@ fn parsed<T: std::str::FromStr>(
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .map(Some)
-        .ok_or_else(|| format!("{}: not {what}", shown(name)))
+        .ok_or_else(|| format!("{}: not {what}", rctl_compiler::value::header_case(name)))
 }
 
 /// The client: `X-Rctl-Client-Ip`, else `X-Real-Ip`, else the last
