@@ -7,9 +7,10 @@
 #   MUTANTS_ITERATE=1 .ci/mutants.sh limiter  # retest only the last survivors
 #
 # Groups (each: files, the tests that judge them, a budget):
-#   tables   dataplane/src/iptable.rs, the XDP lowering (Tables::new,
-#            interval_table in dataplane/src/xdp/mod.rs)       ~20 min
-#   limiter  dataplane/src/limiter.rs                           ~13 min
+#   tables   dataplane/src/iptable.rs, the XDP lowering (Tables::with_config,
+#            intervals in dataplane/src/xdp/mod.rs; the direct tables in
+#            dataplane/src/xdp/dir.rs)
+#   limiter  dataplane/src/limiter/ (local GCRA, vsthrottle, shared)
 #   engine   dataplane/src/core.rs, dataplane/src/matcher.rs    not yet run
 #   compiler compiler/src/analysis.rs, compiler/src/artifact.rs not yet run
 #   (the engine group's tests take 24 s unmutated, so about 30 s a
@@ -46,13 +47,15 @@ for g in $groups; do
     case $g in
     tables)
         run tables 20 --file dataplane/src/iptable.rs --file dataplane/src/xdp/mod.rs \
-            --re 'iptable|Tables::new|interval_table' \
+            --file dataplane/src/xdp/dir.rs \
+            --re 'iptable|xdp/dir\.rs|Tables::|intervals' \
             --test-package rctl-dataplane --test-package rctl \
             -- --lib --test integration -- iptable xdp_tables invariants::the_xdp ;;
     limiter)
-        run limiter 20 --file dataplane/src/limiter.rs \
+        run limiter 20 --file 'dataplane/src/limiter/*.rs' \
+            --exclude 'dataplane/src/limiter/*tests.rs' \
             --test-package rctl-dataplane --test-package rctl \
-            -- --lib --test integration -- limiter throttle ban $skip ;;
+            -- --lib --test integration -- limiter throttle ban shared $skip ;;
     engine)
         run engine 90 --file dataplane/src/core.rs --file dataplane/src/matcher.rs \
             --test-package rctl-dataplane --test-package rctl \

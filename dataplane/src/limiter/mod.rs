@@ -84,11 +84,6 @@ trait Slot {
     /// Among keys alike in being banned and refilled, the one to evict
     /// first has the smallest rank.
     fn rank(&self) -> u64;
-    /// Whether it holds something not yet handed to the backend (kept
-    /// over idle entries when a shard is full).
-    fn busy(&self) -> bool {
-        false
-    }
 }
 
 impl Slot for State {
@@ -106,15 +101,16 @@ impl Slot for State {
 #[derive(Debug)]
 struct Shard<B> {
     keys: HashMap<u64, B, NoHash>,
-    /// Entries with something for the backend (shared limiters only).
-    dirty: Vec<u64>,
+    /// What hits counted for the backend since the last drain (shared
+    /// limiters only; empty otherwise).
+    log: shared::Log,
 }
 
 impl<B> Default for Shard<B> {
     fn default() -> Self {
         Shard {
             keys: HashMap::default(),
-            dirty: Vec::new(),
+            log: shared::Log::default(),
         }
     }
 }
@@ -457,7 +453,6 @@ fn evict<S: Slot>(keys: &mut HashMap<u64, S, NoHash>, now: u64, params: &Params)
             let banned = s.banned_until() > now;
             (
                 banned,
-                s.busy(),
                 !s.refilled(now, params),
                 if banned { s.banned_until() } else { s.rank() },
             )

@@ -58,13 +58,26 @@
 //!
 //! **Keys across hosts.** A key's id is SipHash-2-4 of its bytes with
 //! fixed keys ([`key_id`]), the same on every host and every version of
-//! rctl; the table itself is indexed by a per-process random hash of the
-//! id, so a client that can choose key material still cannot aim
-//! collisions at the table.
+//! rctl. The table itself is indexed as a local limiter's is, by a
+//! per-process random hash of the key's bytes, so a client that can
+//! choose key material still cannot aim collisions at the table.
+//!
+//! **The request path** costs a local limiter's hit and little more: the
+//! id is computed once, when a key is first seen, and kept in its entry;
+//! an entry holds only the mirror, the id and the charge an admission
+//! makes (32 bytes, a local entry's 16 plus 16); and a hit appends one
+//! tally (id, table hash, admitted) to its shard's log instead of
+//! updating counters the sync would have to look up. The sync sums the
+//! logs ([`Shared::drain`]) and keeps what it needs between a drain and
+//! the next apply (in-flight counts, the site's totals, where each id
+//! lives in the table) on its own side. A ban published for a key this
+//! host has not drained yet is kept by id until the key shows up (a new
+//! entry, or the next drain), or the ban ends.
 
 use super::{
     lock, shard_of, step, Gcra, Limiter, Outcome, Params, Shard, Slot, State, Step, SHARDS,
 };
+use std::collections::HashMap;
 use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,47 +98,28 @@ pub fn key_id(key: &[u8]) -> u64 {
     h.finish()
 }
 
+/// A key's mirror of the site's bucket: all a hit reads and writes. What
+/// the sync needs besides ([`Cold`]) lives with the backend's handle, and
+/// what hits count for it goes to the shard's [`Log`].
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Entry {
     st: State,
+    /// The key's id ([`key_id`]), computed when the key was first seen.
     id: u64,
-    /// Intervals an admission moves the mirror by between syncs.
-    weight: f32,
-    /// Admissions and hits since the last drain.
-    pending: u32,
-    pending_hits: u32,
-    /// Drained, not yet applied.
-    inflight: u32,
-    inflight_hits: u32,
-    /// The site's totals at the last apply.
-    seen_admitted: u64,
-    seen_hits: u64,
-    /// Whether an apply has set the totals above.
-    synced: bool,
-    /// On the shard's dirty list.
-    dirty: bool,
-    /// A ban made here, not yet drained.
-    ban_out: bool,
+    /// What an admission moves the mirror by: the interval times the
+    /// key's weight `w` while online, the interval offline.
+    charge_ns: u64,
 }
 
 impl Entry {
-    fn new(id: u64, now_ns: u64, weight: f32) -> Entry {
+    fn new(now_ns: u64, id: u64, charge_ns: u64) -> Entry {
         Entry {
             st: State {
                 tat: now_ns,
                 banned_until: 0,
             },
             id,
-            weight,
-            pending: 0,
-            pending_hits: 0,
-            inflight: 0,
-            inflight_hits: 0,
-            seen_admitted: 0,
-            seen_hits: 0,
-            synced: false,
-            dirty: false,
-            ban_out: false,
+            charge_ns,
         }
     }
 }
@@ -140,14 +134,112 @@ impl Slot for Entry {
     fn rank(&self) -> u64 {
         self.st.rank()
     }
-    fn busy(&self) -> bool {
-        self.dirty || self.inflight > 0
+}
+
+/// One hit (or, once compacted, several) of one key, for the backend.
+#[derive(Debug, Clone, Copy)]
+struct Tally {
+    id: u64,
+    /// Where the key lives in the table.
+    h: u64,
+    admitted: u32,
+    hits: u32,
+}
+
+/// A log of shard `i` grows to this many tallies before it is compacted
+/// in place (at 100 ms syncs, about 5 million hits a second on one
+/// shard).
+const LOG_COMPACT: usize = 1 << 15;
+
+/// What the hits of one shard counted for the backend since the last
+/// drain: appended to by each hit (no lookup), summed by the drain.
+#[derive(Debug, Default)]
+pub(super) struct Log {
+    tallies: Vec<Tally>,
+    /// An emptied buffer the drain hands back, so hits append to memory
+    /// already allocated.
+    spare: Vec<Tally>,
+    /// Bans made here: key id, banned until.
+    bans: Vec<(u64, u64)>,
+    /// Length at which the tallies are compacted next.
+    compact_at: usize,
+}
+
+impl Log {
+    fn push(&mut self, id: u64, h: u64, admitted: bool) {
+        self.tallies.push(Tally {
+            id,
+            h,
+            admitted: u32::from(admitted),
+            hits: 1,
+        });
+        if self.tallies.len() >= self.compact_at.max(LOG_COMPACT) {
+            sum_tallies(&mut self.tallies);
+            self.compact_at = 2 * self.tallies.len();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.tallies.clear();
+        self.bans.clear();
+        self.compact_at = 0;
     }
 }
+
+/// Sorts `t` by key and sums each key's tallies into one.
+fn sum_tallies(t: &mut Vec<Tally>) {
+    t.sort_unstable_by_key(|t| t.id);
+    t.dedup_by(|next, kept| {
+        if next.id != kept.id {
+            return false;
+        }
+        kept.admitted = kept.admitted.saturating_add(next.admitted);
+        kept.hits = kept.hits.saturating_add(next.hits);
+        true
+    });
+}
+
+/// What the sync keeps of one key between a drain and the next apply.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cold {
+    /// Where the key lives in the table.
+    h: u64,
+    /// Drained, not yet applied.
+    inflight: u32,
+    inflight_hits: u32,
+    /// The site's totals at the last apply.
+    seen_admitted: u64,
+    seen_hits: u64,
+    /// Whether an apply has set the totals above.
+    synced: bool,
+    /// The drain that last handed it over.
+    drained_at: u64,
+}
+
+/// The sync's own state: touched by drains and applies, never by hits.
+#[derive(Debug, Default)]
+struct SyncState {
+    cold: HashMap<u64, Cold>,
+    /// Drains so far.
+    drains: u64,
+}
+
+/// Keys neither drained nor applied for this many drains (up to twice
+/// as many: the sync sweeps every this many) are forgotten by the sync;
+/// the next apply takes their totals afresh.
+const COLD_DRAINS: u64 = 64;
 
 /// A shared limiter's table and its link to the backend.
 pub(super) struct SharedTable {
     pub(super) shards: Vec<Mutex<Shard<Entry>>>,
+    sync: Mutex<SyncState>,
+    /// Bans published for keys this host has not drained: id, banned
+    /// until (a clock reading). Locked after a shard's lock, never
+    /// before one.
+    pending_bans: Mutex<HashMap<u64, u64>>,
+    /// Whether `pending_bans` may hold anything (a new key checks it
+    /// only then).
+    any_pending: AtomicBool,
     online: AtomicBool,
     /// `w` for keys not synced yet (f32 bits).
     new_key_weight: AtomicU32,
@@ -160,6 +252,9 @@ impl Default for SharedTable {
     fn default() -> Self {
         SharedTable {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            sync: Mutex::default(),
+            pending_bans: Mutex::default(),
+            any_pending: AtomicBool::new(false),
             online: AtomicBool::new(false),
             new_key_weight: AtomicU32::new(1.0f32.to_bits()),
             offline_hits: AtomicU64::new(0),
@@ -180,52 +275,100 @@ impl std::fmt::Debug for SharedTable {
 
 impl SharedTable {
     pub(super) fn hit(&self, l: &Limiter, g: &Gcra, key: &[u8], now_ns: u64) -> Outcome {
-        let id = key_id(key);
-        let h = l.table.hasher.hash_one(id);
+        let h = l.table.hasher.hash_one(key);
         let online = self.online.load(Relaxed);
-        let w0 = if online {
-            f32::from_bits(self.new_key_weight.load(Relaxed))
-        } else {
+        if !online {
             self.offline_hits.fetch_add(1, Relaxed);
-            1.0
-        };
+        }
         let mut shard = lock(&self.shards[shard_of(h)]);
-        let e = l.entry(&mut shard, h, now_ns, |_| Entry::new(id, now_ns, w0));
-        let w = if online { e.weight } else { 1.0 };
-        let charge = (g.interval_ns as f64 * f64::from(w)) as u64;
+        let e = l.entry(&mut shard, h, now_ns, |_| {
+            self.fresh(g, key_id(key), now_ns)
+        });
+        let charge = if online { e.charge_ns } else { g.interval_ns };
         let step = step(g, &mut e.st, now_ns, charge);
-        let mut wake = false;
-        let out = match step {
-            Step::Allowed => {
-                if online {
-                    e.pending = e.pending.saturating_add(1);
-                }
-                Outcome::Allowed
-            }
+        if !online {
+            return match step {
+                Step::Allowed => Outcome::Allowed,
+                Step::Limited(ns) | Step::Banned(ns) => Outcome::Limited { retry_after_ns: ns },
+            };
+        }
+        let (id, banned_until) = (e.id, e.st.banned_until);
+        shard.log.push(id, h, matches!(step, Step::Allowed));
+        match step {
+            Step::Allowed => Outcome::Allowed,
             Step::Limited(ns) => Outcome::Limited { retry_after_ns: ns },
             Step::Banned(ns) => {
-                wake = online;
-                e.ban_out = online;
+                shard.log.bans.push((id, banned_until));
+                drop(shard);
+                if let Some(w) = self.waker.get() {
+                    w();
+                }
                 Outcome::Limited { retry_after_ns: ns }
             }
-        };
-        let mut newly_dirty = false;
-        if online {
-            e.pending_hits = e.pending_hits.saturating_add(1);
-            newly_dirty = !e.dirty;
-            e.dirty = true;
         }
-        if newly_dirty {
-            shard.dirty.push(h);
-        }
-        drop(shard);
-        if wake {
-            if let Some(w) = self.waker.get() {
-                w();
+    }
+
+    /// A new entry for key `id`: charged by the weight of keys not synced
+    /// yet, under a ban published for it, if any (taken from the pending
+    /// bans: the caller holds the shard's lock).
+    fn fresh(&self, g: &Gcra, id: u64, now_ns: u64) -> Entry {
+        let mut e = Entry::new(now_ns, id, self.new_key_charge(g));
+        if self.any_pending.load(Relaxed) {
+            if let Some(until) = lock(&self.pending_bans).remove(&id) {
+                if until > now_ns {
+                    e.st.banned_until = until;
+                }
             }
         }
-        out
+        e
     }
+
+    /// What an admission of a key not synced yet is charged.
+    fn new_key_charge(&self, g: &Gcra) -> u64 {
+        if self.online.load(Relaxed) {
+            let w = f32::from_bits(self.new_key_weight.load(Relaxed));
+            charge_of(g, w)
+        } else {
+            g.interval_ns
+        }
+    }
+
+    /// Keeps a ban for key `id`, not in the table, until it shows up;
+    /// whether it ends later than the one kept before.
+    fn keep_pending(&self, id: u64, until: u64, now_ns: u64) -> bool {
+        let mut p = lock(&self.pending_bans);
+        p.retain(|_, &mut u| u > now_ns);
+        let u = p.entry(id).or_insert(0);
+        let later = until > *u;
+        *u = (*u).max(until);
+        self.any_pending.store(true, Relaxed);
+        later
+    }
+
+    /// Takes the pending bans of the ids in `ids` (a drain's, sorted).
+    fn take_pending(&self, ids: &[SharedDelta], now_ns: u64) -> Vec<(u64, u64)> {
+        if !self.any_pending.load(Relaxed) {
+            return Vec::new();
+        }
+        let mut p = lock(&self.pending_bans);
+        p.retain(|_, &mut u| u > now_ns);
+        let found = ids
+            .iter()
+            .filter_map(|d| p.remove(&d.id).map(|u| (d.id, u)))
+            .collect();
+        self.any_pending.store(!p.is_empty(), Relaxed);
+        found
+    }
+}
+
+/// The charge of an admission with weight `w`.
+fn charge_of(g: &Gcra, w: f32) -> u64 {
+    (g.interval_ns as f64 * f64::from(w.clamp(1.0, MAX_WEIGHT))) as u64
+}
+
+/// The weight a charge stands for.
+fn weight_of(g: &Gcra, charge_ns: u64) -> f32 {
+    (charge_ns as f64 / g.interval_ns.max(1) as f64) as f32
 }
 
 /// What one key counted here since the last sync, for the backend.
@@ -264,7 +407,8 @@ pub struct SharedStats {
     pub online: bool,
     /// Hits decided by this host alone, with the backend offline.
     pub offline_hits: u64,
-    /// Bans made on other hosts and applied here.
+    /// Bans made on other hosts and in force here (for a key not seen
+    /// here yet, from its first hit).
     pub remote_bans: u64,
 }
 
@@ -302,14 +446,15 @@ impl<'a> Shared<'a> {
         if self.table.online.swap(online, Relaxed) == online || online {
             return;
         }
+        let mut sync = lock(&self.table.sync);
+        sync.cold.clear();
+        lock(&self.table.pending_bans).clear();
+        self.table.any_pending.store(false, Relaxed);
         for s in &self.table.shards {
             let mut s = lock(s);
-            s.dirty.clear();
+            s.log.clear();
             for e in s.keys.values_mut() {
-                let id = e.id;
-                let st = e.st;
-                *e = Entry::new(id, 0, 1.0);
-                e.st = st;
+                e.charge_ns = self.gcra.interval_ns;
             }
         }
     }
@@ -330,37 +475,60 @@ impl<'a> Shared<'a> {
     /// Hands over what each key counted since the last drain, and marks
     /// it in flight until [`Shared::apply`] or [`Shared::set_online`].
     pub fn drain(&self, now_ns: u64, out: &mut Vec<SharedDelta>) {
-        for s in &self.table.shards {
-            let mut s = lock(s);
-            let dirty = std::mem::take(&mut s.dirty);
-            for h in &dirty {
-                let Some(e) = s.keys.get_mut(h) else { continue };
-                if !e.dirty {
-                    continue;
-                }
+        let t = self.table;
+        let mut sync = lock(&t.sync);
+        sync.drains += 1;
+        let drains = sync.drains;
+        for s in &t.shards {
+            let (mut tallies, bans) = {
+                let mut s = lock(s);
+                let spare = std::mem::take(&mut s.log.spare);
+                let bans = std::mem::take(&mut s.log.bans);
+                s.log.compact_at = 0;
+                (std::mem::replace(&mut s.log.tallies, spare), bans)
+            };
+            sum_tallies(&mut tallies);
+            let first = out.len();
+            for tl in &tallies {
                 out.push(SharedDelta {
-                    id: e.id,
-                    admitted: e.pending,
-                    hits: e.pending_hits,
-                    ban_ns: if e.ban_out {
-                        e.st.banned_until.saturating_sub(now_ns)
-                    } else {
-                        0
-                    },
+                    id: tl.id,
+                    admitted: tl.admitted,
+                    hits: tl.hits,
+                    ban_ns: 0,
                 });
-                e.inflight = e.inflight.saturating_add(e.pending);
-                e.inflight_hits = e.inflight_hits.saturating_add(e.pending_hits);
-                e.pending = 0;
-                e.pending_hits = 0;
-                e.ban_out = false;
-                e.dirty = false;
+                let c = sync.cold.entry(tl.id).or_default();
+                c.h = tl.h;
+                c.inflight = c.inflight.saturating_add(tl.admitted);
+                c.inflight_hits = c.inflight_hits.saturating_add(tl.hits);
+                c.drained_at = drains;
             }
-            // Keep the allocation for the next round.
-            let mut dirty = dirty;
-            dirty.clear();
-            if s.dirty.is_empty() {
-                s.dirty = dirty;
+            // A ban is made by a hit, so its key has a delta here.
+            let deltas = &mut out[first..];
+            for (id, until) in bans {
+                if let Ok(i) = deltas.binary_search_by_key(&id, |d| d.id) {
+                    deltas[i].ban_ns = deltas[i].ban_ns.max(until.saturating_sub(now_ns));
+                }
             }
+            // Bans published for keys that showed up since.
+            let found = t.take_pending(deltas, now_ns);
+            let mut s = lock(s);
+            for (id, until) in found {
+                let Some(c) = sync.cold.get(&id) else {
+                    continue;
+                };
+                if let Some(e) = s.keys.get_mut(&c.h) {
+                    e.st.banned_until = e.st.banned_until.max(until);
+                }
+            }
+            // Keep the allocation for the hits after the next drain.
+            tallies.clear();
+            if s.log.spare.capacity() < tallies.capacity() {
+                s.log.spare = tallies;
+            }
+        }
+        if drains.is_multiple_of(COLD_DRAINS) {
+            sync.cold
+                .retain(|_, c| c.inflight > 0 || c.drained_at + COLD_DRAINS > drains);
         }
     }
 
@@ -369,51 +537,102 @@ impl<'a> Shared<'a> {
     /// what was admitted here since the drain, each weight from the
     /// site's hits over this host's.
     pub fn apply(&self, now_ns: u64, updates: &[SharedUpdate]) {
-        let l = self.limiter;
-        let interval = self.gcra.interval_ns as f64;
+        /// One update, with what the sync knew of its key.
+        struct Step<'u> {
+            u: &'u SharedUpdate,
+            h: u64,
+            lost: bool,
+            /// The site's hits over this host's since the last apply, if
+            /// they make a weight.
+            fresh: Option<f32>,
+        }
+        let (l, t, g) = (self.limiter, self.table, &self.gcra);
+        let mut by_shard: Vec<Vec<Step>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        let mut sync = lock(&t.sync);
+        let drains = sync.drains;
         for u in updates {
-            let h = l.table.hasher.hash_one(u.id);
-            let mut s = lock(&self.table.shards[shard_of(h)]);
-            if !s.keys.contains_key(&h) && u.ban_ns == 0 && u.ahead_ns == 0 {
+            let Some(c) = sync.cold.get_mut(&u.id) else {
+                // Not drained here (or forgotten): only a ban matters.
+                if u.ban_ns > 0 {
+                    let _ = t.keep_pending(u.id, now_ns.saturating_add(u.ban_ns), now_ns);
+                }
+                continue;
+            };
+            let lost = u.admitted_total < c.seen_admitted + u64::from(c.inflight);
+            let site_hits = u.hits_total.saturating_sub(c.seen_hits);
+            let own_hits = u64::from(c.inflight_hits);
+            let fresh = (c.synced && !lost && own_hits > 0 && site_hits >= own_hits)
+                .then(|| site_hits as f32 / own_hits as f32);
+            c.seen_admitted = u.admitted_total;
+            c.seen_hits = u.hits_total;
+            c.synced = true;
+            c.inflight = 0;
+            c.inflight_hits = 0;
+            c.drained_at = c.drained_at.max(drains);
+            by_shard[shard_of(c.h)].push(Step {
+                u,
+                h: c.h,
+                lost,
+                fresh,
+            });
+        }
+        for (i, steps) in by_shard.iter().enumerate() {
+            if steps.is_empty() {
                 continue;
             }
-            let w0 = f32::from_bits(self.table.new_key_weight.load(Relaxed));
-            let e = l.entry(&mut s, h, now_ns, |_| Entry::new(u.id, now_ns, w0));
-            let lost = u.admitted_total < e.seen_admitted + u64::from(e.inflight);
-            let site_hits = u.hits_total.saturating_sub(e.seen_hits);
-            let own_hits = u64::from(e.inflight_hits);
-            if e.synced && !lost && own_hits > 0 && site_hits >= own_hits {
-                let fresh = site_hits as f32 / own_hits as f32;
-                e.weight = (0.5 * e.weight + 0.5 * fresh).clamp(1.0, MAX_WEIGHT);
+            let mut s = lock(&t.shards[i]);
+            // Admissions since the drain, per key: the log holds them.
+            let mut since: HashMap<u64, u64> = HashMap::new();
+            for tl in &s.log.tallies {
+                *since.entry(tl.id).or_insert(0) += u64::from(tl.admitted);
             }
-            let mirror = now_ns
-                .saturating_add(u.ahead_ns)
-                .saturating_add((f64::from(e.pending) * f64::from(e.weight) * interval) as u64);
-            // The site's bucket is the truth, unless the backend lost it
-            // (restarted): then keep what this host knew, if more.
-            e.st.tat = if lost { e.st.tat.max(mirror) } else { mirror };
-            e.seen_admitted = u.admitted_total;
-            e.seen_hits = u.hits_total;
-            e.synced = true;
-            e.inflight = 0;
-            e.inflight_hits = 0;
-            if u.ban_ns > 0 {
-                e.st.banned_until = e.st.banned_until.max(now_ns.saturating_add(u.ban_ns));
+            for st in steps {
+                let u = st.u;
+                if !s.keys.contains_key(&st.h) && u.ban_ns == 0 && u.ahead_ns == 0 {
+                    continue;
+                }
+                let charge = t.new_key_charge(g);
+                let e = l.entry(&mut s, st.h, now_ns, |_| Entry::new(now_ns, u.id, charge));
+                if let Some(fresh) = st.fresh {
+                    let w = 0.5 * weight_of(g, e.charge_ns) + 0.5 * fresh;
+                    e.charge_ns = charge_of(g, w);
+                }
+                let pending = since.get(&u.id).copied().unwrap_or(0);
+                let mirror = now_ns
+                    .saturating_add(u.ahead_ns)
+                    .saturating_add(pending.saturating_mul(e.charge_ns));
+                // The site's bucket is the truth, unless the backend lost it
+                // (restarted): then keep what this host knew, if more.
+                e.st.tat = if st.lost {
+                    e.st.tat.max(mirror)
+                } else {
+                    mirror
+                };
+                if u.ban_ns > 0 {
+                    e.st.banned_until = e.st.banned_until.max(now_ns.saturating_add(u.ban_ns));
+                }
             }
         }
     }
 
     /// Applies a ban another host made on key `id`, with `ban_ns` left.
     pub fn remote_ban(&self, id: u64, ban_ns: u64, now_ns: u64) {
-        let l = self.limiter;
-        let h = l.table.hasher.hash_one(id);
-        let mut s = lock(&self.table.shards[shard_of(h)]);
-        let w0 = f32::from_bits(self.table.new_key_weight.load(Relaxed));
-        let e = l.entry(&mut s, h, now_ns, |_| Entry::new(id, now_ns, w0));
+        let (l, t) = (self.limiter, self.table);
         let until = now_ns.saturating_add(ban_ns);
+        let sync = lock(&t.sync);
+        let Some(h) = sync.cold.get(&id).map(|c| c.h) else {
+            // Not seen here yet: in force from the key's first hit here.
+            if t.keep_pending(id, until, now_ns) {
+                t.remote_bans.fetch_add(1, Relaxed);
+            }
+            return;
+        };
+        let mut s = lock(&t.shards[shard_of(h)]);
+        let charge = t.new_key_charge(&self.gcra);
+        let e = l.entry(&mut s, h, now_ns, |_| Entry::new(now_ns, id, charge));
         if until > e.st.banned_until {
             e.st.banned_until = until;
-            self.table.remote_bans.fetch_add(1, Relaxed);
+            t.remote_bans.fetch_add(1, Relaxed);
         }
     }
 
@@ -429,11 +648,11 @@ impl<'a> Shared<'a> {
     /// The weight key `key` is charged with now (for tests and status).
     pub fn weight(&self, key: &[u8]) -> Option<f32> {
         let l = self.limiter;
-        let h = l.table.hasher.hash_one(key_id(key));
+        let h = l.table.hasher.hash_one(key);
         lock(&self.table.shards[shard_of(h)])
             .keys
             .get(&h)
-            .map(|e| e.weight)
+            .map(|e| weight_of(&self.gcra, e.charge_ns))
     }
 }
 

@@ -303,3 +303,109 @@ fn a_backend_that_lost_its_state_does_not_reset_the_mirror() {
     // The bucket is still drained here, whatever the backend forgot.
     assert!(matches!(l.hit(b"k", S), Outcome::Limited { .. }));
 }
+
+#[test]
+fn hits_past_the_log_compaction_are_summed_not_lost() {
+    let l = Limiter::new_shared(1_000_000, 1_000, 1_000_000, 0, 1 << 10);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let n = 3 * LOG_COMPACT as u32 + 7;
+    let mut admitted = 0u32;
+    for i in 0..n {
+        // Two keys, and limited hits among them once the burst is gone.
+        if l.hit(if i % 3 == 0 { b"a" } else { b"b" }, S) == Outcome::Allowed {
+            admitted += 1;
+        }
+    }
+    let held: usize = l_tallies(&l);
+    assert!(held < 2 * LOG_COMPACT, "the log holds {held} tallies");
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
+    d.sort_by_key(|d| d.id);
+    let mut want = vec![
+        (key_id(b"a"), n.div_ceil(3)),
+        (key_id(b"b"), n - n.div_ceil(3)),
+    ];
+    want.sort();
+    let got: Vec<(u64, u32)> = d.iter().map(|d| (d.id, d.hits)).collect();
+    assert_eq!(got, want);
+    assert_eq!(d.iter().map(|d| d.admitted).sum::<u32>(), admitted);
+    assert_eq!(l_tallies(&l), 0, "a drain empties the log");
+}
+
+fn l_tallies(l: &Limiter) -> usize {
+    match &l.table.shards {
+        super::super::Shards::Shared(t) => t.shards.iter().map(|s| lock(s).log.tallies.len()).sum(),
+        _ => unreachable!("a shared limiter"),
+    }
+}
+
+fn cold_keys(l: &Limiter) -> usize {
+    match &l.table.shards {
+        super::super::Shards::Shared(t) => lock(&t.sync).cold.len(),
+        _ => unreachable!("a shared limiter"),
+    }
+}
+
+#[test]
+fn the_sync_forgets_keys_idle_for_many_drains() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 1 << 10);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let mut d = Vec::new();
+    for k in 0..100u32 {
+        l.hit(&k.to_le_bytes(), S);
+    }
+    sh.drain(S, &mut d);
+    let updates: Vec<SharedUpdate> = d
+        .iter()
+        .map(|d| SharedUpdate {
+            id: d.id,
+            ahead_ns: 0,
+            admitted_total: 1,
+            hits_total: 1,
+            ban_ns: 0,
+        })
+        .collect();
+    sh.apply(S, &updates);
+    assert_eq!(cold_keys(&l), 100);
+    // One key stays busy; the others go quiet.
+    for _ in 0..2 * COLD_DRAINS {
+        l.hit(b"busy", S);
+        d.clear();
+        sh.drain(S, &mut d);
+    }
+    assert_eq!(cold_keys(&l), 1, "only the busy key is remembered");
+}
+
+#[test]
+fn a_ban_for_a_key_seen_here_but_not_yet_drained_takes_hold_at_the_drain() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    assert_eq!(l.hit(b"k", S), Outcome::Allowed);
+    // Another host's ban arrives before this host drained the key.
+    sh.remote_ban(key_id(b"k"), 60 * S, S);
+    assert_eq!(sh.stats().remote_bans, 1);
+    let mut d = Vec::new();
+    sh.drain(S + MS, &mut d);
+    assert_eq!(
+        l.hit(b"k", 2 * S),
+        Outcome::Limited {
+            retry_after_ns: 60 * S - S
+        }
+    );
+    // A ban the site answers for a key never drained here waits for it.
+    sh.apply(
+        2 * S,
+        &[SharedUpdate {
+            id: key_id(b"new"),
+            ahead_ns: 0,
+            admitted_total: 5,
+            hits_total: 9,
+            ban_ns: 10 * S,
+        }],
+    );
+    assert!(matches!(l.hit(b"new", 3 * S), Outcome::Limited { .. }));
+    assert_eq!(l.hit(b"new", 13 * S), Outcome::Allowed, "the ban ended");
+}
