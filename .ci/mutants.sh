@@ -59,7 +59,7 @@ for g in $groups; do
     engine)
         run engine 90 --file dataplane/src/core.rs --file dataplane/src/matcher.rs \
             --test-package rctl-dataplane --test-package rctl \
-            -- --lib --test integration -- core matcher engine language:: corpus:: generated:: $skip ;;
+            -- --lib --test integration -- core matcher engine carry language:: corpus:: generated:: invariants:: $skip ;;
     compiler)
         run compiler 90 --file compiler/src/analysis.rs --file compiler/src/artifact.rs \
             --test-package rctl-compiler --test-package rctl \

@@ -644,6 +644,11 @@ fn the_xdp_tables_refuse_a_missing_ip_set() {
         matches!(e, Err(TablesError::Index(IndexError::IpSet { set: 7, .. }))),
         "{e:?}"
     );
+    let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        msg.contains("names ip set 7, which does not exist"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -651,6 +656,10 @@ fn every_evaluator_refuses_a_condition_on_a_missing_predicate() {
     let mut rs = golden();
     rule(&mut rs, "tools").cond = Cond::Or(vec![Cond::Atom(3), Cond::Atom(40)]);
     let want = IndexError::Atom { rule: 4, atom: 40 };
+    assert_eq!(
+        want.to_string(),
+        "rule 4 names predicate 40, which does not exist"
+    );
     let config = EngineConfig::default();
     assert!(matches!(Engine::new(rs.clone(), &config), Err(EngineError::Index(e)) if e == want));
     assert!(

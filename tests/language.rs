@@ -406,6 +406,11 @@ fn prefix_key_aggregates_v4_and_v6() {
             .kind(),
         "throttle"
     );
+    // The next /64 is a bucket of its own.
+    assert_eq!(
+        Req::get("/").ip("2001:db8:0:2::1").decide(&e).verdict,
+        Verdict::Pass
+    );
 }
 
 #[test]

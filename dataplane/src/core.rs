@@ -469,3 +469,43 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key's bytes are a contract between hosts: a `shared`
+    /// throttle's site-wide id is a hash of them, so every host and every
+    /// version must build the same bytes for the same request.
+    #[test]
+    fn key_parts_are_length_prefixed_little_endian() {
+        let mut out = Vec::new();
+        let keys = [
+            Key::Ip,
+            Key::Server,
+            Key::Prefix { v4: 24, v6: 64 },
+            Key::Prefix { v4: 0, v6: 0 },
+        ];
+        Core::key(&keys, None, "192.0.2.77".parse().unwrap(), &mut out);
+        let mut want = Vec::new();
+        want.extend_from_slice(&4u64.to_le_bytes());
+        want.extend_from_slice(&[192, 0, 2, 77]);
+        want.extend_from_slice(&0u64.to_le_bytes());
+        want.extend_from_slice(&5u64.to_le_bytes());
+        want.extend_from_slice(&[192, 0, 2, 0, 24]);
+        want.extend_from_slice(&5u64.to_le_bytes());
+        want.extend_from_slice(&[0, 0, 0, 0, 0]);
+        assert_eq!(out, want);
+        Core::key(
+            &keys[2..3],
+            None,
+            "2001:db8:1:2:3::4".parse().unwrap(),
+            &mut out,
+        );
+        let mut want = 17u64.to_le_bytes().to_vec();
+        want.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2]);
+        want.extend_from_slice(&[0; 8]);
+        want.push(64);
+        assert_eq!(out, want);
+    }
+}
