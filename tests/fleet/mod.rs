@@ -6,6 +6,7 @@
 
 mod etcd;
 mod redis;
+mod tls;
 
 use crate::agent::{Conn, Resp};
 use crate::servers::etcd::Cluster;
@@ -79,7 +80,14 @@ fn push(etcd: &str, args: &[&str]) -> std::process::Output {
 
 /// `rctl fleet status --format json`: exit success and the document.
 fn fleet_status(etcd: &str) -> (bool, serde_json::Value) {
-    let o = rctl(&["fleet", "status", "--etcd", etcd, "--format", "json"]);
+    fleet_status_with(etcd, &[])
+}
+
+/// [`fleet_status`] with `extra` flags (TLS).
+fn fleet_status_with(etcd: &str, extra: &[&str]) -> (bool, serde_json::Value) {
+    let mut a = vec!["fleet", "status", "--etcd", etcd, "--format", "json"];
+    a.extend_from_slice(extra);
+    let o = rctl(&a);
     let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
         panic!(
             "fleet status: {}{}",

@@ -30,6 +30,7 @@ pub mod etcd;
 pub mod haproxy;
 pub mod netns;
 pub mod nginx;
+pub mod pki;
 pub mod redis;
 pub mod serve;
 pub mod varnish;
