@@ -240,6 +240,16 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// How the process ended, if it has (then it counts as stopped: its
+    /// group id may belong to someone else now, and is not signalled).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.try_wait().ok().flatten();
+        if status.is_some() {
+            self.stopped = true;
+        }
+        status
+    }
+
     /// Kills the group at once (SIGKILL) and reaps the process.
     pub fn kill(&mut self) {
         if !self.stopped {
