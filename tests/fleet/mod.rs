@@ -8,6 +8,7 @@ mod etcd;
 mod pinned;
 mod redis;
 mod tls;
+mod xdp;
 
 use crate::agent::{Conn, Resp};
 use crate::servers::etcd::Cluster;

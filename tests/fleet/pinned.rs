@@ -19,6 +19,27 @@ pub(super) struct Gen<'a> {
     pub allowed: &'a str,
 }
 
+impl Gen<'_> {
+    /// Generations A and B of `denying(…, "a", "/a")` and `(…, "b", "/b")`
+    /// (or rulesets that deny the same paths).
+    pub(super) fn pair<'a>(a: &'a (PathBuf, String), b: &'a (PathBuf, String)) -> [Gen<'a>; 2] {
+        [
+            Gen {
+                file: &a.0,
+                sha: &a.1,
+                denied: "/a",
+                allowed: "/b",
+            },
+            Gen {
+                file: &b.0,
+                sha: &b.1,
+                denied: "/b",
+                allowed: "/a",
+            },
+        ]
+    }
+}
+
 /// The agent's own steps, as `dataplane/fleet/src/agent/apply.rs` names
 /// them.
 pub(super) const AGENT_STEPS: [&str; 3] = ["agent-fetched", "agent-prepared", "agent-committed"];
@@ -40,7 +61,7 @@ fn line(etcd: &str, host: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// Kills `agents[v]` at `step` while it applies `next` over `now`, and
+/// Kills `agents[0]` at `step` while it applies `next` over `now`, and
 /// checks what it runs after each restart. `kept` is the generation it
 /// must run after the kill (`now` if the step is before its commit
 /// point, `next` after); `planes` checks whatever else shows the
@@ -53,7 +74,6 @@ pub(super) fn kill_at(
     etcd: &str,
     nowhere: &str,
     agents: &mut [Agent],
-    v: usize,
     step: &str,
     now: &Gen,
     next: &Gen,
@@ -62,7 +82,7 @@ pub(super) fn kill_at(
 ) {
     // Started with the fault armed, it takes `now` from its disk and
     // etcd (nothing to apply: no fault yet).
-    let victim = &mut agents[v];
+    let victim = &mut agents[0];
     victim.fault = Some(step.to_string());
     victim.restart(etcd);
     eventually(
@@ -153,7 +173,26 @@ pub(super) fn kill_at(
     // With etcd: it converges with the others, and fleet status says so.
     victim.restart(etcd);
     converged(etcd, agents, next.sha, next.denied);
-    planes(&agents[v], next);
+    planes(&agents[0], next);
+}
+
+/// [`kill_at`] each of `steps` in turn (with whether the new generation
+/// is live after a kill there), pushing the generations of `gens`
+/// alternately.
+pub(super) fn kill_at_each(
+    etcd: &str,
+    agents: &mut [Agent],
+    steps: impl IntoIterator<Item = (&'static str, bool)>,
+    gens: &[Gen; 2],
+    planes: &dyn Fn(&Agent, &Gen),
+) {
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let (mut now, mut next) = (&gens[0], &gens[1]);
+    for (step, switched) in steps {
+        let kept = if switched { next } else { now };
+        kill_at(etcd, &nowhere, agents, step, now, next, kept, planes);
+        std::mem::swap(&mut now, &mut next);
+    }
 }
 
 #[test]
@@ -171,34 +210,8 @@ fn an_agent_killed_at_each_step_of_its_apply_runs_a_whole_generation() {
         Agent::start(&dir, "cp1", "eqiad", &etcd, &[]),
     ];
     converged(&etcd, &agents, &a.1, "/a");
-    let nowhere = format!("http://127.0.0.1:{}", free_port());
-    let ga = Gen {
-        file: &a.0,
-        sha: &a.1,
-        denied: "/a",
-        allowed: "/b",
-    };
-    let gb = Gen {
-        file: &b.0,
-        sha: &b.1,
-        denied: "/b",
-        allowed: "/a",
-    };
-    let (mut now, mut next) = (&ga, &gb);
-    for step in AGENT_STEPS {
-        // Without a packet plane nothing outlives the process: every
-        // step before `last-good` is renamed leaves the old generation.
-        kill_at(
-            &etcd,
-            &nowhere,
-            &mut agents,
-            0,
-            step,
-            now,
-            next,
-            now,
-            &|_, _| {},
-        );
-        std::mem::swap(&mut now, &mut next);
-    }
+    // Without a packet plane nothing outlives the process: a kill at
+    // any step before `last-good` is renamed leaves the old generation.
+    let steps = AGENT_STEPS.map(|s| (s, false));
+    kill_at_each(&etcd, &mut agents, steps, &Gen::pair(&a, &b), &|_, _| {});
 }
