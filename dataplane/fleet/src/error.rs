@@ -139,3 +139,45 @@ fn causes(said: &str, e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a message and a source.
+    #[derive(Debug)]
+    struct Wrap(&'static str, Option<Box<Wrap>>);
+
+    impl fmt::Display for Wrap {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|w| w as _)
+        }
+    }
+
+    #[test]
+    fn the_causes_are_followed_down_once_each() {
+        let rustls = Wrap("received fatal alert: BadCertificate", None);
+        let hyper = Wrap("connection error", Some(Box::new(rustls)));
+        let tonic = Wrap("transport error", Some(Box::new(hyper)));
+        let status = Wrap("status: transport error", Some(Box::new(tonic)));
+        assert_eq!(
+            causes("transport error", &status),
+            ": connection error: received fatal alert: BadCertificate"
+        );
+    }
+
+    #[test]
+    fn tls_failures_say_which_flag_to_give() {
+        let refused = tls_hint("etcd: transport error: received fatal alert: BadCertificate");
+        assert!(refused.is_some_and(|h| h.contains("--etcd-cert") && h.contains("--etcd-key")));
+        let untrusted = tls_hint("etcd: invalid peer certificate: UnknownIssuer");
+        assert!(untrusted.is_some_and(|h| h.contains("--etcd-ca")));
+        assert_eq!(tls_hint("etcd: connection refused (Unavailable)"), None);
+    }
+}
