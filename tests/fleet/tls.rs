@@ -165,6 +165,23 @@ fn push_agents_and_fleet_status_over_tls_with_client_certificates() {
     assert_eq!(cp1.check("/a", "192.0.2.1").status, 403);
     assert_eq!(cp1.check("/b", "192.0.2.1").status, 200);
     assert_ne!(cp1.status()["fleet"]["etcd"]["connected"], true);
+    // Fleet status: cp1 is down (it cannot report), A its last known.
+    eventually(
+        Duration::from_secs(15),
+        || {
+            let v = fleet_status_with(&etcd, &good).1;
+            v["hosts"].as_array().is_some_and(|h| {
+                h.iter().any(|x| {
+                    x["host"] == "cp1"
+                        && x["state"] == "down"
+                        && x["live"] == false
+                        && x["artifact_sha256"] == a.1.as_str()
+                        && x["target_sha256"] == b.1.as_str()
+                })
+            })
+        },
+        || format!("fleet status: {}", fleet_status_with(&etcd, &good).1),
+    );
     // Given its certificate back, it converges.
     cp1.args = keep;
     cp1.restart(&c.url(1));
