@@ -259,3 +259,18 @@ impl Cluster {
             .collect()
     }
 }
+
+impl Drop for Cluster {
+    /// Stops the members and, unless the test failed (its data may tell
+    /// why), removes their data: each member's WAL preallocates 64 MB.
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut p) = m.proc.take() {
+                p.stop();
+            }
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(m.dir.join("data"));
+            }
+        }
+    }
+}
