@@ -42,6 +42,8 @@ command -v etcd >/dev/null || missing="$missing etcd-server"
 command -v etcdctl >/dev/null || missing="$missing etcd-client"
 command -v redis-server >/dev/null || missing="$missing redis-server"
 command -v protoc >/dev/null || missing="$missing protobuf-compiler"
+# The fleet's TLS test makes its CA and certificates with openssl.
+command -v openssl >/dev/null || missing="$missing openssl"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq

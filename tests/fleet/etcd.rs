@@ -4,28 +4,6 @@
 
 use super::*;
 
-/// Every agent's own status, fleet status and the verdicts agree that
-/// each host runs `sha`; fleet status exits 0 (every host on target).
-fn converged(etcd: &str, agents: &[Agent], sha: &str, denied: &str) {
-    eventually(
-        Duration::from_secs(20),
-        || {
-            let (ok, v) = fleet_status(etcd);
-            ok && v["hosts"].as_array().is_some_and(|h| {
-                h.len() == agents.len()
-                    && h.iter()
-                        .all(|x| x["state"] == "ok" && x["artifact_sha256"] == sha)
-            })
-        },
-        || format!("fleet status: {}", fleet_status(etcd).1),
-    );
-    for a in agents {
-        assert_eq!(a.serving(), sha, "{} serves another artifact", a.host);
-        let r = a.check(denied, "192.0.2.1");
-        assert_eq!(r.status, 403, "{}: {denied} is not denied: {r:?}", a.host);
-    }
-}
-
 /// A cluster, five agents of two sites, and two rulesets A and B
 /// (denying /a and /b) compiled; A pushed and running everywhere.
 fn fleet_of_five(tag: &str) -> (PathBuf, Cluster, Vec<Agent>, [(PathBuf, String); 2]) {

@@ -5,7 +5,10 @@
 //! over its control socket, and the verdicts its check endpoint gives.
 
 mod etcd;
+mod pinned;
 mod redis;
+mod tls;
+mod xdp;
 
 use crate::agent::{Conn, Resp};
 use crate::servers::etcd::Cluster;
@@ -79,7 +82,14 @@ fn push(etcd: &str, args: &[&str]) -> std::process::Output {
 
 /// `rctl fleet status --format json`: exit success and the document.
 fn fleet_status(etcd: &str) -> (bool, serde_json::Value) {
-    let o = rctl(&["fleet", "status", "--etcd", etcd, "--format", "json"]);
+    fleet_status_with(etcd, &[])
+}
+
+/// [`fleet_status`] with `extra` flags (TLS).
+fn fleet_status_with(etcd: &str, extra: &[&str]) -> (bool, serde_json::Value) {
+    let mut a = vec!["fleet", "status", "--etcd", etcd, "--format", "json"];
+    a.extend_from_slice(extra);
+    let o = rctl(&a);
     let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
         panic!(
             "fleet status: {}{}",
@@ -97,6 +107,8 @@ struct Agent {
     http: SocketAddr,
     control: PathBuf,
     args: Vec<String>,
+    /// `RCTL_FAULT` for the next start: the step it kills itself at.
+    fault: Option<String>,
     proc: Proc,
 }
 
@@ -104,6 +116,19 @@ impl Agent {
     /// Starts `rctl agent` as `host` of `site` following `etcd`, its
     /// state in `dir`, plus `extra` flags; waits until it is ready.
     fn start(dir: &Path, host: &str, site: &str, etcd: &str, extra: &[&str]) -> Agent {
+        Agent::start_on(dir, host, site, etcd, &["--no-xdp"], extra)
+    }
+
+    /// [`Agent::start`] with `plane` (`--no-xdp`, or `--iface IF` and
+    /// where its pins go) instead of `--no-xdp`.
+    fn start_on(
+        dir: &Path,
+        host: &str,
+        site: &str,
+        etcd: &str,
+        plane: &[&str],
+        extra: &[&str],
+    ) -> Agent {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = dir.join(host);
         let run = dir.join("run");
@@ -111,21 +136,21 @@ impl Agent {
         std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
         let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let control = run.join("agent.sock");
-        let mut args: Vec<String> = [
-            "agent",
-            "--no-xdp",
-            "--host",
-            host,
-            "--site",
-            site,
-            "--report-ttl",
-            "3",
-            "--retry",
-            "1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> = ["agent"]
+            .iter()
+            .chain(plane)
+            .chain(&[
+                "--host",
+                host,
+                "--site",
+                site,
+                "--report-ttl",
+                "3",
+                "--retry",
+                "1",
+            ])
+            .map(|s| s.to_string())
+            .collect();
         args.extend([
             "--state-dir".into(),
             dir.join("state").display().to_string(),
@@ -137,22 +162,26 @@ impl Agent {
             control.display().to_string(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let proc = Self::spawn(&dir, etcd, &args);
+        let proc = Self::spawn(&dir, etcd, &args, None);
         let mut a = Agent {
             host: host.to_string(),
             dir,
             http,
             control,
             args,
+            fault: None,
             proc,
         };
         a.wait_ready(0);
         a
     }
 
-    fn spawn(dir: &Path, etcd: &str, args: &[String]) -> Proc {
+    fn spawn(dir: &Path, etcd: &str, args: &[String], fault: Option<&str>) -> Proc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
         cmd.args(args).args(["--etcd", etcd]);
+        if let Some(step) = fault {
+            cmd.env("RCTL_FAULT", step);
+        }
         Proc::spawn("rctl-agent", dir, cmd)
     }
 
@@ -168,7 +197,7 @@ impl Agent {
     fn restart(&mut self, etcd: &str) {
         self.proc.kill();
         let before = self.proc.stderr().matches("rctl agent: ready").count();
-        self.proc = Self::spawn(&self.dir, etcd, &self.args);
+        self.proc = Self::spawn(&self.dir, etcd, &self.args, self.fault.as_deref());
         self.wait_ready(before);
     }
 
@@ -216,6 +245,28 @@ fn eventually(timeout: Duration, mut ok: impl FnMut() -> bool, what: impl Fn() -
     while !ok() {
         assert!(Instant::now() < deadline, "after {timeout:?}: {}", what());
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every agent's own status, fleet status and the verdicts agree that
+/// each host runs `sha`; fleet status exits 0 (every host on target).
+fn converged(etcd: &str, agents: &[Agent], sha: &str, denied: &str) {
+    eventually(
+        Duration::from_secs(20),
+        || {
+            let (ok, v) = fleet_status(etcd);
+            ok && v["hosts"].as_array().is_some_and(|h| {
+                h.len() == agents.len()
+                    && h.iter()
+                        .all(|x| x["state"] == "ok" && x["artifact_sha256"] == sha)
+            })
+        },
+        || format!("fleet status: {}", fleet_status(etcd).1),
+    );
+    for a in agents {
+        assert_eq!(a.serving(), sha, "{} serves another artifact", a.host);
+        let r = a.check(denied, "192.0.2.1");
+        assert_eq!(r.status, 403, "{}: {denied} is not denied: {r:?}", a.host);
     }
 }
 

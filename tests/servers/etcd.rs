@@ -1,6 +1,9 @@
 //! etcd: a cluster of members on loopback, each with its own data
 //! directory, ports and logs; members can be killed and started again.
+//! With [`Tls`], clients talk https and must show a certificate the
+//! cluster's CA signed (`--client-cert-auth`); members talk plain http.
 
+use super::pki::Leaf;
 use super::{free_port, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,11 +27,32 @@ pub struct Cluster {
     /// The members, in order.
     pub members: Vec<Member>,
     initial: String,
+    tls: Option<Tls>,
+}
+
+/// TLS on the client URLs.
+#[derive(Clone)]
+pub struct Tls {
+    /// The CA etcd trusts for client certificates (and that signed its own).
+    pub ca: PathBuf,
+    /// etcd's certificate.
+    pub server: Leaf,
+    /// The client certificate `etcdctl` shows.
+    pub client: Leaf,
 }
 
 impl Cluster {
     /// Starts `n` members in `dir` and waits until they have a leader.
     pub fn start(dir: &Path, n: usize) -> Cluster {
+        Cluster::start_with(dir, n, None)
+    }
+
+    /// [`Cluster::start`], with clients on https checked by `tls`.
+    pub fn start_tls(dir: &Path, n: usize, tls: Tls) -> Cluster {
+        Cluster::start_with(dir, n, Some(tls))
+    }
+
+    fn start_with(dir: &Path, n: usize, tls: Option<Tls>) -> Cluster {
         let members: Vec<Member> = (0..n)
             .map(|i| {
                 let name = format!("e{i}");
@@ -48,7 +72,11 @@ impl Cluster {
             .map(|m| format!("{}=http://{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
-        let mut c = Cluster { members, initial };
+        let mut c = Cluster {
+            members,
+            initial,
+            tls,
+        };
         for i in 0..n {
             c.spawn(i);
         }
@@ -62,15 +90,16 @@ impl Cluster {
 
     fn spawn(&mut self, i: usize) {
         let initial = self.initial.clone();
+        let client_url = self.url(i);
         let m = &mut self.members[i];
         let mut cmd = Command::new("etcd");
         cmd.args(["--name", &m.name, "--data-dir"])
             .arg(m.dir.join("data"))
             .args([
                 "--listen-client-urls",
-                &format!("http://{}", m.client),
+                &client_url,
                 "--advertise-client-urls",
-                &format!("http://{}", m.client),
+                &client_url,
                 "--listen-peer-urls",
                 &format!("http://{}", m.peer),
                 "--initial-advertise-peer-urls",
@@ -87,16 +116,45 @@ impl Cluster {
                 "--log-level",
                 "warn",
             ]);
+        if let Some(t) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&t.server.cert)
+                .arg("--key-file")
+                .arg(&t.server.key)
+                .arg("--trusted-ca-file")
+                .arg(&t.ca)
+                .arg("--client-cert-auth");
+        }
         m.proc = Some(Proc::spawn(&m.name, &m.dir, cmd));
     }
 
     /// The client URLs, comma-separated (for `--etcd`).
     pub fn urls(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| format!("http://{}", m.client))
+        (0..self.members.len())
+            .map(|i| self.url(i))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Member `i`'s client URL.
+    pub fn url(&self, i: usize) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.members[i].client)
+    }
+
+    /// `etcdctl` for `endpoints`, with the client certificate under TLS.
+    fn etcdctl(&self, endpoints: &str) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3").args(["--endpoints", endpoints]);
+        if let Some(t) = &self.tls {
+            cmd.arg("--cacert")
+                .arg(&t.ca)
+                .arg("--cert")
+                .arg(&t.client.cert)
+                .arg("--key")
+                .arg(&t.client.key);
+        }
+        cmd
     }
 
     /// Kills member `i` (SIGKILL, as a crash).
@@ -121,11 +179,9 @@ impl Cluster {
             if m.proc.is_none() {
                 continue;
             }
-            let o = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
+            let o = self
+                .etcdctl(&self.url(i))
                 .args([
-                    "--endpoints",
-                    &format!("http://{}", m.client),
                     "--command-timeout",
                     "1s",
                     "endpoint",
@@ -166,9 +222,9 @@ impl Cluster {
     /// `etcdctl put KEY` with `value` on stdin (binary-safe).
     pub fn put(&self, key: &str, value: &[u8]) {
         use std::io::Write as _;
-        let mut child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.urls(), "put", key])
+        let mut child = self
+            .etcdctl(&self.urls())
+            .args(["put", key])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -177,11 +233,44 @@ impl Cluster {
         assert!(child.wait().unwrap().success(), "etcdctl put {key}");
     }
 
+    /// `etcdctl get KEY`: its value, if it is there (an independent
+    /// reader of what rctl wrote).
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let o = self
+            .etcdctl(&self.urls())
+            .args(["get", "--print-value-only", key])
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            o.status.success(),
+            "etcdctl get {key}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // The value, then a newline; nothing at all for a missing key.
+        let mut v = o.stdout;
+        v.pop().map(|_| v)
+    }
+
     /// Every member's logs.
     pub fn logs(&self) -> String {
         self.members
             .iter()
             .filter_map(|m| m.proc.as_ref().map(Proc::logs))
             .collect()
+    }
+}
+
+impl Drop for Cluster {
+    /// Stops the members and, unless the test failed (its data may tell
+    /// why), removes their data: each member's WAL preallocates 64 MB.
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut p) = m.proc.take() {
+                p.stop();
+            }
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(m.dir.join("data"));
+            }
+        }
     }
 }

@@ -30,6 +30,7 @@ pub mod etcd;
 pub mod haproxy;
 pub mod netns;
 pub mod nginx;
+pub mod pki;
 pub mod redis;
 pub mod serve;
 pub mod varnish;
@@ -237,6 +238,16 @@ impl Proc {
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How the process ended, if it has (then it counts as stopped: its
+    /// group id may belong to someone else now, and is not signalled).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.try_wait().ok().flatten();
+        if status.is_some() {
+            self.stopped = true;
+        }
+        status
     }
 
     /// Kills the group at once (SIGKILL) and reaps the process.

@@ -80,10 +80,104 @@ impl From<etcd_client::Error> for FleetError {
             }
             _ => ErrorKind::Refused,
         };
+        // The TLS error that explains a "transport error" is a few
+        // sources down (tonic, hyper, then rustls's alert or verdict).
         let message = match &e {
-            E::GRpcStatus(s) => format!("etcd: {} ({:?})", s.message(), s.code()),
-            other => format!("etcd: {other}"),
+            E::GRpcStatus(s) => format!(
+                "etcd: {} ({:?}){}",
+                s.message(),
+                s.code(),
+                causes(s.message(), s)
+            ),
+            other => format!("etcd: {other}{}", causes(&other.to_string(), other)),
         };
-        FleetError { kind, message }
+        match tls_hint(&message) {
+            // Not an outage: retrying will not help.
+            Some(hint) => FleetError {
+                kind: ErrorKind::Refused,
+                message: format!("{hint} ({message})"),
+            },
+            None => FleetError { kind, message },
+        }
+    }
+}
+
+/// What a TLS failure in `message` (an error and its causes) means, and
+/// what to do about it.
+fn tls_hint(message: &str) -> Option<&'static str> {
+    if message.contains("invalid peer certificate") {
+        Some(
+            "etcd's certificate is not trusted: give the CA that signed it with --etcd-ca, \
+             and --etcd-server-name if the certificate does not name the endpoint's host",
+        )
+    } else if message.contains("received fatal alert") {
+        Some(CLIENT_CERT_REFUSED)
+    } else {
+        None
+    }
+}
+
+/// What to do when etcd refuses the client's certificate (or its absence).
+pub(crate) const CLIENT_CERT_REFUSED: &str =
+    "etcd refused the TLS handshake: it checks client certificates (--client-cert-auth), so give \
+     --etcd-cert and --etcd-key with a certificate signed by a CA in its --trusted-ca-file";
+
+/// The sources of `e` (whose own message is `said`), each as `: cause`,
+/// skipping what was said already.
+fn causes(said: &str, e: &dyn std::error::Error) -> String {
+    let mut out = String::new();
+    let mut seen = vec![said.to_string()];
+    let mut next = e.source();
+    while let Some(c) = next {
+        let m = c.to_string();
+        if !seen.iter().any(|s| s.contains(&m)) {
+            out.push_str(": ");
+            out.push_str(&m);
+            seen.push(m);
+        }
+        next = c.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a message and a source.
+    #[derive(Debug)]
+    struct Wrap(&'static str, Option<Box<Wrap>>);
+
+    impl fmt::Display for Wrap {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|w| w as _)
+        }
+    }
+
+    #[test]
+    fn the_causes_are_followed_down_once_each() {
+        let rustls = Wrap("received fatal alert: BadCertificate", None);
+        let hyper = Wrap("connection error", Some(Box::new(rustls)));
+        let tonic = Wrap("transport error", Some(Box::new(hyper)));
+        let status = Wrap("status: transport error", Some(Box::new(tonic)));
+        assert_eq!(
+            causes("transport error", &status),
+            ": connection error: received fatal alert: BadCertificate"
+        );
+    }
+
+    #[test]
+    fn tls_failures_say_which_flag_to_give() {
+        let refused = tls_hint("etcd: transport error: received fatal alert: BadCertificate");
+        assert!(refused.is_some_and(|h| h.contains("--etcd-cert") && h.contains("--etcd-key")));
+        let untrusted = tls_hint("etcd: invalid peer certificate: UnknownIssuer");
+        assert!(untrusted.is_some_and(|h| h.contains("--etcd-ca")));
+        assert_eq!(tls_hint("etcd: connection refused (Unavailable)"), None);
     }
 }

@@ -134,9 +134,33 @@ impl EtcdConfig {
             }
         }
         if self.endpoints.len() == 1 {
-            return Client::connect(&self.endpoints, Some(opts))
+            let c = Client::connect(&self.endpoints, Some(opts))
                 .await
-                .map_err(|e| FleetError::from(e).context("connecting to etcd"));
+                .map_err(|e| FleetError::from(e).context("connecting to etcd"))?;
+            if tls {
+                // One serializable read checks the handshake now, so that a
+                // certificate etcd refuses is said as such and not retried
+                // as an outage; an etcd that is down or has no leader is
+                // left to the requests' own retries, as without TLS.
+                let mut probing = c.clone();
+                let probe = probing.get(
+                    self.prefix.as_bytes(),
+                    Some(
+                        etcd_client::GetOptions::new()
+                            .with_count_only()
+                            .with_serializable(),
+                    ),
+                );
+                if let Ok(Err(e)) = tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+                    let e = self.refused(FleetError::from(e));
+                    if e.kind == ErrorKind::Refused {
+                        return Err(
+                            e.context(format!("connecting to etcd at {}", self.endpoints[0]))
+                        );
+                    }
+                }
+            }
+            return Ok(c);
         }
         // etcd-client's balanced channel fails a request when the endpoint
         // it picks is down (etcdv3/etcd-client#39): with one member of
@@ -166,7 +190,7 @@ impl EtcdConfig {
             };
             match tokio::time::timeout(PROBE_TIMEOUT, tried).await {
                 Ok(Ok(c)) => return Ok(c),
-                Ok(Err(err)) => last = Some(FleetError::from(err).context(e)),
+                Ok(Err(err)) => last = Some(self.refused(FleetError::from(err)).context(e)),
                 Err(_) => {
                     last = Some(FleetError::new(
                         ErrorKind::Unavailable,
@@ -180,6 +204,31 @@ impl EtcdConfig {
             .context(format!(
                 "connecting to etcd (none of {n} endpoints answered)"
             )))
+    }
+}
+
+impl EtcdConfig {
+    /// A first request over TLS whose connection etcd closed: with TLS 1.3
+    /// the client's certificate is checked after the client thinks the
+    /// handshake is done, so a refused one shows as a connection closed
+    /// (its alert is lost) rather than as an alert.
+    fn refused(&self, e: FleetError) -> FleetError {
+        let tls = self.ca.is_some() || self.cert.is_some();
+        let closed = ["connection closed", "broken pipe", "connection reset"]
+            .iter()
+            .any(|m| e.message.contains(m));
+        if tls && closed && e.kind != ErrorKind::Refused {
+            FleetError::new(
+                ErrorKind::Refused,
+                format!(
+                    "{}: etcd closed the connection right after the TLS handshake ({})",
+                    crate::error::CLIENT_CERT_REFUSED,
+                    e.message
+                ),
+            )
+        } else {
+            e
+        }
     }
 }
 
