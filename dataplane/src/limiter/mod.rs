@@ -408,7 +408,8 @@ impl Limiter {
     }
 
     /// The entry for `h` in `shard`, made by `new` if absent (evicting one
-    /// when the shard is full).
+    /// when the shard is full). Inlined: it is the hit's lookup.
+    #[inline(always)]
     fn entry<'s, S: Slot>(
         &self,
         shard: &'s mut Shard<S>,
@@ -417,9 +418,17 @@ impl Limiter {
         new: impl FnOnce(u64) -> S,
     ) -> &'s mut S {
         if shard.keys.len() >= self.per_shard && !shard.keys.contains_key(&h) {
-            evict(&mut shard.keys, now_ns, &self.params);
+            self.make_room(&mut shard.keys, now_ns);
         }
         shard.keys.entry(h).or_insert_with(|| new(h))
+    }
+}
+
+impl Limiter {
+    /// Evicts one key of a full shard (out of the hit's inlined path).
+    #[inline(never)]
+    fn make_room<S: Slot>(&self, keys: &mut HashMap<u64, S, NoHash>, now_ns: u64) {
+        evict(keys, now_ns, &self.params);
     }
 }
 

@@ -153,7 +153,7 @@ const LOG_COMPACT: usize = 1 << 15;
 
 /// What the hits of one shard counted for the backend since the last
 /// drain: appended to by each hit (no lookup), summed by the drain.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Log {
     tallies: Vec<Tally>,
     /// An emptied buffer the drain hands back, so hits append to memory
@@ -165,6 +165,17 @@ pub(super) struct Log {
     compact_at: usize,
 }
 
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            tallies: Vec::new(),
+            spare: Vec::new(),
+            bans: Vec::new(),
+            compact_at: LOG_COMPACT,
+        }
+    }
+}
+
 impl Log {
     fn push(&mut self, id: u64, h: u64, admitted: bool) {
         self.tallies.push(Tally {
@@ -173,16 +184,21 @@ impl Log {
             admitted: u32::from(admitted),
             hits: 1,
         });
-        if self.tallies.len() >= self.compact_at.max(LOG_COMPACT) {
-            sum_tallies(&mut self.tallies);
-            self.compact_at = 2 * self.tallies.len();
+        if self.tallies.len() >= self.compact_at {
+            self.compact();
         }
+    }
+
+    #[cold]
+    fn compact(&mut self) {
+        sum_tallies(&mut self.tallies);
+        self.compact_at = (2 * self.tallies.len()).max(LOG_COMPACT);
     }
 
     fn clear(&mut self) {
         self.tallies.clear();
         self.bans.clear();
-        self.compact_at = 0;
+        self.compact_at = LOG_COMPACT;
     }
 }
 
@@ -484,7 +500,7 @@ impl<'a> Shared<'a> {
                 let mut s = lock(s);
                 let spare = std::mem::take(&mut s.log.spare);
                 let bans = std::mem::take(&mut s.log.bans);
-                s.log.compact_at = 0;
+                s.log.compact_at = LOG_COMPACT;
                 (std::mem::replace(&mut s.log.tallies, spare), bans)
             };
             sum_tallies(&mut tallies);
