@@ -223,13 +223,21 @@ struct Cold {
     /// Drained, not yet applied.
     inflight: u32,
     inflight_hits: u32,
-    /// The site's totals at the last apply.
-    seen_admitted: u64,
-    seen_hits: u64,
+    /// The site's totals at the last apply, modulo 2^32 (only their
+    /// moves between two applies matter; 32 bytes an entry in all).
+    seen_admitted: u32,
+    seen_hits: u32,
+    /// The drain that last handed it over, modulo 2^32.
+    drained_at: u32,
     /// Whether an apply has set the totals above.
     synced: bool,
-    /// The drain that last handed it over.
-    drained_at: u64,
+}
+
+/// How far a site total moved from `seen` (modulo 2^32), or `None` when
+/// it went back (the backend lost its count).
+fn moved(total: u64, seen: u32) -> Option<u32> {
+    let d = (total as u32).wrapping_sub(seen);
+    (d <= i32::MAX as u32).then_some(d)
 }
 
 /// The sync's own state: touched by drains and applies, never by hits.
@@ -516,7 +524,7 @@ impl<'a> Shared<'a> {
                 c.h = tl.h;
                 c.inflight = c.inflight.saturating_add(tl.admitted);
                 c.inflight_hits = c.inflight_hits.saturating_add(tl.hits);
-                c.drained_at = drains;
+                c.drained_at = drains as u32;
             }
             // A ban is made by a hit, so its key has a delta here.
             let deltas = &mut out[first..];
@@ -543,8 +551,9 @@ impl<'a> Shared<'a> {
             }
         }
         if drains.is_multiple_of(COLD_DRAINS) {
-            sync.cold
-                .retain(|_, c| c.inflight > 0 || c.drained_at + COLD_DRAINS > drains);
+            sync.cold.retain(|_, c| {
+                c.inflight > 0 || (drains as u32).wrapping_sub(c.drained_at) < COLD_DRAINS as u32
+            });
         }
     }
 
@@ -574,17 +583,21 @@ impl<'a> Shared<'a> {
                 }
                 continue;
             };
-            let lost = u.admitted_total < c.seen_admitted + u64::from(c.inflight);
-            let site_hits = u.hits_total.saturating_sub(c.seen_hits);
+            let lost = if c.synced {
+                moved(u.admitted_total, c.seen_admitted).is_none_or(|m| m < c.inflight)
+            } else {
+                u.admitted_total < u64::from(c.inflight)
+            };
+            let site_hits = u64::from(moved(u.hits_total, c.seen_hits).unwrap_or(0));
             let own_hits = u64::from(c.inflight_hits);
             let fresh = (c.synced && !lost && own_hits > 0 && site_hits >= own_hits)
                 .then(|| site_hits as f32 / own_hits as f32);
-            c.seen_admitted = u.admitted_total;
-            c.seen_hits = u.hits_total;
+            c.seen_admitted = u.admitted_total as u32;
+            c.seen_hits = u.hits_total as u32;
             c.synced = true;
             c.inflight = 0;
             c.inflight_hits = 0;
-            c.drained_at = c.drained_at.max(drains);
+            c.drained_at = drains as u32;
             by_shard[shard_of(c.h)].push(Step {
                 u,
                 h: c.h,
