@@ -643,3 +643,19 @@ fn decode_rule(r: &mut Reader<'_>) -> Result<Rule, ArtifactError> {
         origin: Origin { file, line, col },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text operators compare: `rctl compile` prints it, `rctl fleet
+    /// status` and the agent's status show it.
+    #[test]
+    fn hashes_print_as_lower_case_hex_two_digits_a_byte() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa0, 0xff]), "000fa0ff");
+        assert_eq!(
+            hex(&sha256(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
