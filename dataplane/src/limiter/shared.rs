@@ -106,22 +106,41 @@ pub(super) struct Entry {
     st: State,
     /// The key's id ([`key_id`]), computed when the key was first seen.
     id: u64,
-    /// What an admission moves the mirror by: the interval times the
-    /// key's weight `w` while online, the interval offline.
-    charge_ns: u64,
+    /// The key's weight `w` in 1/65536ths: online, an admission moves
+    /// the mirror by `w` intervals (of whichever limiter shares the
+    /// table: a new generation may change the rate).
+    weight: u32,
 }
 
 impl Entry {
-    fn new(now_ns: u64, id: u64, charge_ns: u64) -> Entry {
+    fn new(now_ns: u64, id: u64, weight: u32) -> Entry {
         Entry {
             st: State {
                 tat: now_ns,
                 banned_until: 0,
             },
             id,
-            charge_ns,
+            weight,
         }
     }
+}
+
+/// A weight of 1 in [`Entry::weight`]'s units.
+const ONE: u32 = 1 << 16;
+
+/// `w` in [`Entry::weight`]'s units.
+fn q16(w: f32) -> u32 {
+    (w.clamp(1.0, MAX_WEIGHT) * ONE as f32) as u32
+}
+
+/// [`Entry::weight`] as a number.
+fn weight_of(q: u32) -> f32 {
+    q as f32 / ONE as f32
+}
+
+/// What an admission of weight `q` ([`Entry::weight`]) is charged.
+fn charge(g: &Gcra, q: u32) -> u64 {
+    u64::try_from((u128::from(g.interval_ns) * u128::from(q)) >> 16).unwrap_or(u64::MAX)
 }
 
 impl Slot for Entry {
@@ -305,10 +324,12 @@ impl SharedTable {
             self.offline_hits.fetch_add(1, Relaxed);
         }
         let mut shard = lock(&self.shards[shard_of(h)]);
-        let e = l.entry(&mut shard, h, now_ns, |_| {
-            self.fresh(g, key_id(key), now_ns)
-        });
-        let charge = if online { e.charge_ns } else { g.interval_ns };
+        let e = l.entry(&mut shard, h, now_ns, |_| self.fresh(key_id(key), now_ns));
+        let charge = if online {
+            charge(g, e.weight)
+        } else {
+            g.interval_ns
+        };
         let step = step(g, &mut e.st, now_ns, charge);
         if !online {
             return match step {
@@ -335,8 +356,8 @@ impl SharedTable {
     /// A new entry for key `id`: charged by the weight of keys not synced
     /// yet, under a ban published for it, if any (taken from the pending
     /// bans: the caller holds the shard's lock).
-    fn fresh(&self, g: &Gcra, id: u64, now_ns: u64) -> Entry {
-        let mut e = Entry::new(now_ns, id, self.new_key_charge(g));
+    fn fresh(&self, id: u64, now_ns: u64) -> Entry {
+        let mut e = Entry::new(now_ns, id, self.new_key_weight());
         if self.any_pending.load(Relaxed) {
             if let Some(until) = lock(&self.pending_bans).remove(&id) {
                 if until > now_ns {
@@ -347,13 +368,12 @@ impl SharedTable {
         e
     }
 
-    /// What an admission of a key not synced yet is charged.
-    fn new_key_charge(&self, g: &Gcra) -> u64 {
+    /// The weight of a key not synced yet ([`Entry::weight`]).
+    fn new_key_weight(&self) -> u32 {
         if self.online.load(Relaxed) {
-            let w = f32::from_bits(self.new_key_weight.load(Relaxed));
-            charge_of(g, w)
+            q16(f32::from_bits(self.new_key_weight.load(Relaxed)))
         } else {
-            g.interval_ns
+            ONE
         }
     }
 
@@ -383,16 +403,6 @@ impl SharedTable {
         self.any_pending.store(!p.is_empty(), Relaxed);
         found
     }
-}
-
-/// The charge of an admission with weight `w`.
-fn charge_of(g: &Gcra, w: f32) -> u64 {
-    (g.interval_ns as f64 * f64::from(w.clamp(1.0, MAX_WEIGHT))) as u64
-}
-
-/// The weight a charge stands for.
-fn weight_of(g: &Gcra, charge_ns: u64) -> f32 {
-    (charge_ns as f64 / g.interval_ns.max(1) as f64) as f32
 }
 
 /// What one key counted here since the last sync, for the backend.
@@ -478,7 +488,7 @@ impl<'a> Shared<'a> {
             let mut s = lock(s);
             s.log.clear();
             for e in s.keys.values_mut() {
-                e.charge_ns = self.gcra.interval_ns;
+                e.weight = ONE;
             }
         }
     }
@@ -620,16 +630,15 @@ impl<'a> Shared<'a> {
                 if !s.keys.contains_key(&st.h) && u.ban_ns == 0 && u.ahead_ns == 0 {
                     continue;
                 }
-                let charge = t.new_key_charge(g);
-                let e = l.entry(&mut s, st.h, now_ns, |_| Entry::new(now_ns, u.id, charge));
+                let w0 = t.new_key_weight();
+                let e = l.entry(&mut s, st.h, now_ns, |_| Entry::new(now_ns, u.id, w0));
                 if let Some(fresh) = st.fresh {
-                    let w = 0.5 * weight_of(g, e.charge_ns) + 0.5 * fresh;
-                    e.charge_ns = charge_of(g, w);
+                    e.weight = q16(0.5 * weight_of(e.weight) + 0.5 * fresh);
                 }
                 let pending = since.get(&u.id).copied().unwrap_or(0);
                 let mirror = now_ns
                     .saturating_add(u.ahead_ns)
-                    .saturating_add(pending.saturating_mul(e.charge_ns));
+                    .saturating_add(pending.saturating_mul(charge(g, e.weight)));
                 // The site's bucket is the truth, unless the backend lost it
                 // (restarted): then keep what this host knew, if more.
                 e.st.tat = if st.lost {
@@ -657,8 +666,8 @@ impl<'a> Shared<'a> {
             return;
         };
         let mut s = lock(&t.shards[shard_of(h)]);
-        let charge = t.new_key_charge(&self.gcra);
-        let e = l.entry(&mut s, h, now_ns, |_| Entry::new(now_ns, id, charge));
+        let w0 = t.new_key_weight();
+        let e = l.entry(&mut s, h, now_ns, |_| Entry::new(now_ns, id, w0));
         if until > e.st.banned_until {
             e.st.banned_until = until;
             t.remote_bans.fetch_add(1, Relaxed);
@@ -681,7 +690,7 @@ impl<'a> Shared<'a> {
         lock(&self.table.shards[shard_of(h)])
             .keys
             .get(&h)
-            .map(|e| weight_of(&self.gcra, e.charge_ns))
+            .map(|e| weight_of(e.weight))
     }
 }
 

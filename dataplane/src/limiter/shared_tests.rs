@@ -409,3 +409,24 @@ fn a_ban_for_a_key_seen_here_but_not_yet_drained_takes_hold_at_the_drain() {
     assert!(matches!(l.hit(b"new", 3 * S), Outcome::Limited { .. }));
     assert_eq!(l.hit(b"new", 13 * S), Outcome::Allowed, "the ban ended");
 }
+
+#[test]
+fn a_new_generation_charges_its_own_interval_times_the_weight() {
+    // The old generation: 10/s; the new one shares its table at 1/s,
+    // burst 5 (4 s of tolerance). The key's weight (4) carries; the
+    // interval it multiplies is the new limiter's.
+    let old = Limiter::new_shared(10, 1_000, 1, 0, 100);
+    old.shared().unwrap().set_online(true);
+    old.shared().unwrap().set_new_key_weight(4);
+    assert_eq!(old.hit(b"k", S), Outcome::Allowed); // 400 ms charged
+    let mut new = Limiter::new_shared(1, 1_000, 5, 0, 100);
+    assert!(new.share_state(&old));
+    // 0.4 s ahead: one admission of 4 s, then over the 4 s tolerance.
+    assert_eq!(new.hit(b"k", S), Outcome::Allowed);
+    assert_eq!(
+        new.hit(b"k", S),
+        Outcome::Limited {
+            retry_after_ns: 400 * MS
+        }
+    );
+}
