@@ -658,4 +658,18 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
+
+    /// The agent compares the header's content hash with what etcd's
+    /// pointer names before it decodes anything.
+    #[test]
+    fn the_content_hash_is_read_from_the_header_as_the_payload_hash() {
+        let c = crate::compile_str(
+            "t.rctl",
+            "rule r { when path == \"/x\" deny 403 }",
+            &crate::Options::default(),
+        );
+        let bytes = encode(&c.ruleset.expect("it compiles"));
+        assert_eq!(content_hash(&bytes), Some(sha256(&bytes[HEADER..])));
+        assert_eq!(content_hash(&bytes[..HEADER - 1]), None, "a short header");
+    }
 }

@@ -487,3 +487,25 @@ impl Matcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AtomSet;
+
+    /// A set: an atom found twice (two fields, two patterns) is listed
+    /// once, one past its words is ignored, and `clear` empties it for
+    /// the next request.
+    #[test]
+    fn atom_sets_hold_each_atom_once() {
+        let mut s = AtomSet::with_atoms(130);
+        for a in [5, 64, 5, 129, 64, 0, 0, 200] {
+            s.insert(a);
+        }
+        assert_eq!(s.atoms(), [5, 64, 129, 0]);
+        assert!(s.contains(129) && s.contains(0) && !s.contains(1) && !s.contains(200));
+        s.clear();
+        assert!(s.atoms().is_empty() && !s.contains(5) && !s.contains(64));
+        s.insert(64);
+        assert_eq!(s.atoms(), [64]);
+    }
+}
