@@ -152,6 +152,58 @@ fn bytes_past_the_declared_length() {
 }
 
 #[test]
+fn trailing_bytes_are_counted_from_the_declared_end() {
+    let good = golden_bytes();
+    let mut b = good.clone();
+    b.extend_from_slice(&[0, 1, 2]);
+    let e = decode_with(&b, &Options::default()).unwrap_err();
+    assert_eq!(
+        e.kind,
+        ArtifactErrorKind::Invalid(Invalid::TrailingBytes(3))
+    );
+    assert_eq!(e.offset, good.len(), "where the declared payload ends");
+}
+
+/// A validation error's offset is where the broken item starts: here
+/// the rule, whose record begins with its name.
+#[test]
+fn a_validation_error_points_at_the_item_it_is_about() {
+    let mut rs = golden();
+    rule(&mut rs, "tools").cond = Cond::Atom(400);
+    let b = encode(&rs);
+    let e = decode_with(&b, &Options::default()).unwrap_err();
+    assert!(matches!(e.kind, ArtifactErrorKind::Invalid(_)), "{e:?}");
+    assert_eq!(e.offset, find(&b, &wire_str("tools")), "{e:?}");
+}
+
+/// 100,000 `not`s around one predicate, written in the encoding by hand
+/// (the encoder would recurse): refused by the decoder's own depth count
+/// before anything walks the tree.
+#[test]
+fn a_chain_of_nots_deeper_than_an_artifact_holds_is_refused_while_reading() {
+    let mut rs = golden();
+    let atom = rs.atoms.len() as u32 - 1;
+    rule(&mut rs, "tools").cond = Cond::Not(Box::new(Cond::Atom(atom)));
+    let b = encode(&rs);
+    // nodes = 2, then the atom (tag 2) and the not (tag 3).
+    let mut one = 2u32.to_le_bytes().to_vec();
+    one.push(2);
+    one.extend_from_slice(&atom.to_le_bytes());
+    one.push(3);
+    let at = find(&b, &one);
+    let n = 100_000u32;
+    let mut deep = (n + 1).to_le_bytes().to_vec();
+    deep.push(2);
+    deep.extend_from_slice(&atom.to_le_bytes());
+    deep.extend(std::iter::repeat_n(3u8, n as usize));
+    let mut c = b[..at].to_vec();
+    c.extend_from_slice(&deep);
+    c.extend_from_slice(&b[at + one.len()..]);
+    fix_checksum(&mut c);
+    assert_eq!(invalid(&c), Invalid::CondDepth);
+}
+
+#[test]
 fn bytes_after_the_plan() {
     let mut b = golden_bytes();
     b.push(0);
