@@ -176,7 +176,7 @@ fn a_validation_error_points_at_the_item_it_is_about() {
     assert_eq!(e.offset, find(&b, &wire_str("tools")), "{e:?}");
 }
 
-/// 100,000 `not`s around one predicate, written in the encoding by hand
+/// 100,000 `not`s (then `and`s, `or`s) around one predicate, written in the encoding by hand
 /// (the encoder would recurse): refused by the decoder's own depth count
 /// before anything walks the tree.
 #[test]
@@ -201,6 +201,21 @@ fn a_chain_of_nots_deeper_than_an_artifact_holds_is_refused_while_reading() {
     c.extend_from_slice(&b[at + one.len()..]);
     fix_checksum(&mut c);
     assert_eq!(invalid(&c), Invalid::CondDepth);
+    // The same depth of one-operand `and`s and `or`s (tags 4 and 5).
+    for tag in [4u8, 5] {
+        let mut deep = (n + 1).to_le_bytes().to_vec();
+        deep.push(2);
+        deep.extend_from_slice(&atom.to_le_bytes());
+        for _ in 0..n {
+            deep.push(tag);
+            deep.extend_from_slice(&1u32.to_le_bytes());
+        }
+        let mut c = b[..at].to_vec();
+        c.extend_from_slice(&deep);
+        c.extend_from_slice(&b[at + one.len()..]);
+        fix_checksum(&mut c);
+        assert_eq!(invalid(&c), Invalid::CondDepth, "tag {tag}");
+    }
 }
 
 #[test]

@@ -495,6 +495,15 @@ mod tests {
     /// A set: an atom found twice (two fields, two patterns) is listed
     /// once, one past its words is ignored, and `clear` empties it for
     /// the next request.
+    /// Tables keyed by traffic use a per-process seed: not a constant,
+    /// and not the same for two tables.
+    #[test]
+    fn random_fast_hashes_are_seeded_apart() {
+        let seeds: Vec<u64> = (0..8).map(|_| super::FastHash::random().seed).collect();
+        assert!(seeds.iter().all(|s| s.count_ones() > 8), "{seeds:x?}");
+        assert!(seeds.windows(2).all(|w| w[0] != w[1]), "{seeds:x?}");
+    }
+
     #[test]
     fn atom_sets_hold_each_atom_once() {
         let mut s = AtomSet::with_atoms(130);
