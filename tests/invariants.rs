@@ -176,6 +176,18 @@ fn a_validation_error_points_at_the_item_it_is_about() {
     assert_eq!(e.offset, find(&b, &wire_str("tools")), "{e:?}");
 }
 
+/// How deep rule `name`'s condition nests (a leaf is 1), without recursion.
+fn rule_depth(rs: &Ruleset, name: &str) -> usize {
+    let r = rs.rules.iter().find(|r| r.name == name).unwrap();
+    let mut c = &r.cond;
+    let mut d = 1;
+    while let Cond::Not(x) = c {
+        c = x;
+        d += 1;
+    }
+    d
+}
+
 /// 100,000 `not`s (then `and`s, `or`s) around one predicate, written in the encoding by hand
 /// (the encoder would recurse): refused by the decoder's own depth count
 /// before anything walks the tree.
@@ -191,16 +203,23 @@ fn a_chain_of_nots_deeper_than_an_artifact_holds_is_refused_while_reading() {
     one.extend_from_slice(&atom.to_le_bytes());
     one.push(3);
     let at = find(&b, &one);
+    let nots = |n: u32| {
+        let mut deep = (n + 1).to_le_bytes().to_vec();
+        deep.push(2);
+        deep.extend_from_slice(&atom.to_le_bytes());
+        deep.extend(std::iter::repeat_n(3u8, n as usize));
+        let mut c = b[..at].to_vec();
+        c.extend_from_slice(&deep);
+        c.extend_from_slice(&b[at + one.len()..]);
+        fix_checksum(&mut c);
+        c
+    };
+    // As deep as an artifact holds (the atom and 511 nots): read.
+    let at_limit = decode(&nots(511)).expect("512 deep is within the limit");
+    assert_eq!(rule_depth(&at_limit, "tools"), 512);
+    assert_eq!(invalid(&nots(512)), Invalid::CondDepth);
     let n = 100_000u32;
-    let mut deep = (n + 1).to_le_bytes().to_vec();
-    deep.push(2);
-    deep.extend_from_slice(&atom.to_le_bytes());
-    deep.extend(std::iter::repeat_n(3u8, n as usize));
-    let mut c = b[..at].to_vec();
-    c.extend_from_slice(&deep);
-    c.extend_from_slice(&b[at + one.len()..]);
-    fix_checksum(&mut c);
-    assert_eq!(invalid(&c), Invalid::CondDepth);
+    assert_eq!(invalid(&nots(n)), Invalid::CondDepth);
     // The same depth of one-operand `and`s and `or`s (tags 4 and 5).
     for tag in [4u8, 5] {
         let mut deep = (n + 1).to_le_bytes().to_vec();
