@@ -504,6 +504,47 @@ mod tests {
         assert!(seeds.windows(2).all(|w| w[0] != w[1]), "{seeds:x?}");
     }
 
+    /// Distinct inputs of one width hash apart, and the fold brings the
+    /// high input bits down to the low bits a table indexes by. (Across
+    /// widths the unseeded hash may collide: a leading zero word leaves
+    /// its state at zero; its tables hold only the ruleset's keys.)
+    #[test]
+    fn fast_hashes_of_distinct_inputs_differ() {
+        use std::collections::HashSet;
+        use std::hash::{BuildHasher, Hasher};
+        fn apart(what: &str, hs: impl IntoIterator<Item = u64>) {
+            let mut seen = HashSet::new();
+            for h in hs {
+                assert!(seen.insert(h), "{what}: {h:x} twice");
+            }
+        }
+        for b in [super::FastHash::default(), super::FastHash::random()] {
+            apart("u8", (0..=255u8).map(|n| b.hash_one(n)));
+            apart("u16", [0u16, 1, 256, 4_097, 65_535].map(|n| b.hash_one(n)));
+            apart("u32", [0u32, 1, 65_536, 1 << 31].map(|n| b.hash_one(n)));
+            apart("u64", (1..=255u64).map(|k| b.hash_one(k << 48)));
+            apart(
+                "low bits",
+                (1..=255u64).map(|k| u64::from(b.hash_one(k << 48) as u32)),
+            );
+            apart(
+                "u128",
+                [1u128, 1 << 64, 1 << 100, (1 << 64) | 7].map(|n| b.hash_one(n)),
+            );
+            // A tail's length counts: zeros of every length differ (for
+            // the unseeded hash, within one word: see above).
+            let longest = if b.seed == 0 { 8 } else { 20 };
+            apart(
+                "bytes",
+                (1..longest).map(|len| {
+                    let mut h = b.build_hasher();
+                    h.write(&vec![0; len]);
+                    h.finish()
+                }),
+            );
+        }
+    }
+
     #[test]
     fn atom_sets_hold_each_atom_once() {
         let mut s = AtomSet::with_atoms(130);

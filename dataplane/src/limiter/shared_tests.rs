@@ -309,6 +309,13 @@ fn hits_past_the_log_compaction_are_summed_not_lost() {
     let l = Limiter::new_shared(1_000_000, 1_000, 1_000_000, 0, 1 << 10);
     let sh = l.shared().unwrap();
     sh.set_online(true);
+    // Below the threshold every hit is one tally, in the order made.
+    for _ in 0..LOG_COMPACT - 1 {
+        l.hit(b"a", S);
+    }
+    assert_eq!(l_tallies(&l), LOG_COMPACT - 1, "compacted early");
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
     let n = 3 * LOG_COMPACT as u32 + 7;
     let mut admitted = 0u32;
     for i in 0..n {
@@ -319,7 +326,7 @@ fn hits_past_the_log_compaction_are_summed_not_lost() {
     }
     let held: usize = l_tallies(&l);
     assert!(held < 2 * LOG_COMPACT, "the log holds {held} tallies");
-    let mut d = Vec::new();
+    d.clear();
     sh.drain(S, &mut d);
     d.sort_by_key(|d| d.id);
     let mut want = vec![
@@ -429,4 +436,49 @@ fn a_new_generation_charges_its_own_interval_times_the_weight() {
             retry_after_ns: 400 * MS
         }
     );
+}
+
+/// A shared limiter's table is bounded as a local one's is: a full shard
+/// evicts a refilled key before one in debt, and never a banned one while
+/// others are not banned.
+#[test]
+fn a_full_shared_table_evicts_refilled_keys_and_keeps_bans() {
+    // 32 keys: two per shard.
+    let l = Limiter::new_shared(1, 1_000, 2, 60_000, 32);
+    let shard = |k: &[u8]| shard_of(l.table.hasher.hash_one(k));
+    let keys: Vec<[u8; 4]> = (0u32..)
+        .map(u32::to_le_bytes)
+        .filter(|k| shard(k) == 0)
+        .take(4)
+        .collect();
+    let (idle, debtor, newcomer, banned) = (&keys[0], &keys[1], &keys[2], &keys[3]);
+    assert_eq!(l.hit(idle, 0), Outcome::Allowed);
+    let t = 10 * S;
+    assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+    assert_eq!(l.hit(debtor, t), Outcome::Allowed);
+    // The newcomer fills the shard: `idle` (refilled) goes, `debtor`
+    // keeps its debt.
+    assert_eq!(l.hit(newcomer, t), Outcome::Allowed);
+    assert!(
+        matches!(l.hit(debtor, t), Outcome::Limited { .. }),
+        "debtor banned now"
+    );
+    assert_eq!(l.len(), 2);
+    // `debtor` is banned (its excess above); a new key evicts the
+    // newcomer, not the ban.
+    assert_eq!(l.hit(banned, t + MS), Outcome::Allowed);
+    assert!(
+        matches!(l.hit(debtor, t + 30 * S), Outcome::Limited { .. }),
+        "ban lifted"
+    );
+    // Spoofed keys by the thousand, once its bucket has refilled (only
+    // the ban holds it), do not lift it either.
+    for i in 0..10_000u32 {
+        l.hit(&(i + 1_000_000).to_le_bytes(), t + 35 * S);
+    }
+    assert!(
+        matches!(l.hit(debtor, t + 40 * S), Outcome::Limited { .. }),
+        "ban lifted"
+    );
+    assert!(l.len() <= l.capacity());
 }
