@@ -482,3 +482,107 @@ fn a_full_shared_table_evicts_refilled_keys_and_keeps_bans() {
     );
     assert!(l.len() <= l.capacity());
 }
+
+/// The site's answer replaces the mirror when the site's count moved by
+/// at least what this host sent (exactly as much counts: nothing was
+/// lost), on the first apply and on later ones.
+#[test]
+fn a_site_count_that_moved_by_exactly_what_was_sent_is_taken_as_is() {
+    let l = Limiter::new_shared(1, 1_000, 3, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let id = key_id(b"k");
+    let upd = |admitted_total| SharedUpdate {
+        id,
+        ahead_ns: 0,
+        admitted_total,
+        hits_total: admitted_total,
+        ban_ns: 0,
+    };
+    let mut d = Vec::new();
+    let mut total = 0;
+    for round in 1..=2u64 {
+        let now = round * 100 * S;
+        total += 3;
+        for _ in 0..3 {
+            assert_eq!(l.hit(b"k", now), Outcome::Allowed, "round {round}");
+        }
+        assert!(matches!(l.hit(b"k", now), Outcome::Limited { .. }));
+        d.clear();
+        sh.drain(now, &mut d);
+        // The site admitted exactly these three and its bucket is full
+        // again (ahead 0): the host's bucket is full again too.
+        sh.apply(now, &[upd(total)]);
+        assert_eq!(
+            l.hit(b"k", now),
+            Outcome::Allowed,
+            "round {round}: mirror not taken"
+        );
+        d.clear();
+        sh.drain(now, &mut d);
+        total += 1;
+        sh.apply(now, &[upd(total)]);
+    }
+}
+
+#[test]
+fn online_shows_in_the_stats_and_remote_bans_count_once_per_later_end() {
+    let l = Limiter::new_shared(1, 1_000, 1, 0, 100);
+    let sh = l.shared().unwrap();
+    assert!(!sh.stats().online);
+    sh.set_online(true);
+    assert!(sh.stats().online);
+    let id = key_id(b"never seen");
+    sh.remote_ban(id, 10 * S, S);
+    sh.remote_ban(id, 10 * S, S);
+    sh.remote_ban(id, 5 * S, S);
+    assert_eq!(sh.stats().remote_bans, 1, "the same ban, or a shorter one");
+    sh.remote_ban(id, 20 * S, S);
+    assert_eq!(sh.stats().remote_bans, 2, "a later end");
+}
+
+/// What the sync remembers of a key: forgotten at the first sweep after
+/// 64 idle drains, but never while it is in flight (drained, not yet
+/// answered).
+#[test]
+fn the_sync_keeps_in_flight_keys_and_forgets_idle_ones_on_time() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 1 << 10);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let mut d = Vec::new();
+    let drain = |d: &mut Vec<SharedDelta>| {
+        d.clear();
+        sh.drain(S, d);
+    };
+    // Drain 1: `answered` and `waiting` handed over; only `answered` is
+    // answered.
+    l.hit(b"answered", S);
+    l.hit(b"waiting", S);
+    drain(&mut d);
+    sh.apply(
+        S,
+        &[SharedUpdate {
+            id: key_id(b"answered"),
+            ahead_ns: 0,
+            admitted_total: 1,
+            hits_total: 1,
+            ban_ns: 0,
+        }],
+    );
+    // Drains 2..=63: idle. The sweep at drain 64 keeps `answered` (63
+    // drains idle).
+    for _ in 2..=64 {
+        drain(&mut d);
+    }
+    assert_eq!(cold_keys(&l), 2);
+    // The sweep at drain 128 forgets it; `waiting` stays in flight.
+    for _ in 65..=128 {
+        drain(&mut d);
+    }
+    assert_eq!(cold_keys(&l), 1);
+    let c = match &l.table.shards {
+        super::super::Shards::Shared(t) => lock(&t.sync).cold.contains_key(&key_id(b"waiting")),
+        _ => unreachable!(),
+    };
+    assert!(c, "the key in flight was forgotten");
+}
