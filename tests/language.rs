@@ -509,3 +509,34 @@ fn a_test_block_that_should_fail_does() {
         r.failures
     );
 }
+
+/// Header names of any length a rule can name are matched, in any case:
+/// names past 64 bytes (the matcher's stack buffer) were skipped, so such
+/// a rule compiled and never matched.
+#[test]
+fn long_header_names_match_in_any_case() {
+    for len in [63usize, 64, 65, 80, 300] {
+        let name: &'static str = Box::leak(format!("x-{}", "a".repeat(len - 2)).into_boxed_str());
+        let e = engine(&format!(
+            "rule long {{ when header(\"{name}\") == \"1\" deny 403 }}"
+        ));
+        assert_eq!(
+            Req::get("/").header(name, "1").run(&e),
+            "deny:long",
+            "{len} bytes"
+        );
+        let upper: &'static str = Box::leak(name.to_ascii_uppercase().into_boxed_str());
+        assert_eq!(
+            Req::get("/").header(upper, "1").run(&e),
+            "deny:long",
+            "{len}, upper"
+        );
+        // One byte longer than any the rules name: not the same header.
+        let longer: &'static str = Box::leak(format!("{name}a").into_boxed_str());
+        assert_eq!(
+            Req::get("/").header(longer, "1").run(&e),
+            "pass",
+            "{len} + 1"
+        );
+    }
+}

@@ -462,15 +462,24 @@ impl Matcher {
             let mut seen_more: Vec<&[u8]> = Vec::new();
             let mut n_seen = 0;
             let mut buf = [0u8; 64];
+            let mut long = Vec::new();
             for (n, v) in req.headers {
-                if n.len() > self.longest_header || n.len() > buf.len() {
+                if n.len() > self.longest_header {
                     continue;
                 }
-                let lower = &mut buf[..n.len()];
-                for (d, s) in lower.iter_mut().zip(n.iter()) {
-                    *d = s.to_ascii_lowercase();
-                }
-                if let Some((name, m)) = self.headers.get_key_value(&lower[..]) {
+                // Names a rule mentions may be longer than the buffer:
+                // those (rare) are lower-cased on the heap.
+                let lower: &[u8] = if let Some(lower) = buf.get_mut(..n.len()) {
+                    for (d, s) in lower.iter_mut().zip(n.iter()) {
+                        *d = s.to_ascii_lowercase();
+                    }
+                    lower
+                } else {
+                    long.clear();
+                    long.extend(n.iter().map(u8::to_ascii_lowercase));
+                    &long
+                };
+                if let Some((name, m)) = self.headers.get_key_value(lower) {
                     let name = name.as_slice();
                     if seen[..n_seen.min(8)].contains(&name) || seen_more.contains(&name) {
                         continue;
