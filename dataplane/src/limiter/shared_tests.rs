@@ -586,3 +586,48 @@ fn the_sync_keeps_in_flight_keys_and_forgets_idle_ones_on_time() {
     };
     assert!(c, "the key in flight was forgotten");
 }
+
+/// The site's answer carries a ban made elsewhere: in force here; and
+/// it re-creates an entry this host evicted when the site's bucket runs
+/// ahead, but not for a key whose bucket is full and unbanned.
+#[test]
+fn an_answer_bans_and_brings_back_evicted_keys_only_with_state() {
+    let l = Limiter::new_shared(1, 1_000, 5, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let mut d = Vec::new();
+    for k in [b"a", b"b", b"c"] {
+        l.hit(k, S);
+    }
+    sh.drain(S, &mut d);
+    let upd = |k: &[u8], ahead_ns, ban_ns| SharedUpdate {
+        id: key_id(k),
+        ahead_ns,
+        admitted_total: 1,
+        hits_total: 1,
+        ban_ns,
+    };
+    // Forget the three keys here, as eviction would.
+    if let super::super::Shards::Shared(t) = &l.table.shards {
+        for s in &t.shards {
+            lock(s).keys.clear();
+        }
+    }
+    sh.apply(
+        S,
+        &[upd(b"a", 0, 30 * S), upd(b"b", 4 * S, 0), upd(b"c", 0, 0)],
+    );
+    assert_eq!(l.len(), 2, "a (banned) and b (ahead) are back, c is not");
+    assert_eq!(
+        l.hit(b"a", 2 * S),
+        Outcome::Limited {
+            retry_after_ns: 29 * S
+        }
+    );
+    // b: its mirror at 5 s (1 s + 4 s ahead); at 2 s, with 4 s of
+    // tolerance, two more fit (3 s, then 4 s ahead), not a third.
+    assert_eq!(l.hit(b"b", 2 * S), Outcome::Allowed);
+    assert_eq!(l.hit(b"b", 2 * S), Outcome::Allowed);
+    assert!(matches!(l.hit(b"b", 2 * S), Outcome::Limited { .. }));
+    assert_eq!(l.hit(b"c", 2 * S), Outcome::Allowed);
+}
