@@ -540,3 +540,38 @@ fn long_header_names_match_in_any_case() {
         );
     }
 }
+
+/// Only the first header of each name counts, however many names the
+/// rules mention and the request carries (past the matcher's eight
+/// remembered on the stack).
+#[test]
+fn only_the_first_of_each_header_counts_past_eight_names() {
+    let names: Vec<&'static str> = (0..12)
+        .map(|i| &*Box::leak(format!("x-h{i}").into_boxed_str()))
+        .collect();
+    let rules: String = names
+        .iter()
+        .map(|n| {
+            format!(
+                "rule r_{} {{ when header(\"{n}\") == \"1\" deny 403 }}\n",
+                &n[2..]
+            )
+        })
+        .collect();
+    let e = engine(&rules);
+    let mut req = Req::get("/");
+    for n in &names {
+        req = req.header(n, "0");
+    }
+    // Second occurrences of every name, each saying "1": ignored.
+    for n in &names {
+        req = req.header(n, "1");
+    }
+    assert_eq!(req.run(&e), "pass");
+    // The first occurrence of the eleventh name decides.
+    let mut req = Req::get("/");
+    for (i, n) in names.iter().enumerate() {
+        req = req.header(n, if i == 10 { "1" } else { "0" });
+    }
+    assert_eq!(req.run(&e), "deny:r_h10");
+}
