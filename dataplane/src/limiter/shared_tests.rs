@@ -488,6 +488,13 @@ fn a_full_shared_table_evicts_refilled_keys_and_keeps_bans() {
 /// lost), on the first apply and on later ones.
 #[test]
 fn a_site_count_that_moved_by_exactly_what_was_sent_is_taken_as_is() {
+    // Exactly what was sent, then more (other hosts admitted too).
+    for others in [0, 4] {
+        site_count_taken_as_is(others);
+    }
+}
+
+fn site_count_taken_as_is(others: u64) {
     let l = Limiter::new_shared(1, 1_000, 3, 0, 100);
     let sh = l.shared().unwrap();
     sh.set_online(true);
@@ -503,7 +510,7 @@ fn a_site_count_that_moved_by_exactly_what_was_sent_is_taken_as_is() {
     let mut total = 0;
     for round in 1..=2u64 {
         let now = round * 100 * S;
-        total += 3;
+        total += 3 + others;
         for _ in 0..3 {
             assert_eq!(l.hit(b"k", now), Outcome::Allowed, "round {round}");
         }
@@ -630,4 +637,36 @@ fn an_answer_bans_and_brings_back_evicted_keys_only_with_state() {
     assert_eq!(l.hit(b"b", 2 * S), Outcome::Allowed);
     assert!(matches!(l.hit(b"b", 2 * S), Outcome::Limited { .. }));
     assert_eq!(l.hit(b"c", 2 * S), Outcome::Allowed);
+}
+
+/// A ban from another host on a key this host has drained: in force at
+/// once, counted once per later end.
+#[test]
+fn a_remote_ban_on_a_key_drained_here_takes_hold_at_once() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    assert_eq!(l.hit(b"k", S), Outcome::Allowed);
+    let mut d = Vec::new();
+    sh.drain(S, &mut d);
+    let id = key_id(b"k");
+    sh.remote_ban(id, 10 * S, S);
+    assert_eq!(
+        l.hit(b"k", 2 * S),
+        Outcome::Limited {
+            retry_after_ns: 9 * S
+        }
+    );
+    assert_eq!(sh.stats().remote_bans, 1);
+    sh.remote_ban(id, 10 * S, S);
+    sh.remote_ban(id, 3 * S, 2 * S);
+    assert_eq!(sh.stats().remote_bans, 1, "not later: not counted");
+    sh.remote_ban(id, 20 * S, 2 * S);
+    assert_eq!(sh.stats().remote_bans, 2);
+    assert_eq!(
+        l.hit(b"k", 3 * S),
+        Outcome::Limited {
+            retry_after_ns: 19 * S
+        }
+    );
 }
