@@ -13,7 +13,15 @@ use mix::Owned;
 use rctl_compiler::ir::{Action, Ruleset};
 
 fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {
-    let dir = std::env::temp_dir().join(format!("rctl-baselines-{rules}-{}", std::process::id()));
+    // One directory per call: the tests run in parallel threads of one
+    // process, and two of them generating the same size in one directory
+    // deleted each other's files (a flaky "generated ruleset compiles").
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "rctl-baselines-{rules}-{}-{call}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     gen::write_ruleset(&dir, blocks, cidrs, rules, rules);
     let c = rctl_compiler::compile_paths(&[dir.join("rules.rctl")], &Default::default());
