@@ -64,8 +64,8 @@
 //!
 //! **The request path** costs a local limiter's hit and little more: the
 //! id is computed once, when a key is first seen, and kept in its entry;
-//! an entry holds only the mirror, the id and the charge an admission
-//! makes (32 bytes, a local entry's 16 plus 16); and a hit appends one
+//! an entry holds only the mirror, the id and the key's weight (32
+//! bytes, a local entry's 16 plus 16); and a hit appends one
 //! tally (id, table hash, admitted) to its shard's log instead of
 //! updating counters the sync would have to look up. The sync sums the
 //! logs ([`Shared::drain`]) and keeps what it needs between a drain and
