@@ -279,7 +279,7 @@ pub(super) struct SharedTable {
     /// Bans published for keys this host has not drained: id, banned
     /// until (a clock reading). Locked after a shard's lock, never
     /// before one.
-    pending_bans: Mutex<HashMap<u64, u64>>,
+    pending_bans: Mutex<Pending>,
     /// Whether `pending_bans` may hold anything (a new key checks it
     /// only then).
     any_pending: AtomicBool,
@@ -359,7 +359,7 @@ impl SharedTable {
     fn fresh(&self, id: u64, now_ns: u64) -> Entry {
         let mut e = Entry::new(now_ns, id, self.new_key_weight());
         if self.any_pending.load(Relaxed) {
-            if let Some(until) = lock(&self.pending_bans).remove(&id) {
+            if let Some(until) = lock(&self.pending_bans).bans.remove(&id) {
                 if until > now_ns {
                     e.st.banned_until = until;
                 }
@@ -381,8 +381,13 @@ impl SharedTable {
     /// whether it ends later than the one kept before.
     fn keep_pending(&self, id: u64, until: u64, now_ns: u64) -> bool {
         let mut p = lock(&self.pending_bans);
-        p.retain(|_, &mut u| u > now_ns);
-        let u = p.entry(id).or_insert(0);
+        // Ended bans go when the map has doubled since the last sweep:
+        // a burst of bans costs amortised constant time each.
+        if p.bans.len() >= p.sweep_at {
+            p.bans.retain(|_, &mut u| u > now_ns);
+            p.sweep_at = (2 * p.bans.len()).max(64);
+        }
+        let u = p.bans.entry(id).or_insert(0);
         let later = until > *u;
         *u = (*u).max(until);
         self.any_pending.store(true, Relaxed);
@@ -395,14 +400,24 @@ impl SharedTable {
             return Vec::new();
         }
         let mut p = lock(&self.pending_bans);
-        p.retain(|_, &mut u| u > now_ns);
+        // Once a sync: ended bans go, so that new keys stop looking.
+        p.bans.retain(|_, &mut u| u > now_ns);
         let found = ids
             .iter()
-            .filter_map(|d| p.remove(&d.id).map(|u| (d.id, u)))
+            .filter_map(|d| p.bans.remove(&d.id).map(|u| (d.id, u)))
             .collect();
-        self.any_pending.store(!p.is_empty(), Relaxed);
+        self.any_pending.store(!p.bans.is_empty(), Relaxed);
         found
     }
+}
+
+/// Bans published for keys this host has not drained.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Key id, banned until.
+    bans: HashMap<u64, u64>,
+    /// Size at which ended bans are swept out next.
+    sweep_at: usize,
 }
 
 /// What one key counted here since the last sync, for the backend.
@@ -482,7 +497,7 @@ impl<'a> Shared<'a> {
         }
         let mut sync = lock(&self.table.sync);
         sync.cold.clear();
-        lock(&self.table.pending_bans).clear();
+        *lock(&self.table.pending_bans) = Pending::default();
         self.table.any_pending.store(false, Relaxed);
         for s in &self.table.shards {
             let mut s = lock(s);
