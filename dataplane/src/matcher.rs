@@ -501,9 +501,6 @@ impl Matcher {
 mod tests {
     use super::AtomSet;
 
-    /// A set: an atom found twice (two fields, two patterns) is listed
-    /// once, one past its words is ignored, and `clear` empties it for
-    /// the next request.
     /// Tables keyed by traffic use a per-process seed: not a constant,
     /// and not the same for two tables.
     #[test]
@@ -554,6 +551,9 @@ mod tests {
         }
     }
 
+    /// A set: an atom found twice (two fields, two patterns) is listed
+    /// once, one past its words is ignored, and `clear` empties it for
+    /// the next request.
     #[test]
     fn atom_sets_hold_each_atom_once() {
         let mut s = AtomSet::with_atoms(130);

@@ -72,7 +72,12 @@
 //! the next apply (in-flight counts, the site's totals, where each id
 //! lives in the table) on its own side. A ban published for a key this
 //! host has not drained yet is kept by id until the key shows up (a new
-//! entry, or the next drain), or the ban ends.
+//! entry, or the next drain), or the ban ends. Both the sync's state and
+//! the pending bans are bounded by the table's capacity: past it, the
+//! sync keeps only keys in flight, and the pending bans that end soonest
+//! go first. A remote ban for a key this host holds but has not drained
+//! since it came (or forgot as idle) takes hold at its next drain, up to
+//! one sync interval later.
 
 use super::{
     lock, shard_of, step, Gcra, Limiter, Outcome, Params, Shard, Slot, State, Step, SHARDS,
@@ -394,14 +399,30 @@ impl SharedTable {
         later
     }
 
+    /// Once a sync: ended bans go (so that new keys stop looking), and
+    /// past `cap` bans the half that end soonest go too.
+    fn sweep_pending(&self, now_ns: u64, cap: usize) {
+        if !self.any_pending.load(Relaxed) {
+            return;
+        }
+        let mut p = lock(&self.pending_bans);
+        p.bans.retain(|_, &mut u| u > now_ns);
+        if p.bans.len() > cap {
+            let mut ends: Vec<u64> = p.bans.values().copied().collect();
+            let mid = ends.len() / 2;
+            let (_, &mut cut, _) = ends.select_nth_unstable(mid);
+            p.bans.retain(|_, &mut u| u > cut);
+            p.bans.shrink_to_fit();
+        }
+        self.any_pending.store(!p.bans.is_empty(), Relaxed);
+    }
+
     /// Takes the pending bans of the ids in `ids` (a drain's, sorted).
-    fn take_pending(&self, ids: &[SharedDelta], now_ns: u64) -> Vec<(u64, u64)> {
+    fn take_pending(&self, ids: &[SharedDelta]) -> Vec<(u64, u64)> {
         if !self.any_pending.load(Relaxed) {
             return Vec::new();
         }
         let mut p = lock(&self.pending_bans);
-        // Once a sync: ended bans go, so that new keys stop looking.
-        p.bans.retain(|_, &mut u| u > now_ns);
         let found = ids
             .iter()
             .filter_map(|d| p.bans.remove(&d.id).map(|u| (d.id, u)))
@@ -559,7 +580,7 @@ impl<'a> Shared<'a> {
                 }
             }
             // Bans published for keys that showed up since.
-            let found = t.take_pending(deltas, now_ns);
+            let found = t.take_pending(deltas);
             let mut s = lock(s);
             for (id, until) in found {
                 let Some(c) = sync.cold.get(&id) else {
@@ -575,11 +596,20 @@ impl<'a> Shared<'a> {
                 s.log.spare = tallies;
             }
         }
-        if drains.is_multiple_of(COLD_DRAINS) {
+        // What the sync remembers is bounded like the table: idle keys go
+        // every COLD_DRAINS drains, and at once when it holds more keys
+        // than the table does (then only keys in flight stay).
+        let cap = self.limiter.capacity();
+        if drains.is_multiple_of(COLD_DRAINS) || sync.cold.len() > cap {
+            let keep_idle = sync.cold.len() <= cap;
             sync.cold.retain(|_, c| {
-                c.inflight > 0 || (drains as u32).wrapping_sub(c.drained_at) < COLD_DRAINS as u32
+                c.inflight > 0
+                    || keep_idle && (drains as u32).wrapping_sub(c.drained_at) < COLD_DRAINS as u32
             });
+            let held = sync.cold.len();
+            sync.cold.shrink_to(2 * held);
         }
+        t.sweep_pending(now_ns, cap);
     }
 
     /// Applies the site's state of the keys in `updates` (the answer to

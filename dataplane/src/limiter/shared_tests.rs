@@ -306,7 +306,9 @@ fn a_backend_that_lost_its_state_does_not_reset_the_mirror() {
 
 #[test]
 fn hits_past_the_log_compaction_are_summed_not_lost() {
-    let l = Limiter::new_shared(1_000_000, 1_000, 1_000_000, 0, 1 << 10);
+    // A burst of 1,000 at 1,000,000/s, all hits at one instant: most
+    // are limited, so admitted and hit counts differ.
+    let l = Limiter::new_shared(1_000_000, 1_000, 1_000, 0, 1 << 10);
     let sh = l.shared().unwrap();
     sh.set_online(true);
     // Below the threshold every hit is one tally, in the order made.
@@ -337,6 +339,7 @@ fn hits_past_the_log_compaction_are_summed_not_lost() {
     let got: Vec<(u64, u32)> = d.iter().map(|d| (d.id, d.hits)).collect();
     assert_eq!(got, want);
     assert_eq!(d.iter().map(|d| d.admitted).sum::<u32>(), admitted);
+    assert!(admitted < n / 2, "{admitted} of {n} admitted");
     assert_eq!(l_tallies(&l), 0, "a drain empties the log");
 }
 
@@ -354,6 +357,20 @@ fn cold_keys(l: &Limiter) -> usize {
     }
 }
 
+/// The site's answer to `d` for keys seen once, site-wide, whose buckets
+/// are full again.
+fn full_buckets(d: &[SharedDelta]) -> Vec<SharedUpdate> {
+    d.iter()
+        .map(|d| SharedUpdate {
+            id: d.id,
+            ahead_ns: 0,
+            admitted_total: 1,
+            hits_total: 1,
+            ban_ns: 0,
+        })
+        .collect()
+}
+
 #[test]
 fn the_sync_forgets_keys_idle_for_many_drains() {
     let l = Limiter::new_shared(10, 1_000, 10, 0, 1 << 10);
@@ -364,17 +381,7 @@ fn the_sync_forgets_keys_idle_for_many_drains() {
         l.hit(&k.to_le_bytes(), S);
     }
     sh.drain(S, &mut d);
-    let updates: Vec<SharedUpdate> = d
-        .iter()
-        .map(|d| SharedUpdate {
-            id: d.id,
-            ahead_ns: 0,
-            admitted_total: 1,
-            hits_total: 1,
-            ban_ns: 0,
-        })
-        .collect();
-    sh.apply(S, &updates);
+    sh.apply(S, &full_buckets(&d));
     assert_eq!(cold_keys(&l), 100);
     // One key stays busy; the others go quiet.
     for _ in 0..2 * COLD_DRAINS {
@@ -669,4 +676,50 @@ fn a_remote_ban_on_a_key_drained_here_takes_hold_at_once() {
             retry_after_ns: 19 * S
         }
     );
+}
+
+fn pending_bans(l: &Limiter) -> usize {
+    match &l.table.shards {
+        super::super::Shards::Shared(t) => lock(&t.pending_bans).bans.len(),
+        _ => unreachable!("a shared limiter"),
+    }
+}
+
+/// What the sync keeps is bounded like the table: past the table's
+/// capacity only keys in flight stay, and pending bans past it are
+/// halved, the soonest-ending first.
+#[test]
+fn the_sync_state_is_bounded_by_the_tables_capacity() {
+    let l = Limiter::new_shared(10, 1_000, 10, 0, 32);
+    let sh = l.shared().unwrap();
+    sh.set_online(true);
+    let mut d = Vec::new();
+    for k in 0..1_000u32 {
+        l.hit(&k.to_le_bytes(), S);
+    }
+    sh.drain(S, &mut d);
+    sh.apply(S, &full_buckets(&d));
+    for k in 0..5u32 {
+        l.hit(&k.to_le_bytes(), S);
+    }
+    d.clear();
+    sh.drain(S, &mut d);
+    assert_eq!(cold_keys(&l), 5, "only the keys in flight");
+    // 1,000 bans for keys never seen here, ending 1..=1,000 s from now.
+    for i in 1..=1_000u64 {
+        sh.remote_ban(i, i * S, S);
+    }
+    assert_eq!(pending_bans(&l), 1_000);
+    d.clear();
+    sh.drain(S, &mut d);
+    let left = pending_bans(&l);
+    assert!(left <= 500, "{left} pending");
+    // The latest-ending ban is kept: key id 1,000 is banned when seen.
+    match &l.table.shards {
+        super::super::Shards::Shared(t) => {
+            assert!(lock(&t.pending_bans).bans.contains_key(&1_000));
+            assert!(!lock(&t.pending_bans).bans.contains_key(&1));
+        }
+        _ => unreachable!(),
+    }
 }
