@@ -63,6 +63,11 @@ fn compile(dir: &Path, name: &str, src: &str) -> (PathBuf, String) {
     (out, sha)
 }
 
+/// An etcd URL where nothing answers: port 1 on loopback refuses
+/// connections (a privileged port no test binds; a port taken from
+/// `free_port` and released could be bound by a concurrent test).
+const NOWHERE: &str = "http://127.0.0.1:1";
+
 /// A ruleset that denies `path` (so which one runs shows in verdicts).
 fn denying(dir: &Path, name: &str, path: &str) -> (PathBuf, String) {
     compile(

@@ -186,7 +186,7 @@ pub(super) fn kill_at_each(
     gens: &[Gen; 2],
     planes: &dyn Fn(&Agent, &Gen),
 ) {
-    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let nowhere = NOWHERE.to_string();
     let (mut now, mut next) = (&gens[0], &gens[1]);
     for (step, switched) in steps {
         let kept = if switched { next } else { now };
