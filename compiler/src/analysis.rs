@@ -791,3 +791,7 @@ pub fn l7_fields(c: &Cond, atoms: &[Atom]) -> Vec<String> {
 #[cfg(test)]
 #[path = "analysis_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "analysis_oracle_tests.rs"]
+mod oracle_tests;
