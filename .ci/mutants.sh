@@ -5,6 +5,7 @@
 #   cargo install --locked cargo-mutants      # 27.1.0 builds on Rust 1.95
 #   .ci/mutants.sh [group...]                 # default: every group
 #   MUTANTS_ITERATE=1 .ci/mutants.sh limiter  # retest only the last survivors
+#   MUTANTS_JOBS=2 .ci/mutants.sh tables      # two mutants at a time
 #
 # Groups (each: files, the tests that judge them; time on the 2-core VM):
 #   tables   dataplane/src/iptable.rs, the XDP lowering (Tables::with_config,
@@ -34,7 +35,7 @@ run() {
     shift 2
     echo "== $group" >&2
     mkdir -p "$out/$group"
-    cargo mutants --workspace --no-shuffle -j1 --timeout "$timeout" --build-timeout 600 \
+    cargo mutants --workspace --no-shuffle -j"${MUTANTS_JOBS:-1}" --timeout "$timeout" --build-timeout 600 \
         --baseline skip ${MUTANTS_ITERATE:+--iterate} -o "$out/$group" "$@" || true
     for f in caught missed timeout unviable; do
         printf '%s %s: %s\n' "$group" "$f" \
@@ -52,7 +53,8 @@ for g in $groups; do
             --file dataplane/src/xdp/dir.rs \
             --re 'iptable|xdp/dir\.rs|Tables::|intervals' \
             --test-package rctl-dataplane --test-package rctl \
-            -- --lib --test integration -- iptable xdp_tables invariants::the_xdp ;;
+            -- --lib --test integration --test xdp_tables \
+            -- iptable xdp_tables adjacent_and_nested invariants::the_xdp ;;
     limiter)
         run limiter 20 --file 'dataplane/src/limiter/*.rs' \
             --exclude 'dataplane/src/limiter/*tests.rs' \

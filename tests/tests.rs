@@ -39,4 +39,3 @@ mod xdp;
 mod xdp_clock;
 mod xdp_dir;
 mod xdp_race;
-mod xdp_tables;

@@ -128,8 +128,9 @@ impl Case {
                     op: str_op(r),
                 },
                 Kind::Ip => {
-                    let blocks: Vec<&str> =
-                        (0..1 + below(r, 2)).map(|_| BLOCKS[below(r, BLOCKS.len())]).collect();
+                    let blocks: Vec<&str> = (0..1 + below(r, 2))
+                        .map(|_| BLOCKS[below(r, BLOCKS.len())])
+                        .collect();
                     let cidrs = blocks
                         .iter()
                         .map(|b| {
@@ -409,7 +410,10 @@ fn check_pairs(c: &Case, an: &mut Analyzer<'_>, dom: &[Req], seen: &mut Seen) {
             let (i, e) = (an.atom_implies(a, b), an.atoms_exclude(a, b));
             let (x, y) = (&c.atoms[a as usize], &c.atoms[b as usize]);
             assert!(!i || implied, "{x:?} ⇒ {y:?} claimed, a request refutes it");
-            assert!(!e || !both, "{x:?} excludes {y:?} claimed, a request has both");
+            assert!(
+                !e || !both,
+                "{x:?} excludes {y:?} claimed, a request has both"
+            );
             if c.decided(a, b, true) {
                 assert_eq!(i, implied, "{x:?} ⇒ {y:?}");
             }
@@ -449,13 +453,20 @@ fn check_conds(c: &Case, an: &mut Analyzer<'_>, dom: &[Req], a: &Cond, b: &Cond,
             "dnf of {a:?}: {da:?} at {q:?}"
         );
     }
-    let both: Vec<&Req> = dom.iter().filter(|q| c.holds(a, q) && c.holds(b, q)).collect();
+    let both: Vec<&Req> = dom
+        .iter()
+        .filter(|q| c.holds(a, q) && c.holds(b, q))
+        .collect();
     // Overlap: `Disjoint` only when no request has both.
     let o = an.overlap(a, b, &mut Budget(1 << 24));
     assert_ne!(o, Overlap::Undecided);
     assert_eq!(o == Overlap::Disjoint, !an.may_overlap(&da, &db));
     if o == Overlap::Disjoint {
-        assert!(both.is_empty(), "{a:?} and {b:?} called disjoint: {:?}", both[0]);
+        assert!(
+            both.is_empty(),
+            "{a:?} and {b:?} called disjoint: {:?}",
+            both[0]
+        );
         seen.disjoint += 1;
     } else {
         seen.overlapping += 1;
@@ -473,19 +484,43 @@ fn check_conds(c: &Case, an: &mut Analyzer<'_>, dom: &[Req], a: &Cond, b: &Cond,
             }
         }
     }
-    // Implication: every request of `a` is one of `b`.
+    // Implication: every request of `a` is one of `b`; and what follows
+    // from the terms' shapes alone is found (a implies a, a or b; a and
+    // b implies a).
     if an.implies(&da, &db) {
-        assert!(dom.iter().all(|q| !c.holds(a, q) || c.holds(b, q)), "{a:?} ⇒ {b:?}");
+        assert!(
+            dom.iter().all(|q| !c.holds(a, q) || c.holds(b, q)),
+            "{a:?} ⇒ {b:?}"
+        );
     }
-    // The packet-plane projection over-approximates.
+    let or = dnf(&Cond::Or(vec![a.clone(), b.clone()]), 1 << 14).unwrap();
+    assert!(
+        an.implies(&da, &da) && an.terms_imply(&da, &da),
+        "{a:?} ⇒ itself"
+    );
+    assert!(
+        an.implies(&da, &or) && an.terms_imply(&db, &or),
+        "{a:?}, {b:?} ⇒ either"
+    );
+    if let Some(and) = dnf(&Cond::And(vec![a.clone(), b.clone()]), 1 << 14) {
+        assert!(an.implies(&and, &da), "{a:?} and {b:?} ⇒ {a:?}");
+    }
+    // The packet-plane projection over-approximates, and is the
+    // condition itself when every atom is one the packet plane reads.
     let l4 = project_l4(&da, &c.atoms);
-    for q in dom.iter().filter(|q| c.holds(a, q)) {
-        assert!(l4.iter().any(|t| c.term(t, q)), "{l4:?} misses {q:?} of {a:?}");
+    let exact = c.atoms.iter().all(Atom::is_l4);
+    for q in dom {
+        let (holds, projected) = (c.holds(a, q), l4.iter().any(|t| c.term(t, q)));
+        assert!(!holds || projected, "{l4:?} misses {q:?} of {a:?}");
+        assert!(!exact || holds == projected, "{l4:?} is not {a:?} at {q:?}");
     }
     // Exact search, a ∧ ¬b and a ∧ b: for HTTP requests, and with
     // `packets` for packets too (found whenever a request or, with no
     // string field drawn, a packet has them).
-    let strings = c.kinds.iter().any(|k| matches!(k, Kind::Path | Kind::Header));
+    let strings = c
+        .kinds
+        .iter()
+        .any(|k| matches!(k, Kind::Path | Kind::Header));
     for packets in [false, true] {
         an.solver.packets = packets;
         for neg in [true, false] {
@@ -500,6 +535,14 @@ fn check_conds(c: &Case, an: &mut Analyzer<'_>, dom: &[Req], a: &Cond, b: &Cond,
                     let q = request_of(&w);
                     assert!(q.http || packets, "{what}: a packet {w:?}");
                     assert!(c.holds(a, &q) && c.holds(b, &q) != neg, "{what}: {w:?}");
+                    // The analysis's own reading of a witness agrees.
+                    for x in [a, b] {
+                        assert_eq!(
+                            an.witness_holds(x, &w),
+                            Some(c.holds(x, &q)),
+                            "{what}: {w:?}"
+                        );
+                    }
                     seen.sat += 1;
                 }
                 Exact::Unsat => {

@@ -33,6 +33,14 @@ fn dnf_pushes_negation_and_distributes() {
     ]);
     assert_eq!(dnf(&c, 100).unwrap().len(), 4);
     assert!(dnf(&c, 3).is_none());
+    // The limit is inclusive, for a disjunction and for a product.
+    assert_eq!(dnf(&c, 4).unwrap().len(), 4);
+    let any4 = Cond::Or((0..4).map(Cond::Atom).collect());
+    assert_eq!(dnf(&any4, 4).unwrap().len(), 4);
+    assert!(dnf(&any4, 3).is_none());
+    // A false part ends a conjunction before a later part over the limit.
+    let c = Cond::And(vec![Cond::False, any4.clone()]);
+    assert_eq!(dnf(&c, 3), Some(Vec::new()));
     // Terms come out sorted and without repeats; a false part empties a
     // conjunction.
     let c = Cond::And(vec![Cond::Atom(3), Cond::Atom(1), Cond::Atom(3)]);

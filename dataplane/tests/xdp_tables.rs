@@ -7,15 +7,27 @@
 //! program with the engine, and both are built from `PrefixTable`, so an
 //! off-by-one at an interval end there passes them; it fails here. No root
 //! needed: `DirTables::lookup` runs the program's lookup code
-//! (`rctl_common::dir`) in user space.
+//! (`rctl_common::dir`) in user space. A test of this crate, so that a
+//! mutation run of the tables builds this crate and not the CLI.
 
-use crate::util::Rng;
 use rctl_compiler::cidr::{parse_cidr, PrefixSet};
 use rctl_compiler::ir::IpSet;
 use rctl_dataplane::iptable::PrefixTable;
 use rctl_dataplane::xdp::Tables;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// xorshift64: a seeded, reproducible stream of draws.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
 
 /// One CIDR as the oracle reads it: family, first and last address.
 #[derive(Clone, Copy, Debug)]
