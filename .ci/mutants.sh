@@ -47,15 +47,25 @@ groups=${*:-tables limiter engine artifact analysis}
 # Never the tests that start servers or need root: a timed-out mutant
 # would leave their processes behind, and they skip outside CI anyway.
 skip='--skip edge:: --skip agent:: --skip netns --skip host_state --skip xdp::'
+# MUTANTS_XDP=1 (root, with RCTL_XDP_OBJECT naming the built program, as
+# .ci/test.sh does): the tables are also judged by the XDP program itself
+# through BPF_PROG_TEST_RUN (the parity tests; nothing outlives a test).
+xdp=
+tables_timeout=20
+if [ "${MUTANTS_XDP:-}" = 1 ]; then
+    tables_timeout=120
+    test -s "${RCTL_XDP_OBJECT:-}" || { echo "MUTANTS_XDP=1 needs RCTL_XDP_OBJECT" >&2; exit 2; }
+    xdp='xdp::corpus_packets xdp::random_rulesets xdp::interval_table xdp::ipv6_interval'
+fi
 for g in $groups; do
     case $g in
     tables)
-        run tables 20 --file dataplane/src/iptable.rs --file dataplane/src/xdp/mod.rs \
+        run tables "$tables_timeout" --file dataplane/src/iptable.rs --file dataplane/src/xdp/mod.rs \
             --file dataplane/src/xdp/dir.rs \
             --re 'iptable|xdp/dir\.rs|Tables::|intervals' \
             --test-package rctl-dataplane --test-package rctl \
             -- --lib --test integration --test xdp_tables \
-            -- iptable xdp_tables adjacent_and_nested invariants::the_xdp ;;
+            -- iptable xdp_tables adjacent_and_nested invariants::the_xdp $xdp ;;
     limiter)
         run limiter 20 --file 'dataplane/src/limiter/*.rs' \
             --exclude 'dataplane/src/limiter/*tests.rs' \
