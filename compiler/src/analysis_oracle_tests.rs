@@ -367,8 +367,8 @@ fn random_cond(r: &mut Rng, atoms: usize, depth: u32) -> Cond {
     }
 }
 
-/// The witness as the oracle's request (`None`: a field drawn here that
-/// the witness leaves unreadable).
+/// The witness as the oracle's request (an IPv6 client that is not
+/// IPv4-mapped has no IPv4 address: in no set drawn here).
 fn request_of(w: &Witness) -> Req {
     Req {
         http: w.request,
