@@ -24,9 +24,16 @@ pub struct Haproxy {
 /// The `global` and `defaults` sections every test configuration starts
 /// with: logs to stdout (one `option httplog` line per request, raw), an
 /// admin socket at `DIR/admin.sock`, HTTP mode and short timeouts.
+///
+/// One thread: HAProxy writes a log line to a file descriptor only if no
+/// other thread is writing to it at that moment, and otherwise drops the
+/// line (`fd_write_frag_line` prefers losing a line to blocking). Tests
+/// count these lines against what clients sent, so they cannot have
+/// two threads racing; one line in a few hundred went missing with two.
 pub fn base(dir: &Path) -> String {
     format!(
         "global
+    nbthread 1
     log stdout format raw local0 info
     stats socket {}/admin.sock mode 600 level admin
 

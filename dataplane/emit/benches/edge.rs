@@ -306,7 +306,7 @@ frontend native
 backend origin
     server o1 {origin}
 {tables}",
-        base = haproxy::base(dir).replacen("global\n", "global\n    nbthread 1\n", 1),
+        base = haproxy::base(dir),
         tables = NATIVE_TABLES,
     );
     let extra = [emitted.join("rctl-backends.cfg")];
