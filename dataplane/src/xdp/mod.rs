@@ -369,3 +369,6 @@ fn intervals(mut ranges: Vec<(u128, u128, u64)>, width: u32) -> Vec<(u128, u64)>
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
