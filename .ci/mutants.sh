@@ -65,7 +65,7 @@ for g in $groups; do
             --re 'iptable|xdp/dir\.rs|Tables::|intervals' \
             --test-package rctl-dataplane --test-package rctl \
             -- --lib --test integration --test xdp_tables \
-            -- iptable xdp_tables adjacent_and_nested xdp::tests:: invariants::the_xdp $xdp ;;
+            -- iptable xdp_tables adjacent_and_nested direct_tables xdp::tests:: xdp_dir:: invariants::the_xdp $xdp ;;
     limiter)
         run limiter 20 --file 'dataplane/src/limiter/*.rs' \
             --exclude 'dataplane/src/limiter/*tests.rs' \

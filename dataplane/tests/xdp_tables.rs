@@ -7,8 +7,10 @@
 //! program with the engine, and both are built from `PrefixTable`, so an
 //! off-by-one at an interval end there passes them; it fails here. No root
 //! needed: `DirTables::lookup` runs the program's lookup code
-//! (`rctl_common::dir`) in user space. A test of this crate, so that a
-//! mutation run of the tables builds this crate and not the CLI.
+//! (`rctl_common::dir`) in user space. The direct tables are also built
+//! straight from interval lists of many shapes and sizings and checked
+//! against a binary search over those intervals. A test of this crate, so
+//! that a mutation run of the tables builds this crate and not the CLI.
 
 use rctl_compiler::cidr::{parse_cidr, PrefixSet};
 use rctl_compiler::ir::IpSet;
@@ -254,4 +256,130 @@ fn adjacent_and_nested_prefixes_keep_their_ends() {
         ],
     ];
     check(&sets, &mut Rng(7));
+}
+
+/// Intervals as `DirTables::build` takes them: sorted unique starts from
+/// 0, each with its membership bits.
+type Intervals = Vec<(u128, u64)>;
+
+/// `n` interval starts of a `width`-bit space in one of several shapes,
+/// with bits from `classes` distinct values (0 among them).
+fn shaped(r: &mut Rng, shape: u64, n: usize, width: u32, classes: u64) -> Intervals {
+    let max = u128::MAX >> (128 - width);
+    let word = |r: &mut Rng| (u128::from(r.next()) << 64 | u128::from(r.next())) & max;
+    // A cluster: starts within `2^spread` of a random base, on multiples
+    // of `2^align` (nodes, inline entries and child tables are cut by
+    // where the starts' differing bits lie).
+    let spread = 4 + (r.next() % u64::from(width - 4)) as u32;
+    let align = (r.next() % u64::from(spread.min(24))) as u32;
+    let base = word(r) & !(u128::MAX >> (128 - spread));
+    let mut starts: Vec<u128> = (0..n)
+        .map(|_| match shape {
+            // Anywhere.
+            0 => word(r),
+            // One cluster.
+            1 => base + ((word(r) & (u128::MAX >> (128 - spread))) & !((1u128 << align) - 1)),
+            // A few tight clusters: crowded blocks beside empty ones.
+            _ => {
+                let c = (r.next() % 4) as u128;
+                (base ^ (c << (width - 3))).wrapping_add(word(r) & 0xff)
+            }
+        })
+        .filter(|&s| s <= max)
+        .collect();
+    starts.push(0);
+    starts.sort_unstable();
+    starts.dedup();
+    let bits = |r: &mut Rng| match r.next() % classes {
+        0 => 0,
+        k => k * 0x9e37 + 1,
+    };
+    starts.into_iter().map(|s| (s, bits(r))).collect()
+}
+
+/// The oracle for the direct tables: the bits of the last interval that
+/// starts at or below `a`, by binary search over the intervals.
+fn search(ivs: &Intervals, a: u128) -> u64 {
+    let i = ivs.partition_point(|&(s, _)| s <= a);
+    ivs[i - 1].1
+}
+
+/// Every start and its neighbours, the family's ends and random addresses.
+fn interval_probes(r: &mut Rng, ivs: &Intervals, width: u32) -> Vec<u128> {
+    let max = u128::MAX >> (128 - width);
+    let mut out = vec![0, max];
+    for &(s, _) in ivs {
+        out.push(s);
+        out.extend(s.checked_sub(1));
+        out.extend(s.checked_add(1).filter(|&x| x <= max));
+    }
+    for _ in 0..500 {
+        out.push((u128::from(r.next()) << 64 | u128::from(r.next())) & max);
+    }
+    out
+}
+
+/// The direct tables answer as a search over the intervals they were
+/// built from, for every shape of layout and every way of sizing them:
+/// the root's bits from 8 up, more root entries per interval, filters
+/// forced on, sized or off, few and many classes (inline entries hold
+/// only the first 128). The builder's choice of entry (leaf, inline,
+/// node, child table, search) changes only speed; a wrong choice or a
+/// wrong digit changes an answer here.
+#[test]
+fn direct_tables_answer_as_a_search_over_their_intervals() {
+    use rctl_dataplane::xdp::dir::{DirConfig, DirTables};
+    let mut r = Rng(0xd1_7ab1e5);
+    let configs = [
+        DirConfig::default(),
+        DirConfig {
+            v4_root_bits: Some(8),
+            v6_root_bits: Some(8),
+            v4_filter_bits: Some(0),
+            v6_filter_bits: Some(0),
+            ..DirConfig::default()
+        },
+        DirConfig {
+            v4_root_bits: Some(16),
+            v6_root_bits: Some(12),
+            v4_filter_bits: Some(18),
+            v6_filter_bits: Some(20),
+            ..DirConfig::default()
+        },
+        DirConfig {
+            root_extra: 3,
+            ..DirConfig::default()
+        },
+    ];
+    let mut kinds = [0usize; 5];
+    for round in 0..48u64 {
+        let n = [1, 2, 3, 5, 9, 17, 40, 300, 3_000][(r.next() % 9) as usize];
+        let classes = [2, 5, 200, 1_000][(round % 4) as usize];
+        let v4 = shaped(&mut r, round % 3, n, 32, classes);
+        let v6 = shaped(&mut r, (round / 3) % 3, n, 128, classes);
+        let cfg = &configs[(round / 9 % 4) as usize];
+        let d = DirTables::build(&v4, &v6, cfg);
+        for (k, c) in kinds.iter_mut().zip(d.kinds()) {
+            *k += c;
+        }
+        for a in interval_probes(&mut r, &v4, 32) {
+            let ip = IpAddr::V4(Ipv4Addr::from(a as u32));
+            assert_eq!(
+                d.lookup(ip),
+                search(&v4, a),
+                "{ip} ({cfg:?}, {n} intervals)"
+            );
+        }
+        for a in interval_probes(&mut r, &v6, 128) {
+            let ip = Ipv6Addr::from(a);
+            if ip.to_ipv4_mapped().is_some() {
+                continue;
+            }
+            let got = d.lookup(IpAddr::V6(ip));
+            assert_eq!(got, search(&v6, a), "{ip} ({cfg:?}, {n} intervals)");
+        }
+    }
+    // Every kind of entry was built and read: leaves, nodes, tables,
+    // searches, inline.
+    assert!(kinds.iter().all(|&k| k > 0), "{kinds:?}");
 }

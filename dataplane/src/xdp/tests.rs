@@ -168,3 +168,171 @@ fn memory_is_what_the_maps_hold() {
     assert_eq!(d.memory(), written);
     assert!(d.memory() > 100_000, "{}", d.memory());
 }
+
+/// The filter of family `fam` (0 IPv4, 1 IPv6) of `d`, built from `ivs`,
+/// checked at `probes`: where it is kept, it passes exactly the addresses
+/// whose block (as its descriptor cuts the space) holds an address in
+/// some set, for every address under the prefix all set addresses share.
+/// Returns whether a filter was kept.
+fn check_filter(d: &DirTables, ivs: &[(u128, u64)], fam: usize, probes: &[u128]) -> bool {
+    let width = [32, 128][fam];
+    let f = d.entries[2 + fam];
+    let (bits, shift) = (((f >> 40) & 0x1f) as u32, ((f >> 32) & 0x7f) as u32);
+    assert_eq!(bits, [d.v4_filter_bits, d.v6_filter_bits][fam]);
+    if bits == 0 {
+        return false;
+    }
+    let max = u128::MAX >> (128 - width);
+    let set: Vec<(u128, u128)> = ivs
+        .iter()
+        .enumerate()
+        .filter(|(_, iv)| iv.1 != 0)
+        .map(|(i, &(s, _))| (s, ivs.get(i + 1).map_or(max, |n| n.0 - 1)))
+        .collect();
+    let common = width - shift - bits;
+    let top = |a: u128| {
+        if common == 0 {
+            0
+        } else {
+            a >> (width - common)
+        }
+    };
+    for &a in probes {
+        if top(a) != top(set[0].0) {
+            continue;
+        }
+        let low = (1u128 << shift) - 1;
+        let (lo, hi) = (a & !low, a | low);
+        let want = set.iter().any(|&(s, e)| s <= hi && e >= lo);
+        let passes = rctl_common::dir::filter_passes(d, f, (a >> 64) as u64, a as u64);
+        assert_eq!(passes, want, "{a:#x}: block [{lo:#x}, {hi:#x}]");
+    }
+    true
+}
+
+/// One interval of bits 1 at the start of each IPv4 block of 2^22 named
+/// (a /10 each), up to `len` addresses long.
+fn in_blocks(blocks: &[u32], len: u128) -> Vec<(u128, u64)> {
+    let mut ivs = vec![(0u128, 0u64)];
+    for &b in blocks {
+        let s = u128::from(b) << 22;
+        ivs.retain(|&(x, _)| x != s);
+        ivs.push((s, 1));
+        ivs.push((s + len, 0));
+    }
+    ivs.sort_unstable();
+    ivs.dedup_by_key(|x| x.0);
+    ivs
+}
+
+#[test]
+fn a_filter_is_kept_while_at_most_half_its_blocks_hold_set_addresses() {
+    let cfg = DirConfig {
+        v4_filter_bits: Some(10),
+        ..DirConfig::default()
+    };
+    let probes: Vec<u128> = (0..1024u128)
+        .flat_map(|b| [b << 22, (b << 22) + 100, ((b + 1) << 22) - 1])
+        .collect();
+    // 512 of 1,024 blocks (the first and the last set addresses differ in
+    // the top bit: the filter indexes the top ten bits).
+    let half: Vec<u32> = (0..1024).step_by(2).collect();
+    let ivs = in_blocks(&half, 100);
+    let d = DirTables::build(&ivs, &[(0, 0)], &cfg);
+    assert!(check_filter(&d, &ivs, 0, &probes));
+    assert_eq!(d.v4_filter_bits, 10);
+    // 513: dropped.
+    let mut more = half.clone();
+    more.push(1);
+    let ivs = in_blocks(&more, 100);
+    let d = DirTables::build(&ivs, &[(0, 0)], &cfg);
+    assert!(!check_filter(&d, &ivs, 0, &probes));
+    // A set interval that fills its block exactly, the next block empty:
+    // the next block's addresses stop at the filter.
+    let ivs = in_blocks(&[0, 5, 1000], 1 << 22);
+    let d = DirTables::build(&ivs, &[(0, 0)], &cfg);
+    assert!(check_filter(&d, &ivs, 0, &probes));
+    assert!(!rctl_common::dir::filter_passes(
+        &d,
+        d.entries[2],
+        0,
+        6 << 22
+    ));
+    // One interval, or nothing in any set: no filter.
+    let d = DirTables::build(&[(0, 1)], &[(0, 0)], &cfg);
+    assert!(!check_filter(&d, &[(0, 1)], 0, &probes));
+    let d = DirTables::build(&[(0, 0), (7, 0)], &[(0, 0)], &cfg);
+    assert!(!check_filter(&d, &[(0, 0), (7, 0)], 0, &probes));
+}
+
+#[test]
+fn filters_pass_exactly_the_blocks_that_hold_set_addresses() {
+    let mut kept = 0;
+    for seed in 1..40u64 {
+        // Sparse: a few hundred short set intervals, each followed by a
+        // gap, at random starts (IPv6 ones shifted down into a cluster).
+        let n = 50 + (seed as usize * 37) % 400;
+        let sparse = |ivs: Vec<(u128, u64)>, shift: u64, max: u128| {
+            let mut out = vec![(0u128, 0u64)];
+            for (s, b) in ivs.into_iter().skip(1) {
+                let s = s >> shift;
+                let len = 1 + (b << (seed % 24)) as u128;
+                out.push((s, 1 + b % 3));
+                out.extend(s.checked_add(len).filter(|&e| e <= max).map(|e| (e, 0)));
+            }
+            out.sort_unstable();
+            out.dedup_by_key(|x| x.0);
+            out
+        };
+        let v4 = sparse(random_intervals(seed, n, 32), 0, u128::from(u32::MAX));
+        let v6 = sparse(random_intervals(seed ^ 0xabc, n, 128), seed % 40, u128::MAX);
+        let cfg = DirConfig {
+            v4_filter_bits: [None, Some(12), Some(16)][seed as usize % 3],
+            v6_filter_bits: [None, Some(14), Some(20)][seed as usize % 3],
+            ..DirConfig::default()
+        };
+        let d = DirTables::build(&v4, &v6, &cfg);
+        for (fam, ivs) in [(0, &v4), (1, &v6)] {
+            let mut probes: Vec<u128> = ivs
+                .iter()
+                .flat_map(|&(s, _)| [s, s.saturating_sub(1), s.saturating_add(1)])
+                .collect();
+            let mut x = seed;
+            probes.extend((0..300).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let a = u128::from(x) << 64 | u128::from(x.rotate_left(17));
+                if fam == 0 {
+                    a & 0xffff_ffff
+                } else {
+                    a >> (seed % 40)
+                }
+            }));
+            kept += usize::from(check_filter(&d, ivs, fam, &probes));
+        }
+    }
+    assert!(kept > 40, "{kept} filters kept of 78");
+}
+
+#[test]
+fn the_map_values_hold_the_tables_padded_with_zeros() {
+    let v4 = random_intervals(0x5eed, 3_000, 32);
+    let v6 = random_intervals(0x1dea, 3_000, 128);
+    let d = DirTables::build(&v4, &v6, &DirConfig::default());
+    fn padded<T: Copy + Default + PartialEq + std::fmt::Debug, const N: usize>(
+        chunks: impl Iterator<Item = [T; N]>,
+        v: &[T],
+    ) {
+        let flat: Vec<T> = chunks.flatten().collect();
+        assert_eq!(flat.len(), v.len().div_ceil(N).max(1) * N);
+        assert_eq!(&flat[..v.len()], v);
+        assert!(flat[v.len()..].iter().all(|x| *x == T::default()));
+    }
+    assert!(!d.classes.is_empty() && !d.filter.is_empty() && !d.ranges.is_empty());
+    padded(d.entry_chunks(), &d.entries);
+    padded(d.filter_chunks(), &d.filter);
+    padded(d.node_chunks(), &d.nodes);
+    padded(d.class_chunks(), &d.classes);
+    padded(d.range_chunks(), &d.ranges);
+}
