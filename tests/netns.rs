@@ -573,6 +573,22 @@ fn apply_status_detach_on_a_veth_pair() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(lab.status()[0]["attached"]["mode"], "skb", "still in force");
+    // A ban made in an attachment's first generation holds in the next:
+    // the seed a generation records for the next to take over is the one
+    // its bucket keys were made with.
+    let _ = lab.exec(
+        "ping",
+        &[
+            "-c", "60", "-i", "0.005", "-W", "1", "-q", "-I", CLIENT, NEAR,
+        ],
+    );
+    assert!(!lab.ping(CLIENT), "a banned source gets no reply");
+    let o = apply("skb");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !lab.ping(CLIENT),
+        "the first generation's ban survives an apply"
+    );
     let o = lab.rctl(&["detach", "--iface", &lab.near]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Stop the TCP server.
