@@ -1,6 +1,9 @@
-//! The lowering's own contracts, checked on small inputs whose answers
-//! are worked out by hand: the address space cut into intervals, the
-//! site filter, and each limiter's key and ban.
+//! The lowering's own contracts, checked on inputs whose answers are
+//! worked out by hand or by a plain search over the input: the address
+//! space cut into intervals, the site filter, each limiter's key and ban,
+//! the direct tables' documented sizing, their filters (exact per block,
+//! kept while at most half the blocks are set), and the map values that
+//! hold them.
 
 use super::dir::{DirConfig, DirTables};
 use super::{intervals, Tables};
