@@ -292,6 +292,44 @@ fn random_rulesets_and_packets_agree_with_the_engine() {
     assert!(packets >= 100_000, "{packets}");
 }
 
+/// Rulesets in which every XDP term tests the destination address: the
+/// program looks the destination up only when the configuration says some
+/// term reads it, so here a wrong flag would let every packet through.
+#[test]
+fn rulesets_that_test_only_the_destination_are_enforced() {
+    let Some(obj) = object() else { return };
+    for src in [
+        "rule d { when dst_ip in { 192.0.2.0/24, 2001:db8::/32 } and proto == udp drop }",
+        "rule d { when not dst_ip in { 192.0.2.0/24, 2001:db8::/32 } and proto == udp drop }",
+    ] {
+        let rs = compile(src).ruleset.expect("compiles");
+        let (mut three, _) = Three::new(&obj, &rs);
+        let mut dropped = 0;
+        for (k, (from, to)) in [
+            ("198.51.100.1", "192.0.2.5"),
+            ("198.51.100.1", "203.0.113.5"),
+            ("2001:db9::1", "2001:db8::9"),
+            ("2001:db9::1", "2001:db7::9"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let p = Packet {
+                src: from.parse().unwrap(),
+                dst: Some(to.parse().unwrap()),
+                proto: Proto::Udp,
+                dst_port: 53,
+                syn: false,
+                time_ns: 1_000_000_000_000 + k as u64,
+            };
+            three.agree(&p, false, &src);
+            let f = frame_to(p.src, p.dst.unwrap(), p.proto, 53, false, false);
+            dropped += usize::from(three.prog.test(&f, p.time_ns).unwrap().action == 1);
+        }
+        assert_eq!(dropped, 2, "{src}");
+    }
+}
+
 /// The interval table against the engine's prefix table (and the LPM-trie
 /// baseline): thousands of prefixes of every length, crowded into a few
 /// /16s so that the binary search runs deep, probed at every edge.
