@@ -19,6 +19,9 @@
 #   analysis compiler/src/analysis.rs: overlap, exemptions, reachability,
 #            by the compiler's unit tests (its brute-force oracle among
 #            them; 197, ~10 min with MUTANTS_JOBS=2)
+#   program  dataplane/src/xdp/program.rs, the loader, by the root XDP and
+#            veth tests (root and RCTL_XDP_OBJECT; 73, ~75 min; not in the
+#            default groups)
 #
 # One job at a time (-j1) with a test timeout per mutant (20 s where the tests take about
 # 4 s, 90 s for the slower groups); the tests
@@ -85,6 +88,13 @@ for g in $groups; do
     analysis)
         run analysis 30 --file compiler/src/analysis.rs \
             --test-package rctl-compiler -- --lib ;;
+    program)
+        # The loader: judged only by the root XDP and veth tests.
+        test -s "${RCTL_XDP_OBJECT:-}" || { echo "the program group needs root and RCTL_XDP_OBJECT" >&2; exit 2; }
+        export CI=true
+        run program 240 --file dataplane/src/xdp/program.rs \
+            --test-package rctl-dataplane --test-package rctl \
+            -- --lib --test integration -- xdp netns:: ;;
     *) echo "unknown group $g" >&2; exit 2 ;;
     esac
 done
