@@ -379,7 +379,7 @@ fn direct_tables_answer_as_a_search_over_their_intervals() {
             assert_eq!(got, search(&v6, a), "{ip} ({cfg:?}, {n} intervals)");
         }
     }
-    // Every kind of entry was built and read: leaves, nodes, tables,
-    // searches, inline.
+    // Every kind of entry was built: leaves, nodes, tables, searches,
+    // inline.
     assert!(kinds.iter().all(|&k| k > 0), "{kinds:?}");
 }
