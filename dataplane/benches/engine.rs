@@ -3,7 +3,8 @@
 //! search per address set, rules in order, as VCL and HAProxy run) and
 //! wirefilter (one compiled filter per deciding rule, in order; see
 //! `support/wf.rs` for what it skips); ns per packet at 100,000 prefixes;
-//! limiter ns per hit.
+//! limiter ns per hit, local and `shared`; and the request path of
+//! `rules/restbase.rctl`'s throttle with it local and `shared`.
 //!
 //! Before timing, wirefilter's decisions on the whole request mix are
 //! checked against the engine's. Time moves forward by 1 µs a request
@@ -31,6 +32,22 @@ fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {
     let c = rctl_compiler::compile_paths(&[dir.join("rules.rctl")], &Default::default());
     let _ = std::fs::remove_dir_all(&dir);
     c.ruleset.expect("generated ruleset compiles")
+}
+
+/// One sync of a shared limiter: drain, and apply what a site of
+/// four hosts seeing the same traffic would answer.
+fn sync(s: &Shared<'_>, now: u64, deltas: &mut Vec<SharedDelta>, updates: &mut Vec<SharedUpdate>) {
+    deltas.clear();
+    s.drain(now, deltas);
+    updates.clear();
+    updates.extend(deltas.iter().map(|d| SharedUpdate {
+        id: d.id,
+        ahead_ns: 0,
+        admitted_total: u64::from(d.admitted) * 4,
+        hits_total: u64::from(d.hits) * 4,
+        ban_ns: 0,
+    }));
+    s.apply(now, updates);
 }
 
 fn bench(c: &mut Criterion) {
@@ -171,26 +188,6 @@ fn bench(c: &mut Criterion) {
         }
         timed
     }
-    /// One sync of a shared limiter: drain, and apply what a site of
-    /// four hosts seeing the same traffic would answer.
-    fn sync(
-        s: &Shared<'_>,
-        now: u64,
-        deltas: &mut Vec<SharedDelta>,
-        updates: &mut Vec<SharedUpdate>,
-    ) {
-        deltas.clear();
-        s.drain(now, deltas);
-        updates.clear();
-        updates.extend(deltas.iter().map(|d| SharedUpdate {
-            id: d.id,
-            ahead_ns: 0,
-            admitted_total: u64::from(d.admitted) * 4,
-            hits_total: u64::from(d.hits) * 4,
-            ban_ns: 0,
-        }));
-        s.apply(now, updates);
-    }
     let mut t = 0u64;
     let mut g = c.benchmark_group("limiter");
     let (mut deltas, mut updates) = (Vec::new(), Vec::new());
@@ -235,6 +232,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     g.finish();
+    request_path(c, &mut t);
     let big = Limiter::new(100, 1_000, 100, 0, 1 << 20);
     for k in 0..1_000_000u32 {
         big.hit(&k.to_le_bytes(), u64::from(k));
@@ -245,6 +243,108 @@ fn bench(c: &mut Criterion) {
         big.table_bytes(),
         big.table_bytes() as f64 / big.len() as f64
     );
+}
+
+/// The request path of the re-render loop incident (`rules/restbase.rctl`:
+/// one bucket per host and title), the engine's whole decision for a
+/// request the throttle judges, with the throttle local and `shared`
+/// (online, four hosts; the sync between batches of 10,000 requests,
+/// untimed, as in the limiter bench). 1,000 titles stay in cache; 100,000
+/// do not. Target: shared at most 1.2x local.
+fn request_path(c: &mut Criterion, t: &mut u64) {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../rules/restbase.rctl"
+    ))
+    .expect("rules/restbase.rctl");
+    let engine_of = |shared: bool| {
+        let text = if shared {
+            src.replace("by host, path ban", "by host, path shared ban")
+        } else {
+            src.clone()
+        };
+        assert!(!shared || text != src, "the throttle is made shared");
+        let dir = std::env::temp_dir().join(format!(
+            "rctl-request-path-bench-{shared}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("restbase.rctl"), text).unwrap();
+        let c = rctl_compiler::compile_paths(&[dir.join("restbase.rctl")], &Default::default());
+        let _ = std::fs::remove_dir_all(&dir);
+        let rs = c.ruleset.expect("restbase.rctl compiles");
+        let engine = Engine::new(rs, &EngineConfig::default()).unwrap();
+        let i = (0..engine.ruleset().rules.len())
+            .find(|&i| engine.limiter(i).is_some())
+            .expect("a throttle rule");
+        (engine, i)
+    };
+    let headers: [(&[u8], &[u8]); 3] = [
+        (b"User-Agent", b"ChangePropagation/WMF"),
+        (b"Cache-Control", b"no-cache"),
+        (b"Accept", b"text/html; charset=utf-8"),
+    ];
+    let mut g = c.benchmark_group("request_path");
+    let (mut deltas, mut updates) = (Vec::new(), Vec::new());
+    for n in [1_000u32, 100_000] {
+        let targets: Vec<String> = (0..n)
+            .map(|k| {
+                format!(
+                    "/api/rest_v1/page/html/Title_{}",
+                    k.wrapping_mul(2_654_435_761)
+                )
+            })
+            .collect();
+        for shared in [false, true] {
+            let (engine, rule) = engine_of(shared);
+            let mut scratch = engine.scratch();
+            let handle = engine.limiter(rule).and_then(|l| l.shared());
+            assert_eq!(handle.is_some(), shared);
+            if let Some(h) = &handle {
+                h.set_online(true);
+                h.set_new_key_weight(4);
+            }
+            let name = if shared { "shared" } else { "local" };
+            g.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter_custom(|iters| {
+                    let mut timed = std::time::Duration::ZERO;
+                    let mut left = iters;
+                    while left > 0 {
+                        let k = left.min(10_000);
+                        let start = std::time::Instant::now();
+                        for _ in 0..k {
+                            *t += 1;
+                            let req = Request {
+                                method: b"GET",
+                                host: b"fr.wikipedia.org",
+                                target: targets[*t as usize % targets.len()].as_bytes(),
+                                headers: &headers,
+                                ip: IpAddr::V4(Ipv4Addr::new(10, 64, 0, 21)),
+                                dst: None,
+                                port: 443,
+                                time_ns: *t * 1_000,
+                            };
+                            let d = engine.decide_request_with(&req, &mut scratch, None);
+                            std::hint::black_box(d);
+                        }
+                        timed += start.elapsed();
+                        left -= k;
+                        if let Some(h) = &handle {
+                            sync(h, *t * 1_000, &mut deltas, &mut updates);
+                        }
+                    }
+                    timed
+                })
+            });
+            let held = engine.limiter(rule).map_or(0, |l| l.len());
+            assert!(
+                held >= n as usize / 2,
+                "the throttle judged the requests: {held} keys"
+            );
+        }
+    }
+    g.finish();
 }
 
 criterion_group!(benches, bench);
