@@ -60,6 +60,19 @@ fn push_agents_and_fleet_status_over_tls_with_client_certificates() {
     let c = Cluster::start_tls(&dir.join("etcd"), 3, tls.clone());
     let etcd = c.urls();
     assert!(etcd.starts_with("https://"), "{etcd}");
+    // The members talk TLS to each other too, and check each other's
+    // certificates: a peer answers a handshake with the cluster's
+    // certificate and refuses one without.
+    let peers = c.member_peer_urls();
+    assert!(
+        peers.len() == 3 && peers.iter().all(|u| u.starts_with("https://")),
+        "{peers:?}"
+    );
+    assert!(
+        c.peer_answers(0, true),
+        "a peer with the cluster's certificate"
+    );
+    assert!(!c.peer_answers(0, false), "a peer without a certificate");
     let good = tls_flags(&ca.cert, &tls.client.cert, &tls.client.key);
     let good = strs(&good);
     let a = denying(&dir, "a", "/a");

@@ -1,7 +1,8 @@
 //! etcd: a cluster of members on loopback, each with its own data
 //! directory, ports and logs; members can be killed and started again.
 //! With [`Tls`], clients talk https and must show a certificate the
-//! cluster's CA signed (`--client-cert-auth`); members talk plain http.
+//! cluster's CA signed (`--client-cert-auth`), and members talk to each
+//! other the same way (`--peer-client-cert-auth`), as operators run etcd.
 
 use super::pki::Leaf;
 use super::{free_port, Proc};
@@ -30,12 +31,13 @@ pub struct Cluster {
     tls: Option<Tls>,
 }
 
-/// TLS on the client URLs.
+/// TLS on the client and peer URLs.
 #[derive(Clone)]
 pub struct Tls {
     /// The CA etcd trusts for client certificates (and that signed its own).
     pub ca: PathBuf,
-    /// etcd's certificate.
+    /// etcd's certificate, for clients and for its peers (it must allow
+    /// both serverAuth and clientAuth).
     pub server: Leaf,
     /// The client certificate `etcdctl` shows.
     pub client: Leaf,
@@ -47,7 +49,8 @@ impl Cluster {
         Cluster::start_with(dir, n, None)
     }
 
-    /// [`Cluster::start`], with clients on https checked by `tls`.
+    /// [`Cluster::start`], with clients and peers on https checked by
+    /// `tls`.
     pub fn start_tls(dir: &Path, n: usize, tls: Tls) -> Cluster {
         Cluster::start_with(dir, n, Some(tls))
     }
@@ -67,9 +70,10 @@ impl Cluster {
                 }
             })
             .collect();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let initial = members
             .iter()
-            .map(|m| format!("{}=http://{}", m.name, m.peer))
+            .map(|m| format!("{}={scheme}://{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
         let mut c = Cluster {
@@ -91,6 +95,7 @@ impl Cluster {
     fn spawn(&mut self, i: usize) {
         let initial = self.initial.clone();
         let client_url = self.url(i);
+        let peer_url = self.peer_url(i);
         let m = &mut self.members[i];
         let mut cmd = Command::new("etcd");
         cmd.args(["--name", &m.name, "--data-dir"])
@@ -101,9 +106,9 @@ impl Cluster {
                 "--advertise-client-urls",
                 &client_url,
                 "--listen-peer-urls",
-                &format!("http://{}", m.peer),
+                &peer_url,
                 "--initial-advertise-peer-urls",
-                &format!("http://{}", m.peer),
+                &peer_url,
                 "--initial-cluster",
                 &initial,
                 "--initial-cluster-token",
@@ -123,7 +128,14 @@ impl Cluster {
                 .arg(&t.server.key)
                 .arg("--trusted-ca-file")
                 .arg(&t.ca)
-                .arg("--client-cert-auth");
+                .arg("--client-cert-auth")
+                .arg("--peer-cert-file")
+                .arg(&t.server.cert)
+                .arg("--peer-key-file")
+                .arg(&t.server.key)
+                .arg("--peer-trusted-ca-file")
+                .arg(&t.ca)
+                .arg("--peer-client-cert-auth");
         }
         m.proc = Some(Proc::spawn(&m.name, &m.dir, cmd));
     }
@@ -140,6 +152,82 @@ impl Cluster {
     pub fn url(&self, i: usize) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://{}", self.members[i].client)
+    }
+
+    /// Member `i`'s peer URL.
+    fn peer_url(&self, i: usize) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.members[i].peer)
+    }
+
+    /// `etcdctl ARGS -w json` on every member's URL: its answer.
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let o = self
+            .etcdctl(&self.urls())
+            .args(args)
+            .args(["-w", "json"])
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            o.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("etcdctl's JSON")
+    }
+
+    /// The peer URLs the cluster reports (`etcdctl member list`), sorted.
+    pub fn member_peer_urls(&self) -> Vec<String> {
+        let v = self.json(&["member", "list"]);
+        let mut urls: Vec<String> = v["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["peerURLs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|u| u.as_str().map(str::to_string))
+            .collect();
+        urls.sort();
+        urls
+    }
+
+    /// A TLS handshake with member `i`'s peer port (`openssl s_client`,
+    /// checking the member's certificate against the CA), showing the
+    /// cluster's own certificate or none: whether the member completes it
+    /// and answers a request for its member list.
+    pub fn peer_answers(&self, i: usize, with_certificate: bool) -> bool {
+        use std::io::Write as _;
+        let t = self.tls.as_ref().expect("a TLS cluster");
+        let mut cmd = Command::new("timeout");
+        cmd.args([
+            "10",
+            "openssl",
+            "s_client",
+            "-quiet",
+            "-verify_return_error",
+        ])
+        .arg("-connect")
+        .arg(self.members[i].peer.to_string())
+        .arg("-CAfile")
+        .arg(&t.ca);
+        if with_certificate {
+            cmd.arg("-cert")
+                .arg(&t.server.cert)
+                .arg("-key")
+                .arg(&t.server.key);
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run openssl s_client");
+        // -quiet ignores the end of stdin: the answer is still read.
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin
+            .write_all(b"GET /members HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        drop(stdin);
+        let o = child.wait_with_output().expect("openssl s_client");
+        String::from_utf8_lossy(&o.stdout).starts_with("HTTP/1.1 200")
     }
 
     /// `etcdctl` for `endpoints`, with the client certificate under TLS.
@@ -251,6 +339,25 @@ impl Cluster {
         v.pop().map(|_| v)
     }
 
+    /// `etcdctl get KEY --rev REV`: the value and mod_revision of `key`
+    /// as it was at revision `rev` (0: now).
+    pub fn get_at(&self, key: &str, rev: i64) -> Option<(Vec<u8>, i64)> {
+        let v = self.json(&["get", "--rev", &rev.to_string(), key]);
+        let kv = v["kvs"].as_array()?.first()?;
+        let value = kv["value"].as_str().expect("a base64 value");
+        Some((
+            base64(value),
+            kv["mod_revision"].as_i64().expect("mod_revision"),
+        ))
+    }
+
+    /// The store's revision now.
+    pub fn revision(&self) -> i64 {
+        self.json(&["get", "/"])["header"]["revision"]
+            .as_i64()
+            .expect("a revision")
+    }
+
     /// Every member's logs.
     pub fn logs(&self) -> String {
         self.members
@@ -273,4 +380,23 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+/// Standard base64 (etcdctl's JSON values), decoded.
+fn base64(s: &str) -> Vec<u8> {
+    let digit = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c:?}"),
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').map(digit).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for q in bytes.chunks(4) {
+        let n = q.iter().fold(0u32, |n, &d| n << 6 | u32::from(d)) << (6 * (4 - q.len()));
+        out.extend_from_slice(&n.to_be_bytes()[1..q.len()]);
+    }
+    out
 }
