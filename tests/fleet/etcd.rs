@@ -215,3 +215,113 @@ fn an_agent_killed_while_it_applies_restarts_on_its_last_good_generation() {
     }
     eprintln!("generations found on disk after the kills: {seen:?}");
 }
+
+/// Two operators pushing at once with `--keep 1`, so each push's
+/// collection deletes what the other's history no longer names, new
+/// artifacts and old ones pushed again, in many small chunks: every
+/// pointer ever set names a whole artifact for as long as it is set
+/// (read back from etcd's history with etcdctl: the last revision before
+/// the next pointer holds its metadata and every chunk, which are its
+/// file), and an agent following along never fails to fetch one.
+#[test]
+fn concurrent_pushes_never_point_at_a_collected_artifact() {
+    if !servers() {
+        return;
+    }
+    let (dir, c) = cluster("fleet-concurrent");
+    let etcd = c.urls();
+    let arts: Vec<(PathBuf, String)> = (0..6)
+        .map(|i| {
+            let rules: String = (0..40)
+                .map(|k| format!("rule r{i}_{k} {{\n  when path == \"/{i}/{k}\"\n  deny\n}}\n"))
+                .collect();
+            compile(&dir, &format!("art{i}"), &rules)
+        })
+        .collect();
+    let first = push(
+        &etcd,
+        &[&arts[0].0.display().to_string(), "--chunk-size", "512"],
+    );
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let agent = Agent::start(&dir, "cp0", "eqiad", &etcd, &[]);
+    let pushers: Vec<_> = [[0usize, 1, 2], [3, 4, 5]]
+        .into_iter()
+        .map(|mine| {
+            let (etcd, arts) = (etcd.clone(), arts.clone());
+            std::thread::spawn(move || {
+                (0..6)
+                    .map(|round| {
+                        let p = arts[mine[round % 3]].0.display().to_string();
+                        push(&etcd, &[&p, "--keep", "1", "--chunk-size", "512"])
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut pushed = 0;
+    for p in pushers {
+        for o in p.join().unwrap() {
+            let err = String::from_utf8_lossy(&o.stderr).to_string();
+            // A push may lose to the other a few times in a row and say
+            // so; the check below is what matters.
+            assert!(o.status.success() || err.contains("push again"), "{err}");
+            pushed += usize::from(o.status.success());
+        }
+    }
+    assert!(pushed >= 10, "{pushed} of 12 pushes succeeded");
+
+    // Every pointer, newest first, with the revision it held until.
+    let mut until = c.revision();
+    let mut at = until;
+    let mut pointers = Vec::new();
+    while let Some((v, rev)) = c.get_at("/rctl/current", at) {
+        let p: serde_json::Value = serde_json::from_slice(&v).unwrap();
+        pointers.push((p["sha256"].as_str().unwrap().to_string(), until));
+        until = rev - 1;
+        at = rev - 1;
+    }
+    assert!(pointers.len() >= 11, "{} pointers", pointers.len());
+    for (sha, until) in &pointers {
+        let file = &arts
+            .iter()
+            .find(|a| &a.1 == sha)
+            .expect("a pushed artifact")
+            .0;
+        let meta = c
+            .get_at(&format!("/rctl/artifacts/{sha}/meta"), *until)
+            .unwrap_or_else(|| panic!("{sha}: no metadata at revision {until}, still pointed at"))
+            .0;
+        let meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+        let n = meta["chunks"].as_array().expect("chunk list").len();
+        assert!(n > 4, "{n} chunks");
+        let stored: Vec<u8> = (0..n)
+            .flat_map(|i| {
+                c.get_at(&format!("/rctl/artifacts/{sha}/chunk/{i:06}"), *until)
+                    .unwrap_or_else(|| {
+                        panic!("{sha}: chunk {i} missing at revision {until}, still pointed at")
+                    })
+                    .0
+            })
+            .collect();
+        assert!(
+            stored == std::fs::read(file).unwrap(),
+            "{sha}: the chunks are its file"
+        );
+    }
+    let last = &pointers[0].0;
+    eventually(
+        Duration::from_secs(20),
+        || &agent.serving() == last,
+        || format!("agent: {}", agent.status()),
+    );
+    let s = agent.status();
+    assert_eq!(s["fleet"]["state"], "ok", "{s}");
+    assert_eq!(
+        s["fleet"]["failures"], 0,
+        "the agent failed to fetch a pointed-at artifact: {s}"
+    );
+}

@@ -2,7 +2,10 @@
 //! before anything is applied: the metadata, each chunk's SHA-256, the
 //! whole file's, the format version, the content hash, and the decoder's
 //! own validation. All reads are made at one etcd revision, so a push
-//! running meanwhile cannot mix two artifacts.
+//! running meanwhile cannot mix two artifacts: the revision of the
+//! pointer that named the artifact, at which a push has just checked that
+//! it is stored whole (a later push's collection may delete it from the
+//! present; a host still fetches the generation it was told to run).
 
 use crate::error::{ErrorKind, FleetError};
 use crate::etcd::{ArtifactMeta, Layout};
@@ -29,14 +32,42 @@ pub fn short(sha: &str) -> &str {
     sha.get(..16).unwrap_or(sha)
 }
 
-/// Fetches and checks artifact `sha`; its bytes when every check passes.
-pub async fn fetch(client: &Client, layout: &Layout, sha: &str) -> Result<Vec<u8>, FleetError> {
+/// What the metadata of an artifact says it holds is read into memory
+/// as it arrives, past this much (a corrupt size allocates nothing).
+const PREALLOCATE: u64 = 64 << 20;
+
+/// Fetches and checks artifact `sha` as it was at etcd revision `at` (the
+/// pointer's; 0, or a revision etcd has compacted: as it is now); its
+/// bytes when every check passes.
+pub async fn fetch(
+    client: &Client,
+    layout: &Layout,
+    sha: &str,
+    at: i64,
+) -> Result<Vec<u8>, FleetError> {
     let mut c = client.clone();
-    let r = c.get(layout.meta(sha), None).await?;
+    let now = |r: &etcd_client::GetResponse| r.header().map_or(0, |h| h.revision());
+    let (r, revision) = if at > 0 {
+        match c
+            .get(layout.meta(sha), Some(GetOptions::new().with_revision(at)))
+            .await
+        {
+            Ok(r) => (r, at),
+            Err(e) if e.to_string().contains("compacted") => {
+                let r = c.get(layout.meta(sha), None).await?;
+                let rev = now(&r);
+                (r, rev)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        let r = c.get(layout.meta(sha), None).await?;
+        let rev = now(&r);
+        (r, rev)
+    };
     let Some(kv) = r.kvs().first() else {
         return Err(corrupt(sha, "its metadata is missing".into()));
     };
-    let revision = r.header().map_or(0, |h| h.revision());
     let meta: ArtifactMeta = serde_json::from_slice(kv.value())
         .map_err(|e| corrupt(sha, format!("its metadata is not rctl's ({e})")))?;
     if meta.format_version != artifact::FORMAT_VERSION {
@@ -60,7 +91,7 @@ pub async fn fetch(client: &Client, layout: &Layout, sha: &str) -> Result<Vec<u8
     if meta.size > MAX_ARTIFACT {
         return Err(corrupt(sha, format!("{} bytes is too large", meta.size)));
     }
-    let mut bytes = Vec::with_capacity(meta.size as usize);
+    let mut bytes = Vec::with_capacity(meta.size.min(PREALLOCATE) as usize);
     let n = meta.chunks.len();
     for (i, want) in meta.chunks.iter().enumerate() {
         let opts = GetOptions::new().with_revision(revision);

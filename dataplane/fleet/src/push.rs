@@ -175,10 +175,16 @@ async fn switch(
     keep: usize,
     rollback: Option<usize>,
 ) -> Result<i64, FleetError> {
-    let (hkey, pkey, mkey) = (
+    // The first chunk is written first and the metadata last, and a
+    // collection deletes the whole artifact at once: if both are still
+    // there at the switch, no collection deleted any part of it since
+    // this push began storing it (one that deleted it before rewrote none
+    // of what this push wrote).
+    let (hkey, pkey, mkey, first) = (
         layout.history(target),
         layout.pointer(target),
         layout.meta(sha),
+        layout.chunk(sha, 0),
     );
     for _ in 0..SWITCH_TRIES {
         let seen = get(client, &hkey).await?;
@@ -205,6 +211,7 @@ async fn switch(
             .when([
                 history_guard,
                 Compare::version(mkey.clone(), CompareOp::Greater, 0),
+                Compare::version(first.clone(), CompareOp::Greater, 0),
             ])
             .and_then([
                 TxnOp::put(mkey.clone(), meta_value.to_vec(), None),
@@ -219,7 +226,10 @@ async fn switch(
                     None,
                 ),
             ])
-            .or_else([TxnOp::get(mkey.clone(), None)]);
+            .or_else([
+                TxnOp::get(mkey.clone(), None),
+                TxnOp::get(first.clone(), Some(GetOptions::new().with_keys_only())),
+            ]);
         let mut c = client.clone();
         let r = match c.txn(txn).await {
             Ok(r) => r,
@@ -242,14 +252,17 @@ async fn switch(
         if r.succeeded() {
             return Ok(r.header().map_or(0, |h| h.revision()));
         }
-        let meta_gone = r.op_responses().iter().any(|o| match o {
+        let gone = r.op_responses().iter().any(|o| match o {
             TxnOpResponse::Get(g) => g.kvs().is_empty(),
             _ => false,
         });
-        if meta_gone {
+        if gone {
             return Err(FleetError::new(
                 ErrorKind::Conflict,
-                format!("the artifact {sha} was deleted while it was being switched to"),
+                format!(
+                    "the artifact {sha} was deleted (by another push's collection) while it \
+                     was being switched to"
+                ),
             ));
         }
         // Another push changed the history: read it again.
@@ -345,17 +358,29 @@ pub async fn rollback(
 
 /// Deletes every stored artifact that no history and no pointer names;
 /// returns how many.
+///
+/// Everything is read at one revision, and an artifact is deleted only if
+/// its metadata has not been written since: a push that switched to it
+/// after that revision rewrote the metadata (the switch puts it), and one
+/// storing it now either wrote the metadata already or finds its first
+/// chunk gone at the switch and stores it again.
 pub async fn collect(client: &Client, layout: &Layout) -> Result<usize, FleetError> {
     let mut keep = HashSet::new();
     let mut c = client.clone();
-    let opts = || Some(GetOptions::new().with_prefix());
-    for kv in c.get(layout.histories(), opts()).await?.kvs() {
+    let histories = c
+        .get(layout.histories(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let at = histories.header().map_or(0, |h| h.revision());
+    let opts = || Some(GetOptions::new().with_revision(at));
+    for kv in histories.kvs() {
         if let Ok(h) = serde_json::from_slice::<History>(kv.value()) {
             keep.extend(h.into_iter().map(|e| e.sha256));
         }
     }
-    let pointers = c.get(layout.sites(), opts()).await?;
-    let global = c.get(layout.pointer(&Target::All), None).await?;
+    let pointers = c
+        .get(layout.sites(), opts().map(|o| o.with_prefix()))
+        .await?;
+    let global = c.get(layout.pointer(&Target::All), opts()).await?;
     for kv in pointers.kvs().iter().chain(global.kvs()) {
         if let Ok(p) = serde_json::from_slice::<Pointer>(kv.value()) {
             keep.insert(p.sha256);
@@ -364,7 +389,7 @@ pub async fn collect(client: &Client, layout: &Layout) -> Result<usize, FleetErr
     let metas = c
         .get(
             layout.artifacts(),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
+            opts().map(|o| o.with_prefix().with_keys_only()),
         )
         .await?;
     let mut stored: Vec<(String, i64)> = Vec::new();

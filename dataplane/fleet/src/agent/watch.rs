@@ -254,7 +254,7 @@ async fn evaluate(
         }
     }
     ctx.update(|p| p.state = "applying".into());
-    let result = match fetch::fetch(client, &ctx.config.etcd.layout(), &sha).await {
+    let result = match fetch::fetch(client, &ctx.config.etcd.layout(), &sha, slot.rev).await {
         Ok(bytes) => apply::apply(ctx, generation, &sha, bytes).await,
         Err(e) => Err(e),
     };
