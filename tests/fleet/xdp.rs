@@ -33,7 +33,6 @@ struct Veth {
 impl Veth {
     fn new(dir: &Path, k: u8, object: &Path) -> Veth {
         let id = std::process::id() % 10_000;
-        let far = format!("rf{id}x{k}b");
         let v = Veth {
             k,
             ns: format!("rctl-fleet-{id}-{k}"),
@@ -44,6 +43,14 @@ impl Veth {
         std::fs::create_dir_all(&v.bpffs).unwrap();
         must("mount", &["-t", "bpf", "bpf", v.bpffs.to_str().unwrap()]);
         must("ip", &["netns", "add", &v.ns]);
+        v.link();
+        v
+    }
+
+    /// Makes the pair and its addresses (again, after [`Veth::unlink`]).
+    fn link(&self) {
+        // The far end's name: the near end's with `b` for `a`.
+        let (v, far) = (self, format!("{}b", &self.near[..self.near.len() - 1]));
         must(
             "ip",
             &[
@@ -67,7 +74,11 @@ impl Veth {
         }
         v.exec(&["ip", "link", "set", &far, "up"]);
         v.exec(&["ip", "link", "set", "lo", "up"]);
-        v
+    }
+
+    /// Removes the pair (as a NIC that is not there yet).
+    fn unlink(&self) {
+        must("ip", &["link", "del", &self.near]);
     }
 
     fn addr(&self, host: u8) -> String {
@@ -328,4 +339,53 @@ fn an_xdp_agent_killed_at_each_step_of_both_applies_runs_a_whole_generation() {
     };
     kill_at_each(&etcd, &mut agents, steps, &Gen::pair(&a, &b), &planes);
     drop(agents);
+}
+
+/// An XDP agent whose packet plane cannot be applied when it starts
+/// (its interface is not there yet, as a NIC not ready at boot): it
+/// serves the HTTP plane from disk but says it is failed, and is `failed`
+/// in fleet status once etcd answers; when the interface appears, its
+/// next try applies both planes and it is `ok`. (It used to say `ok`
+/// with no program attached, and never try again.)
+#[test]
+fn an_xdp_agent_whose_packet_plane_fails_at_start_says_so_and_recovers() {
+    let Some((dir, c, object, [a, _])) = setup("fleet-xdp-start") else {
+        return;
+    };
+    let etcd = c.urls();
+    let pair = Veth::new(&dir, 4, &object);
+    let plane = pair.plane();
+    let plane: Vec<&str> = plane.iter().map(String::as_str).collect();
+    let mut agent = Agent::start_on(&dir, "cp0", "eqiad", &etcd, &plane, &[]);
+    converged(&etcd, std::slice::from_ref(&agent), &a.1, "/a");
+    pair.runs(&agent, &a.1, BLOCKED_BY_A);
+
+    // The agent stops and its interface goes (the program with it).
+    agent.proc.kill();
+    pair.unlink();
+
+    // Started without etcd: HTTP from disk, and the truth about XDP.
+    agent.restart(NOWHERE);
+    let s = agent.status();
+    assert_eq!(agent.serving(), a.1);
+    assert_eq!(agent.check("/a", "192.0.2.1").status, 403);
+    assert_eq!(s["fleet"]["state"], "failed", "{s}");
+    let why = s["fleet"]["last_error"].as_str().unwrap_or_default();
+    assert!(why.contains("packet plane"), "{why}");
+
+    // With etcd: failed in fleet status (each try fails again).
+    agent.restart(&etcd);
+    let host = || fleet_status(&etcd).1["hosts"][0].clone();
+    eventually(
+        Duration::from_secs(10),
+        || host()["state"] == "failed",
+        || format!("{}", host()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(host()["state"], "failed", "{}", host());
+
+    // The interface is back: the next try attaches, both planes run A.
+    pair.link();
+    converged(&etcd, std::slice::from_ref(&agent), &a.1, "/a");
+    pair.runs(&agent, &a.1, BLOCKED_BY_A);
 }

@@ -9,7 +9,8 @@
 //!   progress, or etcd just switched);
 //! - `failed`: alive, and the target could not be applied (its error
 //!   says why: a corrupt chunk, another format version, an apply error);
-//!   it keeps running a complete earlier generation;
+//!   it keeps running a complete earlier generation, or runs the target
+//!   in user space but its packet plane could not be applied;
 //! - `down`: no live report (stopped, crashed, or cut off from etcd);
 //!   what it ran last is shown;
 //! - `no target`: nothing was pushed for it.
@@ -156,7 +157,12 @@ fn host_status(r: HostReport, live: bool, target: Option<&Current>, now: u64) ->
             t.pointer.pushed_unix,
         )
     });
-    let on_target = target.is_some() && r.generation == tgen && r.artifact_sha256 == tsha;
+    // A host that runs the target's artifact in one plane but says the
+    // target failed (its packet plane could not be applied), or is trying
+    // it again after that, is not on it.
+    let says_failed = r.state != "ok" && r.last_error.is_some() && r.error_generation >= tgen;
+    let on_target =
+        target.is_some() && r.generation == tgen && r.artifact_sha256 == tsha && !says_failed;
     let error = r
         .last_error
         .clone()
@@ -274,5 +280,54 @@ pub fn unreachable(e: FleetError) -> FleetError {
         )
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd::Pointer;
+
+    fn report(state: &str, generation: i64, error_generation: i64) -> HostReport {
+        HostReport {
+            host: "cp0".into(),
+            site: None,
+            generation,
+            artifact_sha256: "aa".into(),
+            applied_unix: 1,
+            last_error: (state == "failed").then(|| "the packet plane on eth0: no".into()),
+            error_generation,
+            state: state.into(),
+            iface: Some("eth0".into()),
+            started_unix: 1,
+            reported_unix: 2,
+        }
+    }
+
+    fn target(generation: i64) -> Current {
+        Current {
+            target: Target::All,
+            generation,
+            pointer: Pointer {
+                sha256: "aa".into(),
+                pushed_unix: 1,
+                pushed_by: "op".into(),
+                rollback: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_host_on_target_that_says_the_target_failed_is_failed() {
+        let t = target(7);
+        let state = |r| host_status(r, true, Some(&t), 3).state;
+        assert_eq!(state(report("ok", 7, 0)), "ok");
+        assert_eq!(state(report("failed", 7, 7)), "failed");
+        let mut again = report("failed", 7, 7);
+        again.state = "applying".into();
+        assert_eq!(state(again), "failed", "trying again after the failure");
+        // A failure of an older generation does not count against this one.
+        assert_eq!(state(report("failed", 7, 6)), "ok");
+        assert_eq!(state(report("ok", 6, 0)), "lagging");
     }
 }

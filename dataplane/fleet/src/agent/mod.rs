@@ -132,6 +132,9 @@ struct Startup {
     bytes: Vec<u8>,
     record: Option<Record>,
     note: String,
+    /// Why the packet plane does not run what was recovered, if it does
+    /// not (the host then reports itself failed until an apply works).
+    packet_error: Option<String>,
 }
 
 fn empty_ruleset() -> Vec<u8> {
@@ -203,6 +206,7 @@ fn recover(config: &AgentConfig, local: &Local) -> Result<Startup, FleetError> {
             bytes: empty_ruleset(),
             record: None,
             note: notes.join("; "),
+            packet_error: None,
         });
     };
     if let Some(r) = &record {
@@ -212,6 +216,7 @@ fn recover(config: &AgentConfig, local: &Local) -> Result<Startup, FleetError> {
             crate::fetch::short(&r.sha256)
         ));
     }
+    let mut packet_error = None;
     if let Some(x) = &config.xdp {
         let sha = rctl_compiler::artifact::content_hash(&bytes)
             .map(|h| rctl_compiler::artifact::hex(&h))
@@ -230,7 +235,11 @@ fn recover(config: &AgentConfig, local: &Local) -> Result<Startup, FleetError> {
                     "the packet plane on {} re-applied (generation {})",
                     x.iface, a.attached.generation
                 )),
-                Err(e) => notes.push(format!("the packet plane on {}: {e}", x.iface)),
+                Err(e) => {
+                    let e = format!("the packet plane on {} was not re-applied: {e}", x.iface);
+                    notes.push(e.clone());
+                    packet_error = Some(e);
+                }
             }
         }
     }
@@ -238,6 +247,7 @@ fn recover(config: &AgentConfig, local: &Local) -> Result<Startup, FleetError> {
         bytes,
         record,
         note: notes.join("; "),
+        packet_error,
     })
 }
 
@@ -270,15 +280,26 @@ pub fn run(
             .await
             .map_err(|e| FleetError::new(ErrorKind::Io, e.message))?;
         let (changed, _) = tokio::sync::watch::channel(0);
+        let generation = start.record.as_ref().map_or(0, |r| r.generation);
         let progress = Progress {
-            generation: start.record.as_ref().map_or(0, |r| r.generation),
+            generation,
             applied_unix: start.record.as_ref().map_or(0, |r| r.applied_unix),
-            state: if start.record.is_some() {
-                "ok"
-            } else {
-                "waiting"
+            // A packet plane that does not run the recovered generation is
+            // a failure of that generation: the host says so, and applies
+            // both planes again once etcd names a target.
+            state: match (&start.packet_error, &start.record) {
+                (Some(_), _) => "failed",
+                (None, Some(_)) => "ok",
+                (None, None) => "waiting",
             }
             .into(),
+            failures: u64::from(start.packet_error.is_some()),
+            error_generation: if start.packet_error.is_some() {
+                generation
+            } else {
+                0
+            },
+            last_error: start.packet_error.clone(),
             started: start.note.clone(),
             ..Progress::default()
         };
