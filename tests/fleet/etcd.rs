@@ -325,3 +325,46 @@ fn concurrent_pushes_never_point_at_a_collected_artifact() {
         "the agent failed to fetch a pointed-at artifact: {s}"
     );
 }
+
+/// A pointer naming an artifact that is not stored fails on the agent;
+/// when an operator then deletes the pointer, the agent has nothing to
+/// retry: it keeps enforcing what it runs and goes quiet (it used to
+/// retry without pause, rewriting its report in etcd each time).
+#[test]
+fn a_failed_pointer_deleted_by_hand_leaves_the_agent_quiet() {
+    if !servers() {
+        return;
+    }
+    let (dir, c) = cluster("fleet-deleted-pointer");
+    let etcd = c.urls();
+    let a = denying(&dir, "a", "/a");
+    assert!(push(&etcd, &[a.0.to_str().unwrap()]).status.success());
+    let agents = vec![Agent::start(&dir, "cp0", "eqiad", &etcd, &[])];
+    converged(&etcd, &agents, &a.1, "/a");
+    let mut pointer: serde_json::Value =
+        serde_json::from_slice(&c.get("/rctl/current").unwrap()).unwrap();
+    pointer["sha256"] = "ab".repeat(32).into();
+    c.put("/rctl/current", pointer.to_string().as_bytes());
+    eventually(
+        Duration::from_secs(10),
+        || agents[0].status()["fleet"]["state"] == "failed",
+        || format!("{}", agents[0].status()),
+    );
+    c.del("/rctl/current");
+    eventually(
+        Duration::from_secs(10),
+        || agents[0].status()["fleet"]["target_generation"] == 0,
+        || format!("{}", agents[0].status()),
+    );
+    // Past the retry interval (1 s), etcd's revision stays put.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let before = c.revision();
+    std::thread::sleep(Duration::from_secs(3));
+    let writes = c.revision() - before;
+    assert!(
+        writes <= 2,
+        "{writes} writes to etcd in 3 s by an idle agent"
+    );
+    assert_eq!(agents[0].serving(), a.1);
+    assert_eq!(agents[0].check("/a", "192.0.2.1").status, 403);
+}

@@ -321,6 +321,16 @@ impl Cluster {
         assert!(child.wait().unwrap().success(), "etcdctl put {key}");
     }
 
+    /// `etcdctl del KEY`.
+    pub fn del(&self, key: &str) {
+        let o = self
+            .etcdctl(&self.urls())
+            .args(["del", key])
+            .output()
+            .expect("run etcdctl");
+        assert!(o.status.success(), "etcdctl del {key}");
+    }
+
     /// `etcdctl get KEY`: its value, if it is there (an independent
     /// reader of what rctl wrote).
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {

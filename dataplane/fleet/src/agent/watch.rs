@@ -173,9 +173,11 @@ async fn session(
                 ));
             }
             backoff.reset();
-            if let Some(h) = resp.header() {
-                view.revision = view.revision.max(h.revision());
-            }
+            // The resume point moves only with events. A response's header
+            // says how far the store is, not how far this stream has
+            // delivered: two watchers share it, and the reply that creates
+            // or reports progress on one can come before the other's
+            // catch-up events, which a resume past them would lose.
             let mut moved = false;
             for ev in resp.events() {
                 let Some(kv) = ev.kv() else { continue };
@@ -213,6 +215,8 @@ async fn evaluate(
     failed: &mut Option<(i64, Instant)>,
 ) {
     let Some(slot) = view.target() else {
+        // Nothing to apply, so nothing to retry.
+        *failed = None;
         ctx.update(|p| {
             p.target_generation = 0;
             p.target_sha256 = None;
@@ -234,6 +238,7 @@ async fn evaluate(
     let p = ctx.progress();
     let running = ctx.judge.current().sha256.clone();
     if p.generation == generation && running == sha && p.state == "ok" {
+        *failed = None;
         return;
     }
     if running == sha && p.state != "failed" {
