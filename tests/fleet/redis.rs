@@ -218,6 +218,16 @@ fn a_ban_on_one_host_is_in_force_on_all_within_one_sync_interval() {
     }
     let took = banned_at.elapsed();
     eprintln!("ban seen on every host {took:?} after it was made (sync {sync:?})");
+    // The host that made it does not read it back as another's.
+    let own = shared(&agents[0]);
+    let login = own["limiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["rule"] == "login")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(login["remote_bans"], 0, "{}: {own}", agents[0].host);
     assert!(took <= sync + Duration::from_millis(400), "{took:?}");
     // Refilled long ago, but banned: refused everywhere; others pass.
     std::thread::sleep(Duration::from_millis(1200));

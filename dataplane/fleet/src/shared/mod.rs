@@ -383,7 +383,7 @@ async fn session(
                 for (n, l) in &limiters {
                     if n == ns {
                         if let Some(s) = l.shared() {
-                            s.remote_ban(key, left_us as u64 * 1_000, now_ns);
+                            s.remote_ban(key, (left_us as u64).saturating_mul(1_000), now_ns);
                         }
                     }
                 }

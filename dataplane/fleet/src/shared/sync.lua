@@ -14,7 +14,9 @@
 -- moved one interval per admission from max(t, now); n and h, the
 -- admissions and hits of the whole site; b, the end of a ban (µs).
 -- Returns {now, live hosts, {ahead, n, h, ban left} per bucket,
--- {id, label, ban left} per ban read}; numbers as strings.
+-- {id, label, ban left} per ban read (0 left for this host's own)};
+-- numbers as strings. The ban stream's entries: k (label), u (end, µs),
+-- h (the host that made it). XRANGE's exclusive start needs Redis 6.2.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local live = tonumber(ARGV[3])
@@ -41,7 +43,7 @@ for i = 0, tonumber(ARGV[5]) - 1 do
   if ban > 0 and now + ban > b then
     b = now + ban
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', 10000, '*', 'k', ARGV[a + 6], 'u',
-      string.format('%.0f', b))
+      string.format('%.0f', b), 'h', ARGV[1])
   end
   redis.call('HSET', key, 't', string.format('%.3f', tat), 'n', string.format('%.0f', n),
     'h', string.format('%.0f', h), 'b', string.format('%.0f', b))
@@ -55,6 +57,8 @@ if ARGV[4] == '1' then
   for _, e in ipairs(redis.call('XRANGE', KEYS[2], '(' .. ARGV[2], '+', 'COUNT', 1000)) do
     local f = e[2]
     local left = tonumber(f[4]) - now
+    -- This host's own bans are read past (it holds them already).
+    if f[6] == ARGV[1] then left = 0 end
     bans[#bans + 1] = {e[1], f[2], string.format('%.0f', left)}
   end
 end
