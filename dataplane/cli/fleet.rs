@@ -288,6 +288,13 @@ pub fn status_text(f: &serde_json::Value, out: &mut impl std::io::Write) -> std:
     if let Some(e) = f["last_error"].as_str() {
         writeln!(out, "  fleet: {}", crate::term::text(e))?;
     }
+    if let Some(e) = etcd["report_error"].as_str() {
+        writeln!(
+            out,
+            "  fleet: this host's report is not in etcd: {}",
+            crate::term::text(e)
+        )?;
+    }
     let sh = &f["shared"];
     if sh.is_object() {
         let offline: u64 = sh["limiters"]

@@ -89,6 +89,9 @@ pub struct Progress {
     pub etcd_connected: bool,
     /// Why etcd is not, if it is not.
     pub etcd_error: Option<String>,
+    /// Why its report could not be written to etcd, if it could not (the
+    /// host is then missing from, or `down` in, `rctl fleet status`).
+    pub report_error: Option<String>,
     /// The last etcd revision seen.
     pub revision: i64,
     /// Applies that failed.
@@ -116,6 +119,14 @@ impl Ctx {
     pub fn update(&self, f: impl FnOnce(&mut Progress)) {
         f(&mut self.progress.lock().unwrap_or_else(|p| p.into_inner()));
         self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// Sets why the report could not be written (`None`: it was), telling
+    /// the reporter only when that changes.
+    pub fn set_report_error(&self, e: Option<String>) {
+        if self.progress().report_error != e {
+            self.update(|p| p.report_error = e);
+        }
     }
 
     /// A copy of the progress.
@@ -364,6 +375,7 @@ fn status_json(ctx: &Ctx, shared: Option<&crate::shared::Sync>) -> serde_json::V
             "prefix": ctx.config.etcd.prefix,
             "connected": p.etcd_connected,
             "error": p.etcd_error,
+            "report_error": p.report_error,
             "revision": p.revision,
         },
         "generation": p.generation,

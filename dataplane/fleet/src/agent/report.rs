@@ -54,7 +54,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>, mut stop: Receiver<bool>) {
     loop {
         let client = match ctx.config.etcd.connect().await {
             Ok(c) => c,
-            Err(_) => {
+            Err(e) => {
+                ctx.set_report_error(Some(e.message));
                 if sleep_or_stop(backoff.next(), &mut stop).await {
                     return;
                 }
@@ -72,7 +73,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>, mut stop: Receiver<bool>) {
                 .await;
                 return;
             }
-            Err(_) => {
+            Err(e) => {
+                ctx.set_report_error(Some(e.message));
                 if sleep_or_stop(backoff.next(), &mut stop).await {
                     return;
                 }
@@ -90,9 +92,19 @@ async fn session(
     stop: &mut Receiver<bool>,
 ) -> Result<i64, FleetError> {
     let mut c = client.clone();
-    let lease = c.lease_grant(ttl, None).await?.id();
+    let lease = c
+        .lease_grant(ttl, None)
+        .await
+        .map_err(|e| FleetError::from(e).context("granting the report's lease"))?
+        .id();
     let (mut keeper, mut alive) = c.lease_keep_alive(lease).await?;
-    put(client, ctx, lease).await?;
+    put(client, ctx, lease).await.map_err(|e| {
+        e.context(format!(
+            "writing {}",
+            ctx.config.etcd.layout().host(&ctx.config.host, false)
+        ))
+    })?;
+    ctx.set_report_error(None);
     let every = Duration::from_millis(u64::try_from(ttl).unwrap_or(10) * 1000 / 3);
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
