@@ -189,9 +189,21 @@ pub struct AgentArgs {
     #[arg(long)]
     artifact: Option<PathBuf>,
     /// Count `shared` throttles site-wide in this Redis
-    /// (`redis://HOST:6379[/DB]`); without it they count per host.
+    /// (`redis://[USER:PASS@]HOST:6379[/DB]`, `rediss://` for TLS); without
+    /// it they count per host. Whoever can write to it can limit keys on
+    /// every host: give it a password (or ACL user) and TLS.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// The CA (PEM) that signed the Redis server's certificate
+    /// (`rediss://`; default: the system's CAs).
+    #[arg(long, value_name = "FILE", requires = "redis")]
+    redis_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for Redis, with --redis-key.
+    #[arg(long, value_name = "FILE", requires = "redis_key")]
+    redis_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, value_name = "FILE", requires = "redis_cert")]
+    redis_key: Option<PathBuf>,
     /// Milliseconds between syncs with Redis.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     sync_ms: u64,
@@ -244,12 +256,16 @@ pub fn agent(a: AgentArgs) -> Result<ExitCode> {
         report_ttl: Duration::from_secs(a.report_ttl),
         retry: Duration::from_secs(a.retry),
         bootstrap: a.artifact.clone(),
-        redis: a
-            .redis
-            .as_deref()
-            .map(|u| RedisConfig::new(u, Duration::from_millis(a.sync_ms))),
+        redis: a.redis.as_deref().map(|u| {
+            let mut r = RedisConfig::new(u, Duration::from_millis(a.sync_ms));
+            r.tls = rctl_fleet::shared::RedisTls {
+                ca: a.redis_ca.clone(),
+                client: a.redis_cert.clone().zip(a.redis_key.clone()),
+            };
+            r
+        }),
     };
-    let serve = a.listen.config(PathBuf::from("(etcd)"));
+    let serve = a.listen.config(PathBuf::from("(etcd)"))?;
     rctl_fleet::agent::run(config, serve, |server, started| {
         crate::serve::print_ready("rctl agent", server);
         let _ = writeln!(

@@ -31,6 +31,7 @@
 //! Connections are bounded, and so is the time to send a request head.
 
 use crate::judge::{Action, Fields, Generation, Judge, Observer, Outcome};
+use crate::listen::Listener;
 use crate::shutdown::{Shutdown, Tasks};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -44,33 +45,32 @@ use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
-/// Bounds on what one client may make the endpoint hold.
+/// Bounds on what one client may make the endpoint hold (how many
+/// connections, and from whom, is the listener's: [`crate::listen::Bind`]).
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Connections served at once; more wait in the listen backlog.
-    pub max_connections: usize,
     /// Bytes of a request head (request line and headers).
     pub max_header_bytes: usize,
     /// Headers in a request.
     pub max_headers: usize,
-    /// Time to send a request head.
+    /// Time to send a request head, and how long a kept-alive connection
+    /// may sit idle between requests: longer than the proxy keeps idle
+    /// connections to the agent (nginx's upstream `keepalive_timeout`,
+    /// 60 s by default), so that the proxy closes them first.
     pub header_timeout: Duration,
     /// On shutdown, how long connections get to finish.
     pub drain: Duration,
 }
 
 impl Default for Limits {
-    /// 1,024 connections, 16 KiB and 100 headers a request head sent
-    /// within 10 s, 10 s to drain.
+    /// 16 KiB and 100 headers a request head, 75 s to send it or to sit
+    /// idle, 10 s to drain.
     fn default() -> Self {
         Limits {
-            max_connections: 1024,
             max_header_bytes: 16 * 1024,
             max_headers: 100,
-            header_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(75),
             drain: Duration::from_secs(10),
         }
     }
@@ -82,9 +82,10 @@ pub(crate) type Answer = Response<Full<Bytes>>;
 /// Serves HTTP/1 on `listener` with `handler` until `shutdown` fires,
 /// then lets connections finish the request in hand (at most
 /// [`Limits::drain`]). Failures are reported to `observer` as
-/// `http-parse`, `http-too-large`, `http-timeout`, `http-io`, `http-accept`.
+/// `http-parse`, `http-too-large`, `http-timeout`, `http-io`,
+/// `http-accept`, and refused peers as `http-peer` (closed at once).
 pub(crate) async fn serve_with<H>(
-    listener: TcpListener,
+    listener: Listener,
     limits: &Limits,
     mut shutdown: Shutdown,
     observer: Arc<dyn Observer>,
@@ -92,6 +93,13 @@ pub(crate) async fn serve_with<H>(
 ) where
     H: Fn(Request<Incoming>) -> Answer + Clone + Send + Sync + 'static,
 {
+    let listener = match listener.into_tokio() {
+        Ok(l) => l,
+        Err(e) => {
+            observer.failed("http-accept", &e.to_string());
+            return;
+        }
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -100,20 +108,14 @@ pub(crate) async fn serve_with<H>(
         .max_buf_size(limits.max_header_bytes.max(8192) * 2)
         .max_headers(limits.max_headers);
     let builder = Arc::new(builder);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut tasks = Tasks::default();
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => p,
-            () = shutdown.fired() => break,
-        };
-        let Ok(permit) = permit else { break };
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = shutdown.fired() => break,
         };
-        let stream = match accepted {
-            Ok((s, _)) => s,
+        let a = match accepted {
+            Ok(a) => a,
             Err(e) => {
                 // Out of descriptors, or a peer gone before accept: wait a
                 // moment rather than spin.
@@ -122,7 +124,13 @@ pub(crate) async fn serve_with<H>(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        let (stream, slot) = match a.slot {
+            Ok(slot) => (a.stream, slot),
+            Err(refusal) => {
+                observer.failed("http-peer", &format!("{}: {refusal}", a.peer.shown));
+                continue;
+            }
+        };
         let (builder, handler, observer) =
             (Arc::clone(&builder), handler.clone(), Arc::clone(&observer));
         let mut shutdown = shutdown.clone();
@@ -152,7 +160,7 @@ pub(crate) async fn serve_with<H>(
                 };
                 observer.failed(kind, &e.to_string());
             }
-            drop(permit);
+            drop(slot);
         });
     }
     drop(listener);
@@ -161,7 +169,7 @@ pub(crate) async fn serve_with<H>(
 
 /// Serves the check endpoint on `listener` until `shutdown` fires.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     judge: Arc<Judge>,
     observer: Arc<dyn Observer>,
     limits: Limits,
@@ -425,15 +433,12 @@ fn answer(o: &Outcome, mode: Mode) -> Answer {
 
 /// Serves `/metrics` (Prometheus text) on `listener` until `shutdown`.
 pub async fn serve_metrics(
-    listener: TcpListener,
+    listener: Listener,
     render: Arc<dyn Fn() -> String + Send + Sync>,
     observer: Arc<dyn Observer>,
     shutdown: Shutdown,
 ) {
-    let limits = Limits {
-        max_connections: 64,
-        ..Limits::default()
-    };
+    let limits = Limits::default();
     serve_with(listener, &limits, shutdown, observer, move |req| {
         if req.uri().path() != "/metrics" {
             return plain(StatusCode::NOT_FOUND, "metrics are at /metrics");

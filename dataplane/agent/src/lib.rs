@@ -9,8 +9,8 @@
 //! - [`metrics`], [`reqlog`]: Prometheus counters and the matched-request
 //!   log, both [`judge::Observer`]s.
 //! - [`serve`]: `rctl serve`: every listener, and the graceful drain.
-//! - [`listen`], [`shutdown`]: endpoints and the shutdown signal the
-//!   listeners share.
+//! - [`listen`], [`peers`], [`shutdown`]: endpoints, who may connect and
+//!   how often, and the shutdown signal the listeners share.
 //! - [`spop`]: the HAProxy SPOE agent (SPOP 2.0).
 //!
 //! The engine library (`rctl-dataplane`) stays free of async runtimes and
@@ -25,6 +25,7 @@ pub mod http;
 pub mod judge;
 pub mod listen;
 pub mod metrics;
+pub mod peers;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;

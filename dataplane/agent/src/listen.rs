@@ -1,13 +1,24 @@
-//! Where the agent listens: `unix:PATH` or `tcp:ADDR` endpoints, and the
-//! control socket, bound before anything is served so that a taken
-//! address fails the start.
+//! Where the agent listens: `unix:PATH` or `tcp:ADDR` endpoints, bound
+//! before anything is served so that a taken address fails the start, and
+//! every connection's peer (see [`crate::peers`]).
+//!
+//! A unix socket is made with its final mode and group before its path
+//! exists ([`rctl_os::socket::bind`]): no local user can connect in the
+//! moment between `bind` and `chmod`. It is removed when the listener
+//! stops, if the path still names it.
 
+use crate::peers::{Admission, Peer, PeerLimits, PeerPolicy, Refusal, Slot};
+use rctl_os::socket::{Access, SocketFile};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
-use tokio::net::UnixListener;
+use std::os::fd::AsFd as _;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 
 /// An address to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,44 +58,281 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// Removes a unix socket's path when dropped (when the agent stops).
-#[derive(Debug)]
-pub struct UnixPath(pub PathBuf);
+/// How a listener binds and whom it serves.
+#[derive(Debug, Clone)]
+pub struct Bind {
+    /// A unix socket file's mode and group.
+    pub access: Access,
+    /// Whom it trusts besides root and the agent's user.
+    pub peers: PeerPolicy,
+    /// How many connections, by peer.
+    pub limits: PeerLimits,
+}
 
-impl Drop for UnixPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+impl Default for Bind {
+    /// Mode 0600, nobody else trusted, [`PeerLimits::default`].
+    fn default() -> Self {
+        Bind {
+            access: Access::OWNER,
+            peers: PeerPolicy::default(),
+            limits: PeerLimits::default(),
+        }
     }
 }
 
-/// Binds a unix socket at `path` with mode `mode`. A socket file left by
-/// an agent that is gone is replaced; one another process answers on is
-/// an error, and so is any other kind of file at the path.
-pub async fn bind_unix(path: &Path, mode: u32) -> io::Result<UnixListener> {
-    if let Ok(md) = std::fs::symlink_metadata(path) {
-        if !md.file_type().is_socket() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket (move it away)",
-                    path.display()
-                ),
-            ));
+impl Bind {
+    /// Binding with this socket access: its group's members are trusted.
+    pub fn with_access(mut self, access: Access) -> Bind {
+        if let Some(g) = access.group {
+            self.peers.groups.push(g);
         }
-        if tokio::net::UnixStream::connect(path).await.is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "{}: another process is listening there (another rctl serve?)",
-                    path.display()
-                ),
-            ));
-        }
-        std::fs::remove_file(path)?;
+        self.access = access;
+        self
     }
-    let l = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    Ok(l)
+}
+
+/// Why a listener could not be bound.
+#[derive(Debug)]
+pub struct ListenError {
+    /// What was to be bound.
+    pub endpoint: Endpoint,
+    /// What went wrong, and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for ListenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ListenError {}
+
+/// A bound socket, not yet serving.
+#[derive(Debug)]
+pub struct Listener {
+    inner: Bound,
+    peers: PeerPolicy,
+    limits: PeerLimits,
+}
+
+#[derive(Debug)]
+enum Bound {
+    Unix {
+        listener: std::os::unix::net::UnixListener,
+        file: SocketFile,
+    },
+    Tcp(std::net::TcpListener),
+}
+
+impl Listener {
+    /// Binds `endpoint` (TCP port 0 picks a free port). Works outside an
+    /// async runtime.
+    pub fn bind(endpoint: &Endpoint, bind: &Bind) -> Result<Listener, ListenError> {
+        let fail = |message: String| ListenError {
+            endpoint: endpoint.clone(),
+            message,
+        };
+        let inner = match endpoint {
+            Endpoint::Unix(p) => {
+                let (listener, file) =
+                    rctl_os::socket::bind(p, bind.access).map_err(|e| fail(e.to_string()))?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|e| fail(format!("{}: {e}", p.display())))?;
+                Bound::Unix { listener, file }
+            }
+            Endpoint::Tcp(a) => {
+                let l = std::net::TcpListener::bind(a).map_err(|e| fail(format!("{a}: {e}")))?;
+                l.set_nonblocking(true)
+                    .map_err(|e| fail(format!("{a}: {e}")))?;
+                Bound::Tcp(l)
+            }
+        };
+        Ok(Listener {
+            inner,
+            peers: bind.peers.clone(),
+            limits: bind.limits,
+        })
+    }
+
+    /// What it is bound to, with the port chosen for `tcp:…:0`.
+    pub fn endpoint(&self) -> Endpoint {
+        match &self.inner {
+            Bound::Unix { file, .. } => Endpoint::Unix(file.path().to_path_buf()),
+            Bound::Tcp(l) => Endpoint::Tcp(
+                l.local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0))),
+            ),
+        }
+    }
+
+    /// The address in the form [`Endpoint::parse`] takes.
+    pub fn address(&self) -> String {
+        self.endpoint().to_string()
+    }
+
+    /// Registers the socket with the running tokio runtime.
+    pub fn into_tokio(self) -> io::Result<Accepting> {
+        let trusted_only = matches!(self.inner, Bound::Unix { .. });
+        let admission = Admission::new(self.limits, trusted_only);
+        let inner = match self.inner {
+            Bound::Unix { listener, file } => Incoming::Unix {
+                listener: tokio::net::UnixListener::from_std(listener)?,
+                _file: file,
+            },
+            Bound::Tcp(l) => Incoming::Tcp(tokio::net::TcpListener::from_std(l)?),
+        };
+        Ok(Accepting {
+            inner,
+            peers: self.peers,
+            admission,
+        })
+    }
+}
+
+enum Incoming {
+    Unix {
+        listener: tokio::net::UnixListener,
+        _file: SocketFile,
+    },
+    Tcp(tokio::net::TcpListener),
+}
+
+/// A listener registered with the runtime.
+pub struct Accepting {
+    inner: Incoming,
+    peers: PeerPolicy,
+    admission: Arc<Admission>,
+}
+
+/// An accepted connection: its stream, its peer, and its slot or why it
+/// has none (the caller answers a refusal as its protocol does, then
+/// drops the stream).
+pub struct Accepted {
+    /// The connection.
+    pub stream: Stream,
+    /// Who is on the other end.
+    pub peer: Peer,
+    /// Its place among the listener's connections.
+    pub slot: Result<Slot, Refusal>,
+}
+
+impl Accepting {
+    /// The next connection.
+    pub async fn accept(&self) -> io::Result<Accepted> {
+        let (stream, peer) = match &self.inner {
+            Incoming::Unix { listener, .. } => {
+                let (s, _) = listener.accept().await?;
+                let peer = match rctl_os::peer::peer_cred(s.as_fd()) {
+                    Ok(cred) => self.peers.unix_peer(&cred),
+                    // Without credentials nobody can say who it is.
+                    Err(e) => Peer {
+                        id: crate::peers::PeerId::Uid(u32::MAX),
+                        trusted: false,
+                        shown: format!("unix peer (credentials: {e})"),
+                    },
+                };
+                (Stream::Unix(s), peer)
+            }
+            Incoming::Tcp(l) => {
+                let (s, addr) = l.accept().await?;
+                // ACKs and answers are small: without this, Nagle's
+                // algorithm holds them back behind delayed ACKs.
+                s.set_nodelay(true)?;
+                let owner = s
+                    .local_addr()
+                    .ok()
+                    .and_then(|local| rctl_os::peer::tcp_owner(addr, local).ok().flatten());
+                (Stream::Tcp(s), self.peers.tcp_peer(addr, owner))
+            }
+        };
+        let slot = self.admission.admit(&peer);
+        Ok(Accepted { stream, peer, slot })
+    }
+
+    /// Connections held: in all, and by untrusted peers.
+    pub fn held(&self) -> (usize, usize) {
+        self.admission.held()
+    }
+}
+
+/// An accepted connection's stream.
+#[derive(Debug)]
+pub enum Stream {
+    /// Over a unix socket.
+    Unix(UnixStream),
+    /// Over TCP.
+    Tcp(TcpStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Unix(s) => s.is_write_vectored(),
+            Stream::Tcp(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+impl Stream {
+    /// Writes `bytes` if the socket takes them at once (a refusal's last
+    /// words), without waiting.
+    pub fn try_write_now(&self, bytes: &[u8]) {
+        let _ = match self {
+            Stream::Unix(s) => s.try_write(bytes),
+            Stream::Tcp(s) => s.try_write(bytes),
+        };
+    }
 }
 
 #[cfg(test)]
@@ -106,24 +354,40 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stale_socket_is_replaced_a_live_one_and_other_files_are_not() {
+    async fn peers_are_who_the_kernel_says_and_untrusted_unix_peers_are_refused() {
         let d = std::env::temp_dir().join(format!("rctl-listen-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
         let p = d.join("s.sock");
-        let live = bind_unix(&p, 0o600).await.unwrap();
-        let e = bind_unix(&p, 0o600).await.unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
-        drop(live);
-        // The file stays behind, with nobody listening: replaced.
-        let again = bind_unix(&p, 0o640).await.unwrap();
-        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o640);
-        drop(again);
-        let f = d.join("file");
-        std::fs::write(&f, "keep").unwrap();
-        assert!(bind_unix(&f, 0o600).await.is_err());
-        assert_eq!(std::fs::read(&f).unwrap(), b"keep");
+        let l = Listener::bind(&Endpoint::Unix(p.clone()), &Bind::default())
+            .unwrap()
+            .into_tokio()
+            .unwrap();
+        let _c = UnixStream::connect(&p).await.unwrap();
+        let a = l.accept().await.unwrap();
+        // This process is the agent's own user: trusted.
+        assert_eq!(a.peer.id, crate::peers::PeerId::Uid(rctl_os::users::euid()));
+        assert!(a.peer.trusted && a.slot.is_ok());
+        assert_eq!(l.held(), (1, 0));
+        drop(a);
+        assert_eq!(l.held(), (0, 0));
+        drop(l);
+        assert!(!p.exists(), "the socket outlived its listener");
+        let t = Listener::bind(
+            &Endpoint::Tcp("127.0.0.1:0".parse().unwrap()),
+            &Bind::default(),
+        )
+        .unwrap();
+        let Endpoint::Tcp(addr) = t.endpoint() else {
+            panic!()
+        };
+        let t = t.into_tokio().unwrap();
+        let _c = TcpStream::connect(addr).await.unwrap();
+        let a = t.accept().await.unwrap();
+        assert_eq!(
+            a.peer.id,
+            crate::peers::PeerId::Uid(rctl_os::users::euid()),
+            "a loopback client is its user, not 127.0.0.1"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -8,7 +8,7 @@
 use crate::control::{self, Control, ControlConfig};
 use crate::http::{self, Limits};
 use crate::judge::{Fields, Generation, Judge, Observer, Outcome};
-use crate::listen::{self, Endpoint, UnixPath};
+use crate::listen::{Bind, Endpoint, Listener};
 use crate::metrics::Metrics;
 use crate::reqlog::{self, ReqLog};
 use crate::shutdown::{self, Shutdown};
@@ -19,7 +19,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, UnixListener};
 
 /// What `rctl serve` runs.
 #[derive(Debug, Clone)]
@@ -28,13 +27,22 @@ pub struct Config {
     pub artifact: PathBuf,
     /// HAProxy SPOE endpoints.
     pub spoe: Vec<Endpoint>,
+    /// How SPOE sockets are made and whom they serve.
+    pub spoe_bind: Bind,
+    /// The SPOE connections' timeouts and limits.
+    pub spoe_config: crate::spop::Config,
     /// The HTTP check endpoint.
-    pub http: Option<SocketAddr>,
+    pub http: Option<Endpoint>,
+    /// How the HTTP check endpoint's socket is made and whom it serves.
+    pub http_bind: Bind,
     /// Where `/metrics` is served.
     pub metrics: Option<SocketAddr>,
     /// The control socket (`None`: no control socket; `rctl apply` then
     /// cannot switch this agent).
     pub control: Option<PathBuf>,
+    /// A group whose members may use the control socket too (besides
+    /// root and the agent's user).
+    pub control_group: Option<u32>,
     /// The matched-request log.
     pub log: Option<reqlog::Config>,
     /// Whole-ruleset shadow mode: decide, tag and count, never enforce.
@@ -59,9 +67,13 @@ impl Config {
         Config {
             artifact,
             spoe: Vec::new(),
+            spoe_bind: Bind::default(),
+            spoe_config: crate::spop::Config::default(),
             http: None,
+            http_bind: Bind::default(),
             metrics: None,
             control: Some(control::DEFAULT_SOCKET.into()),
+            control_group: None,
             log: None,
             shadow: false,
             site: None,
@@ -123,15 +135,15 @@ pub struct Server {
     judge: Arc<Judge>,
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
-    http: Option<TcpListener>,
+    http: Option<Listener>,
     http_limits: Limits,
-    metrics_listener: Option<TcpListener>,
+    metrics_listener: Option<Listener>,
     spoe: Vec<SpoeListener>,
+    spoe_config: crate::spop::Config,
     control: Arc<Control>,
-    control_listener: Option<UnixListener>,
+    control_listener: Option<Listener>,
     collectors: Vec<Arc<dyn prometheus_client::collector::Collector>>,
-    /// Socket files removed when the server is dropped.
-    paths: Vec<UnixPath>,
+    reopen: Option<tokio::signal::unix::Signal>,
     bound: Vec<String>,
 }
 
@@ -161,48 +173,72 @@ impl Server {
             .collect::<Vec<_>>();
         let judge = Arc::new(Judge::new(first, config.shadow));
         let metrics = Arc::new(Metrics::new(Arc::clone(&judge)));
-        let mut paths = Vec::new();
-        let tcp = |what: &'static str, a: SocketAddr| async move {
-            TcpListener::bind(a)
-                .await
-                .map_err(|e| fail(format!("--{what} {a}: {e}")))
+        let bind = |what: &str, ep: &Endpoint, b: &Bind| {
+            Listener::bind(ep, b).map_err(|e| fail(format!("--{what} {ep}: {e}")))
         };
-        let http = match config.http {
-            Some(a) => Some(tcp("http", a).await?),
+        let http = match &config.http {
+            Some(ep) => Some(bind("http", ep, &config.http_bind)?),
             None => None,
         };
         let metrics_listener = match config.metrics {
-            Some(a) => Some(tcp("metrics", a).await?),
+            Some(a) => {
+                let b = Bind {
+                    limits: crate::peers::PeerLimits {
+                        total: 64,
+                        per_peer: 16,
+                        reserved: 16,
+                    },
+                    ..Bind::default()
+                };
+                Some(bind("metrics", &Endpoint::Tcp(a), &b)?)
+            }
             None => None,
         };
         let mut spoe = Vec::new();
         for ep in &config.spoe {
-            spoe.push(bind_spoe(ep).map_err(|e| fail(format!("--spoe {ep}: {e}")))?);
+            spoe.push(
+                crate::spop::Listener::bind_with(ep, &config.spoe_bind)
+                    .map_err(|e| fail(format!("--spoe {ep}: {e}")))?,
+            );
         }
         for (what, l) in [("http", &http), ("metrics", &metrics_listener)] {
-            if let Some(a) = l.as_ref().and_then(|l| l.local_addr().ok()) {
-                bound.push(format!("{what} tcp:{a}"));
+            if let Some(l) = l {
+                bound.push(format!("{what} {}", l.address()));
             }
         }
         for l in &spoe {
-            bound.push(format!("spoe {}", spoe_address(l)));
+            bound.push(format!("spoe {}", l.address()));
         }
         let control_listener = match &config.control {
             Some(p) => {
-                let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
-                if let Some(dir) = dir {
-                    rctl_dataplane::xdp::host::ensure_private_dir(dir, &mut Vec::new())
+                let access = match config.control_group {
+                    Some(g) => rctl_os::socket::Access::group(g),
+                    None => rctl_os::socket::Access::OWNER,
+                };
+                let b = Bind {
+                    limits: crate::peers::PeerLimits {
+                        total: 64,
+                        per_peer: 64,
+                        reserved: 0,
+                    },
+                    ..Bind::default()
+                }
+                .with_access(access);
+                // An existing folder is held to the state folders' rule:
+                // owned by the agent's user, written by nobody else.
+                if let Some(dir) = p.parent().filter(|d| d.exists()) {
+                    rctl_dataplane::xdp::host::check_private_dir(dir)
                         .map_err(|e| fail(format!("--control {}: {e}", p.display())))?;
                 }
-                let l = listen::bind_unix(p, 0o600)
-                    .await
-                    .map_err(|e| fail(format!("--control {}: {e}", p.display())))?;
-                paths.push(UnixPath(p.clone()));
+                let l = bind("control", &Endpoint::Unix(p.clone()), &b)?;
                 bound.push(format!("control unix:{}", p.display()));
                 Some(l)
             }
             None => None,
         };
+        // From here on SIGHUP reopens the log instead of ending the agent
+        // (its default), whoever runs the server.
+        let reopen = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let listeners = bound
             .iter()
             .filter(|b| !b.starts_with("warning "))
@@ -234,10 +270,11 @@ impl Server {
             http_limits: config.http_limits,
             metrics_listener,
             spoe,
+            spoe_config: config.spoe_config,
             control,
             control_listener,
             collectors: Vec::new(),
-            paths,
+            reopen,
             bound,
         })
     }
@@ -304,8 +341,25 @@ impl Server {
                 l,
                 Arc::clone(&self.judge),
                 Arc::clone(&observer),
+                self.spoe_config.clone(),
                 shutdown.clone(),
             ));
+        }
+        if let (Some(mut hup), Some(log)) = (self.reopen, self.log.clone()) {
+            let mut s = shutdown.clone();
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        got = hup.recv() => {
+                            if got.is_none() {
+                                break;
+                            }
+                            log.reopen();
+                        }
+                        () = s.fired() => break,
+                    }
+                }
+            });
         }
         if let Some(l) = self.control_listener {
             tasks.spawn(control::serve(l, self.control, shutdown.clone()));
@@ -316,7 +370,6 @@ impl Server {
         if let Some(l) = &self.log {
             l.close();
         }
-        drop(self.paths);
     }
 }
 
@@ -325,18 +378,17 @@ impl Server {
 
 type SpoeListener = crate::spop::Listener;
 
-fn bind_spoe(ep: &Endpoint) -> Result<SpoeListener, String> {
-    crate::spop::Listener::bind(&ep.to_string()).map_err(|e| e.to_string())
-}
-
-fn spoe_address(l: &SpoeListener) -> String {
-    l.address()
-}
-
-async fn spoe(l: SpoeListener, judge: Arc<Judge>, observer: Arc<dyn Observer>, s: Shutdown) {
+async fn spoe(
+    l: SpoeListener,
+    judge: Arc<Judge>,
+    observer: Arc<dyn Observer>,
+    config: crate::spop::Config,
+    s: Shutdown,
+) {
     let mut s = s;
     // It reports its own failures to the observer.
-    let _ = crate::spop::serve(l, judge, observer, async move { s.fired().await }).await;
+    let _ =
+        crate::spop::serve_with(l, judge, observer, config, async move { s.fired().await }).await;
 }
 
 /// Catches SIGTERM and SIGINT from now on (call it within the runtime);

@@ -408,10 +408,7 @@ async fn a_silent_peer_is_timed_out_at_hello() {
 
 #[tokio::test]
 async fn connections_over_the_limit_are_refused_with_status_13() {
-    let agent = Agent::tcp(Config {
-        max_connections: 2,
-        ..Config::default()
-    });
+    let agent = Agent::tcp_limited(2);
     let mut a = agent.connect().await;
     a.handshake().await;
     let mut b = agent.connect().await;

@@ -57,7 +57,7 @@ async fn a_stale_socket_is_replaced_but_a_live_one_is_refused() {
     p.handshake().await;
     // Now a live agent holds it.
     let msg = unsafe_path(&addr);
-    assert!(msg.contains("already listens"), "{msg}");
+    assert!(msg.contains("another process is listening"), "{msg}");
     drop(p);
 }
 

@@ -13,7 +13,13 @@
 //!   in user space but its packet plane could not be applied;
 //! - `down`: no live report (stopped, crashed, or cut off from etcd);
 //!   what it ran last is shown;
-//! - `no target`: nothing was pushed for it.
+//! - `no target`: nothing was pushed for it;
+//! - `unreadable`: its report is not rctl's (a bad write to etcd), so
+//!   nobody can say what it runs.
+//!
+//! A pointer that is not rctl's is listed under `unreadable`, and the
+//! hosts it would target are `failed` with why: the status goes on for
+//! everything else, and never counts as converged.
 
 use crate::error::{ErrorKind, FleetError};
 use crate::etcd::{newer, now_unix, Current, HostReport, Layout, Target};
@@ -63,6 +69,18 @@ pub struct FleetStatus {
     pub hosts: Vec<HostStatus>,
     /// Hosts per state.
     pub counts: BTreeMap<String, usize>,
+    /// Keys holding something that is not rctl's (a pointer or a
+    /// report), with why.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A key whose value rctl cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unreadable {
+    /// The etcd key.
+    pub key: String,
+    /// Why it cannot be read.
+    pub error: String,
 }
 
 /// A pointer, as status shows it.
@@ -93,9 +111,9 @@ impl From<&Current> for PointerStatus {
 }
 
 impl FleetStatus {
-    /// Whether every host runs its target.
+    /// Whether every host runs its target, and everything could be read.
     pub fn converged(&self) -> bool {
-        self.hosts.iter().all(|h| h.state == "ok")
+        self.unreadable.is_empty() && self.hosts.iter().all(|h| h.state == "ok")
     }
 }
 
@@ -106,37 +124,106 @@ pub async fn read(client: &Client, layout: &Layout) -> Result<FleetStatus, Fleet
     let global = c.get(layout.pointer(&Target::All), None).await?;
     let rev = global.header().map_or(0, |h| h.revision());
     let at = || Some(GetOptions::new().with_prefix().with_revision(rev));
+    let mut unreadable = Vec::new();
+    let mut bad = |key: &[u8], error: String| {
+        unreadable.push(Unreadable {
+            key: String::from_utf8_lossy(key).into_owned(),
+            error,
+        });
+    };
+    let mut all_broken = None;
     let all = match global.kvs().first() {
-        Some(kv) => Some(Current::parse(Target::All, kv.value(), kv.mod_revision())?),
+        Some(kv) => match Current::parse(Target::All, kv.value(), kv.mod_revision()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                all_broken = Some(e.to_string());
+                bad(kv.key(), e.to_string());
+                None
+            }
+        },
         None => None,
     };
     let mut sites = BTreeMap::new();
+    let mut broken_sites = BTreeMap::new();
     for kv in c.get(layout.sites(), at()).await?.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let Some(site) = layout.site_of_pointer(&key) else {
             continue;
         };
-        let cur = Current::parse(Target::Site(site.into()), kv.value(), kv.mod_revision())?;
-        sites.insert(site.to_string(), cur);
+        match Current::parse(Target::Site(site.into()), kv.value(), kv.mod_revision()) {
+            Ok(cur) => {
+                sites.insert(site.to_string(), cur);
+            }
+            Err(e) => {
+                broken_sites.insert(site.to_string(), e.to_string());
+                bad(kv.key(), e.to_string());
+            }
+        }
     }
     // The last reports, then the live ones (written with them) over them.
     let mut reports: BTreeMap<String, (HostReport, bool)> = BTreeMap::new();
+    let mut unreadable_hosts: BTreeMap<String, (String, bool)> = BTreeMap::new();
     for live in [false, true] {
-        for kv in c.get(layout.hosts(!live), at()).await?.kvs() {
-            if let Ok(r) = serde_json::from_slice::<HostReport>(kv.value()) {
-                reports.insert(r.host.clone(), (r, live));
+        let prefix = layout.hosts(!live);
+        for kv in c.get(prefix.clone(), at()).await?.kvs() {
+            match serde_json::from_slice::<HostReport>(kv.value()) {
+                Ok(r) => {
+                    unreadable_hosts.remove(&r.host);
+                    reports.insert(r.host.clone(), (r, live));
+                }
+                Err(e) => {
+                    let key = String::from_utf8_lossy(kv.key()).into_owned();
+                    let host = key.strip_prefix(&prefix).unwrap_or(&key).to_string();
+                    let why = format!("its report is not rctl's JSON: {e}");
+                    bad(kv.key(), why.clone());
+                    // A readable live report wins over an unreadable
+                    // last one; an unreadable live one makes it unknown.
+                    if live || !reports.contains_key(&host) {
+                        reports.remove(&host);
+                        unreadable_hosts.insert(host, (why, live));
+                    }
+                }
             }
         }
     }
     let now = now_unix();
-    let hosts: Vec<HostStatus> = reports
+    let mut hosts: Vec<HostStatus> = reports
         .into_values()
         .map(|(r, live)| {
+            let broken = r
+                .site
+                .as_ref()
+                .and_then(|s| broken_sites.get(s))
+                .or(all_broken.as_ref())
+                .cloned();
             let site = r.site.as_ref().and_then(|s| sites.get(s));
             let target = newer(all.as_ref(), site);
-            host_status(r, live, target, now)
+            let mut h = host_status(r, live, target, now);
+            if let (Some(why), true) = (broken, live) {
+                h.state = "failed".into();
+                h.last_error = Some(format!("its target pointer is unreadable: {why}"));
+            }
+            h
         })
         .collect();
+    for (host, (why, live)) in unreadable_hosts {
+        hosts.push(HostStatus {
+            host,
+            site: None,
+            state: "unreadable".into(),
+            live,
+            generation: 0,
+            artifact_sha256: String::new(),
+            target_generation: 0,
+            target_sha256: String::new(),
+            applied_unix: 0,
+            lag_s: 0,
+            last_error: Some(why),
+            reported_unix: 0,
+            iface: None,
+        });
+    }
+    hosts.sort_by(|a, b| a.host.cmp(&b.host));
     let mut counts = BTreeMap::new();
     for h in &hosts {
         *counts.entry(h.state.clone()).or_insert(0) += 1;
@@ -146,6 +233,7 @@ pub async fn read(client: &Client, layout: &Layout) -> Result<FleetStatus, Fleet
         sites: sites.iter().map(|(k, v)| (k.clone(), v.into())).collect(),
         hosts,
         counts,
+        unreadable,
     })
 }
 
@@ -256,6 +344,9 @@ pub fn text(s: &FleetStatus) -> String {
         if let Some(e) = &h.last_error {
             let _ = writeln!(o, "         {}", e);
         }
+    }
+    for u in &s.unreadable {
+        let _ = writeln!(o, "UNREADABLE {}: {}", u.key, u.error);
     }
     let counts: Vec<String> = s.counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(

@@ -277,6 +277,12 @@ struct SyncState {
 /// the next apply takes their totals afresh.
 const COLD_DRAINS: u64 = 64;
 
+/// How far ahead of now, in bursts, a site's bucket may be taken to be:
+/// an honest site stays within a few (each host overshoots by at most
+/// what it admits in one sync interval); a backend that says more is
+/// taken at this.
+const MAX_AHEAD_BURSTS: u64 = 64;
+
 /// A shared limiter's table and its link to the backend.
 pub(super) struct SharedTable {
     pub(super) shards: Vec<Mutex<Shard<Entry>>>,
@@ -293,6 +299,9 @@ pub(super) struct SharedTable {
     new_key_weight: AtomicU32,
     offline_hits: AtomicU64,
     remote_bans: AtomicU64,
+    /// Bans made here while the backend was offline, published at the
+    /// next drain: id, banned until. Bounded by the table's capacity.
+    offline_bans: Mutex<HashMap<u64, u64>>,
     waker: OnceLock<Arc<dyn Fn() + Send + Sync>>,
 }
 
@@ -307,6 +316,7 @@ impl Default for SharedTable {
             new_key_weight: AtomicU32::new(1.0f32.to_bits()),
             offline_hits: AtomicU64::new(0),
             remote_bans: AtomicU64::new(0),
+            offline_bans: Mutex::default(),
             waker: OnceLock::new(),
         }
     }
@@ -339,7 +349,13 @@ impl SharedTable {
         if !online {
             return match step {
                 Step::Allowed => Outcome::Allowed,
-                Step::Limited(ns) | Step::Banned(ns) => Outcome::Limited { retry_after_ns: ns },
+                Step::Limited(ns) => Outcome::Limited { retry_after_ns: ns },
+                Step::Banned(ns) => {
+                    let (id, until) = (e.id, e.st.banned_until);
+                    drop(shard);
+                    self.keep_offline_ban(id, until, now_ns, l.capacity());
+                    Outcome::Limited { retry_after_ns: ns }
+                }
             };
         }
         let (id, banned_until) = (e.id, e.st.banned_until);
@@ -380,6 +396,24 @@ impl SharedTable {
         } else {
             ONE
         }
+    }
+
+    /// Keeps a ban made while offline until the next drain publishes it;
+    /// past `cap` bans, the ones that have ended, then the one that ends
+    /// soonest, go.
+    #[cold]
+    fn keep_offline_ban(&self, id: u64, until: u64, now_ns: u64, cap: usize) {
+        let mut b = lock(&self.offline_bans);
+        if b.len() >= cap.max(1) && !b.contains_key(&id) {
+            b.retain(|_, &mut u| u > now_ns);
+            if b.len() >= cap.max(1) {
+                if let Some((&soonest, _)) = b.iter().min_by_key(|(_, &u)| u) {
+                    b.remove(&soonest);
+                }
+            }
+        }
+        let u = b.entry(id).or_insert(0);
+        *u = (*u).max(until);
     }
 
     /// Keeps a ban for key `id`, not in the table, until it shows up;
@@ -452,6 +486,23 @@ pub struct SharedDelta {
     pub hits: u32,
     /// A ban made here: how long it has left (0: none).
     pub ban_ns: u64,
+}
+
+impl SharedDelta {
+    /// Sorts `deltas` by key and makes one delta a key: counts added, the
+    /// longer ban kept (deltas of several drains, sent together).
+    pub fn merge(deltas: &mut Vec<SharedDelta>) {
+        deltas.sort_unstable_by_key(|d| d.id);
+        deltas.dedup_by(|next, kept| {
+            if next.id != kept.id {
+                return false;
+            }
+            kept.admitted = kept.admitted.saturating_add(next.admitted);
+            kept.hits = kept.hits.saturating_add(next.hits);
+            kept.ban_ns = kept.ban_ns.max(next.ban_ns);
+            true
+        });
+    }
 }
 
 /// What the backend says of one key's site-wide bucket.
@@ -610,6 +661,18 @@ impl<'a> Shared<'a> {
             sync.cold.shrink_to(2 * held);
         }
         t.sweep_pending(now_ns, cap);
+        // Bans made while the backend was offline, published now.
+        let offline = std::mem::take(&mut *lock(&t.offline_bans));
+        for (id, until) in offline {
+            if until > now_ns {
+                out.push(SharedDelta {
+                    id,
+                    admitted: 0,
+                    hits: 0,
+                    ban_ns: until - now_ns,
+                });
+            }
+        }
     }
 
     /// Applies the site's state of the keys in `updates` (the answer to
@@ -627,6 +690,20 @@ impl<'a> Shared<'a> {
             fresh: Option<f32>,
         }
         let (l, t, g) = (self.limiter, self.table, &self.gcra);
+        // What the backend says is taken within what an honest site could
+        // reach: a ban no longer than the rule's (none where it has none),
+        // a bucket at most MAX_AHEAD_BURSTS bursts ahead.
+        let max_ahead =
+            MAX_AHEAD_BURSTS.saturating_mul(g.tolerance_ns.saturating_add(g.interval_ns));
+        let capped: Vec<SharedUpdate> = updates
+            .iter()
+            .map(|u| SharedUpdate {
+                ban_ns: u.ban_ns.min(g.ban_ns),
+                ahead_ns: u.ahead_ns.min(max_ahead),
+                ..*u
+            })
+            .collect();
+        let updates = &capped[..];
         let mut by_shard: Vec<Vec<Step>> = (0..SHARDS).map(|_| Vec::new()).collect();
         let mut sync = lock(&t.sync);
         let drains = sync.drains;
@@ -698,9 +775,16 @@ impl<'a> Shared<'a> {
         }
     }
 
-    /// Applies a ban another host made on key `id`, with `ban_ns` left.
+    /// Applies a ban another host made on key `id`, with `ban_ns` left:
+    /// at most this limiter's own ban length, and none for a limiter
+    /// without bans (whoever can write to the backend cannot ban a key
+    /// for longer than the rule says, or where it says no ban).
     pub fn remote_ban(&self, id: u64, ban_ns: u64, now_ns: u64) {
         let (l, t) = (self.limiter, self.table);
+        let ban_ns = ban_ns.min(self.gcra.ban_ns);
+        if ban_ns == 0 {
+            return;
+        }
         let until = now_ns.saturating_add(ban_ns);
         let sync = lock(&t.sync);
         let Some(h) = sync.cold.get(&id).map(|c| c.h) else {

@@ -394,7 +394,7 @@ fn the_sync_forgets_keys_idle_for_many_drains() {
 
 #[test]
 fn a_ban_for_a_key_seen_here_but_not_yet_drained_takes_hold_at_the_drain() {
-    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let l = Limiter::new_shared(10, 1_000, 10, 600_000, 100);
     let sh = l.shared().unwrap();
     sh.set_online(true);
     assert_eq!(l.hit(b"k", S), Outcome::Allowed);
@@ -541,7 +541,7 @@ fn site_count_taken_as_is(others: u64) {
 
 #[test]
 fn online_shows_in_the_stats_and_remote_bans_count_once_per_later_end() {
-    let l = Limiter::new_shared(1, 1_000, 1, 0, 100);
+    let l = Limiter::new_shared(1, 1_000, 1, 600_000, 100);
     let sh = l.shared().unwrap();
     assert!(!sh.stats().online);
     sh.set_online(true);
@@ -606,7 +606,7 @@ fn the_sync_keeps_in_flight_keys_and_forgets_idle_ones_on_time() {
 /// ahead, but not for a key whose bucket is full and unbanned.
 #[test]
 fn an_answer_bans_and_brings_back_evicted_keys_only_with_state() {
-    let l = Limiter::new_shared(1, 1_000, 5, 0, 100);
+    let l = Limiter::new_shared(1, 1_000, 5, 600_000, 100);
     let sh = l.shared().unwrap();
     sh.set_online(true);
     let mut d = Vec::new();
@@ -650,7 +650,7 @@ fn an_answer_bans_and_brings_back_evicted_keys_only_with_state() {
 /// once, counted once per later end.
 #[test]
 fn a_remote_ban_on_a_key_drained_here_takes_hold_at_once() {
-    let l = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let l = Limiter::new_shared(10, 1_000, 10, 600_000, 100);
     let sh = l.shared().unwrap();
     sh.set_online(true);
     assert_eq!(l.hit(b"k", S), Outcome::Allowed);
@@ -690,7 +690,7 @@ fn pending_bans(l: &Limiter) -> usize {
 /// halved, the soonest-ending first.
 #[test]
 fn the_sync_state_is_bounded_by_the_tables_capacity() {
-    let l = Limiter::new_shared(10, 1_000, 10, 0, 32);
+    let l = Limiter::new_shared(10, 1_000, 10, 600_000, 32);
     let sh = l.shared().unwrap();
     sh.set_online(true);
     let mut d = Vec::new();
@@ -722,4 +722,95 @@ fn the_sync_state_is_bounded_by_the_tables_capacity() {
         }
         _ => unreachable!(),
     }
+}
+
+#[test]
+fn what_the_backend_says_is_capped_at_what_the_rule_allows() {
+    // A rule with a 10 min ban: a remote ban of ten years lasts 10 min.
+    let banning = Limiter::new_shared(1, 60_000, 1, 600_000, 100);
+    let s = banning.shared().unwrap();
+    s.set_online(true);
+    let ten_years = 10 * 365 * 86_400 * S;
+    s.remote_ban(key_id(b"victim"), ten_years, S);
+    assert!(matches!(
+        banning.hit(b"victim", 2 * S),
+        Outcome::Limited { retry_after_ns } if retry_after_ns == 600 * S - S
+    ));
+    // A rule without a ban: no remote ban holds at all.
+    let plain = Limiter::new_shared(10, 1_000, 10, 0, 100);
+    let p = plain.shared().unwrap();
+    p.set_online(true);
+    p.remote_ban(key_id(b"victim"), ten_years, S);
+    assert_eq!(plain.hit(b"victim", 2 * S), Outcome::Allowed);
+    assert_eq!(p.stats().remote_bans, 0);
+    // An answer with a bucket ten years ahead and a ban is taken at most
+    // 64 bursts ahead, and without the ban.
+    assert_eq!(plain.hit(b"k", 3 * S), Outcome::Allowed);
+    let mut d = Vec::new();
+    p.drain(3 * S, &mut d);
+    assert!(d.iter().any(|d| d.id == key_id(b"k")));
+    p.apply(
+        3 * S,
+        &[SharedUpdate {
+            id: key_id(b"k"),
+            ahead_ns: ten_years,
+            admitted_total: 1,
+            hits_total: 1,
+            ban_ns: ten_years,
+        }],
+    );
+    let g = p.gcra();
+    let limit = 64 * (g.tolerance_ns + g.interval_ns);
+    let Outcome::Limited { retry_after_ns } = plain.hit(b"k", 3 * S) else {
+        panic!("the bucket is ahead: limited")
+    };
+    assert!(retry_after_ns <= limit, "{retry_after_ns} > {limit}");
+    assert!(
+        matches!(plain.hit(b"k", 3 * S + limit + S), Outcome::Allowed),
+        "the forged bucket ran out within its cap"
+    );
+}
+
+#[test]
+fn bans_made_while_offline_are_published_at_the_next_drain() {
+    let l = Limiter::new_shared(1, 60_000, 1, 600_000, 100);
+    let s = l.shared().unwrap();
+    assert!(!s.is_online());
+    assert_eq!(l.hit(b"bad", S), Outcome::Allowed);
+    assert!(matches!(l.hit(b"bad", S), Outcome::Limited { .. }));
+    // Back online: the first drain carries the ban made offline.
+    s.set_online(true);
+    let mut d = Vec::new();
+    s.drain(2 * S, &mut d);
+    let ban: Vec<&SharedDelta> = d.iter().filter(|d| d.ban_ns > 0).collect();
+    assert_eq!(ban.len(), 1, "{d:?}");
+    assert_eq!(ban[0].id, key_id(b"bad"));
+    assert_eq!(ban[0].ban_ns, 600 * S - S);
+    // Published once.
+    d.clear();
+    s.drain(3 * S, &mut d);
+    assert!(d.iter().all(|d| d.ban_ns == 0), "{d:?}");
+}
+
+#[test]
+fn offline_bans_are_bounded_by_the_tables_capacity() {
+    let l = Limiter::new_shared(1, 60_000, 1, 600_000, 8);
+    let s = l.shared().unwrap();
+    for i in 0..100u64 {
+        let k = i.to_le_bytes();
+        let now = S + i * MS;
+        let _ = l.hit(&k, now);
+        let _ = l.hit(&k, now);
+    }
+    s.set_online(true);
+    let mut d = Vec::new();
+    s.drain(2 * S, &mut d);
+    let bans = d.iter().filter(|d| d.ban_ns > 0).count();
+    assert!(
+        bans <= l.capacity(),
+        "{bans} bans kept for {} keys",
+        l.capacity()
+    );
+    // The latest bans are the ones kept.
+    assert!(d.iter().any(|d| d.id == key_id(&99u64.to_le_bytes())));
 }

@@ -129,6 +129,12 @@ pub struct LogTotals {
     pub suppressed: u64,
     /// Lines dropped because the writer was behind.
     pub dropped: u64,
+    /// Lines a failed write lost (a full disk).
+    #[serde(default)]
+    pub failed: u64,
+    /// Lines left out because the file reached its size bound.
+    #[serde(default)]
+    pub over_size: u64,
 }
 
 /// What the agent runs and counts (`rctl status`).

@@ -5,7 +5,8 @@ use super::{
     build, from_hex, AgentStatus, Committed, ControlRequest, Load, LogTotals, PendingInfo,
     Prepared, MAX_LINE,
 };
-use crate::judge::{Generation, Judge};
+use crate::judge::{Generation, Judge, Observer as _};
+use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::reqlog::ReqLog;
 use crate::shutdown::{Shutdown, Tasks};
@@ -15,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::UnixListener;
 
 /// How loads are built.
 #[derive(Debug, Clone)]
@@ -324,11 +324,13 @@ impl Control {
             _ => None,
         };
         let log = self.log.as_ref().map(|l| {
-            let (written, suppressed, dropped) = l.totals();
+            let t = l.totals();
             LogTotals {
-                written,
-                suppressed,
-                dropped,
+                written: t.written,
+                suppressed: t.suppressed,
+                dropped: t.dropped,
+                failed: t.failed,
+                over_size: t.over_size,
             }
         });
         json!(AgentStatus {
@@ -363,22 +365,43 @@ fn random_id() -> [u8; 16] {
     id
 }
 
-/// Serves the control socket on `listener` until `shutdown` fires.
-pub async fn serve(listener: UnixListener, control: Arc<Control>, mut shutdown: Shutdown) {
+/// Serves the control socket on `listener` until `shutdown` fires. Only
+/// peers the listener trusts (root, the agent's user, the control
+/// group's members) are served: anyone else gets one refusal line and is
+/// closed, whatever the socket file's mode lets through.
+pub async fn serve(listener: Listener, control: Arc<Control>, mut shutdown: Shutdown) {
+    let Ok(listener) = listener.into_tokio() else {
+        return;
+    };
     let mut tasks = Tasks::default();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = shutdown.fired() => break,
         };
-        let Ok((stream, _)) = accepted else {
+        let Ok(a) = accepted else {
             tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (stream, slot) = match a.slot {
+            Ok(slot) => (a.stream, slot),
+            Err(refusal) => {
+                control
+                    .metrics
+                    .failed("control-peer", &format!("{}: {refusal}", a.peer.shown));
+                let e = json!({"ok": false, "error": refusal.to_string()});
+                a.stream.try_write_now(format!("{e}\n").as_bytes());
+                continue;
+            }
+        };
+        let crate::listen::Stream::Unix(stream) = stream else {
             continue;
         };
         let control = Arc::clone(&control);
         let conn = control.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut shutdown = shutdown.clone();
         tasks.spawn(async move {
+            let _slot = slot;
             let (read, mut write) = stream.into_split();
             let mut read = BufReader::new(read);
             let mut line = Vec::new();

@@ -58,7 +58,11 @@ fn agent(tag: &str, ttl: Duration) -> Agent {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let l = crate::listen::bind_unix(&p, 0o600).await.unwrap();
+            let l = crate::listen::Listener::bind(
+                &crate::listen::Endpoint::Unix(p),
+                &crate::listen::Bind::default(),
+            )
+            .unwrap();
             ready_tx.send(()).unwrap();
             serve(l, control, shutdown).await;
         });

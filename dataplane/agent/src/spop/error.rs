@@ -198,6 +198,9 @@ pub enum ErrorKind {
         /// The limit.
         max: usize,
     },
+    /// A peer this listener does not serve, or one over its share of
+    /// connections (see [`crate::peers`]).
+    Refused(String),
     /// Reading or writing the socket failed.
     Io(std::io::Error),
     /// `Listener::bind` got an address that is neither `unix:PATH` nor
@@ -230,7 +233,8 @@ impl ErrorKind {
             TooManyMessages { .. }
             | TooManyArgs { .. }
             | StringTooLong { .. }
-            | TooManyConnections { .. } => Status::Resource,
+            | TooManyConnections { .. }
+            | Refused(_) => Status::Resource,
             NoVersion => Status::NoVersion,
             NoMaxFrameSize => Status::NoFrameSize,
             NoCapabilities => Status::NoCapabilities,
@@ -244,7 +248,8 @@ impl ErrorKind {
 
     /// A short stable label for the [`crate::judge::Observer`]:
     /// `spop-frame` (a frame this agent refuses), `spop-handshake`,
-    /// `spop-timeout`, `spop-io`, `spop-limit` or `spop-listener`.
+    /// `spop-timeout`, `spop-io`, `spop-limit`, `spop-peer` or
+    /// `spop-listener`.
     pub fn label(&self) -> &'static str {
         use ErrorKind::*;
         match self {
@@ -259,6 +264,7 @@ impl ErrorKind {
             | TooManyArgs { .. }
             | StringTooLong { .. }
             | TooManyConnections { .. } => "spop-limit",
+            Refused(_) => "spop-peer",
             BadAddress(_) | UnsafePath(_) => "spop-listener",
             _ => "spop-frame",
         }
@@ -318,6 +324,7 @@ impl fmt::Display for ErrorKind {
             Timeout { what } => write!(f, "{what} timeout"),
             ClosedMidFrame => write!(f, "the peer closed the connection inside a frame"),
             TooManyConnections { max } => write!(f, "more than {max} connections"),
+            Refused(why) => write!(f, "{why}"),
             Io(e) => write!(f, "{e}"),
             BadAddress(a) => write!(
                 f,

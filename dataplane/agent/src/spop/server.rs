@@ -46,13 +46,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 mod listener;
 mod notify;
 
+use crate::listen::Stream;
 pub use listener::Listener;
-use listener::Stream;
 pub use notify::MESSAGE;
 
 /// How the agent serves.
@@ -61,15 +61,14 @@ pub struct Config {
     /// Frame limits; `max_frame_size` is the agent's own maximum, offered
     /// in the handshake (HAProxy's, if smaller, wins).
     pub limits: Limits,
-    /// Connections served at once; more are answered AGENT-DISCONNECT
-    /// status 13 and closed.
-    pub max_connections: usize,
     /// NOTIFY frames decided before their ACKs are written.
     pub max_in_flight: usize,
     /// Wait for the HAPROXY-HELLO.
     pub hello_timeout: Duration,
-    /// Wait for a frame between frames (longer than HAProxy's
-    /// `timeout idle` of the spoe-agent, so that HAProxy closes first).
+    /// Wait for a frame between frames: longer than HAProxy's `timeout
+    /// idle` of the spoe-agent (30 s in what `rctl emit haproxy-spoe`
+    /// writes), so that HAProxy closes an idle connection first, and short
+    /// enough that idle connections do not pile up.
     pub idle_timeout: Duration,
     /// Wait for the rest of a frame once it started, and for a write.
     pub frame_timeout: Duration,
@@ -81,16 +80,16 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// [`Limits::default`], 1,024 connections, 256 frames in flight,
-    /// 10 s for the hello, 10 min idle, 10 s per frame, 5 s drain, no
-    /// `async`.
+    /// [`Limits::default`], 256 frames in flight, 10 s for the hello,
+    /// 60 s idle, 10 s per frame, 5 s drain, no `async`. How many
+    /// connections, and from whom, is the listener's (see
+    /// [`crate::listen::Bind`]).
     fn default() -> Config {
         Config {
             limits: Limits::default(),
-            max_connections: 1_024,
             max_in_flight: 256,
             hello_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(60),
             frame_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(5),
             announce_async: false,
@@ -119,23 +118,22 @@ pub async fn serve_with(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), SpopError> {
-    let accept = listener.into_tokio()?;
+    let accept = listener.into_inner().into_tokio()?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let max = config.max_connections.min(Semaphore::MAX_PERMITS);
-    let slots = Arc::new(Semaphore::new(max));
     let ctx = Arc::new(Ctx {
         judge,
         observer,
         config,
     });
+    let mut tasks = crate::shutdown::Tasks::default();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             a = accept.accept() => a,
         };
-        let (stream, peer) = match accepted {
-            Ok(s) => s,
+        let a = match accepted {
+            Ok(a) => a,
             Err(e) => {
                 // EMFILE and the like: report, back off, keep serving.
                 ctx.observer.failed("spop-io", &format!("accept: {e}"));
@@ -143,34 +141,42 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let max = ctx.config.max_connections;
-            let err = SpopError::new(ErrorKind::TooManyConnections { max });
-            ctx.observer
-                .failed(err.kind().label(), &format!("{peer}: {err}"));
-            stream.refuse(&err);
-            continue;
+        let (stream, peer) = (a.stream, a.peer);
+        let slot = match a.slot {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                let err = match refusal {
+                    crate::peers::Refusal::Full(max) => {
+                        SpopError::new(ErrorKind::TooManyConnections { max })
+                    }
+                    r => SpopError::new(ErrorKind::Refused(r.to_string())),
+                };
+                ctx.observer
+                    .failed(err.kind().label(), &format!("{}: {err}", peer.shown));
+                listener::refuse(&stream, &err);
+                continue;
+            }
         };
         let ctx = ctx.clone();
         let stop = stop_rx.clone();
-        tokio::spawn(async move {
+        let shown = peer.shown;
+        tasks.spawn(async move {
             match stream {
                 Stream::Unix(s) => {
                     let (r, w) = s.into_split();
-                    connection(r, w, &peer, &ctx, stop).await;
+                    connection(r, w, &shown, &ctx, stop).await;
                 }
                 Stream::Tcp(s) => {
                     let (r, w) = s.into_split();
-                    connection(r, w, &peer, &ctx, stop).await;
+                    connection(r, w, &shown, &ctx, stop).await;
                 }
             }
-            drop(permit);
+            drop(slot);
         });
     }
     drop(accept); // stop accepting; removes the socket file
     let _ = stop_tx.send(true);
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(ctx.config.drain_timeout, slots.acquire_many(all)).await;
+    tasks.drain(ctx.config.drain_timeout).await;
     Ok(())
 }
 

@@ -99,7 +99,25 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(addr: &str, rules: &str, config: Config) -> Agent {
-        let listener = Listener::bind(addr).expect("bind");
+        Agent::serve(Listener::bind(addr).expect("bind"), rules, config)
+    }
+
+    /// On TCP, with at most `total` connections.
+    pub fn tcp_limited(total: usize) -> Agent {
+        let bind = rctl_agent::listen::Bind {
+            limits: rctl_agent::peers::PeerLimits {
+                total,
+                per_peer: total,
+                reserved: 0,
+            },
+            ..Default::default()
+        };
+        let ep = rctl_agent::listen::Endpoint::parse("tcp:127.0.0.1:0").unwrap();
+        let l = Listener::bind_with(&ep, &bind).expect("bind");
+        Agent::serve(l, RULES, Config::default())
+    }
+
+    fn serve(listener: Listener, rules: &str, config: Config) -> Agent {
         let address = listener.address();
         let recorder = Arc::new(Recorder::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -12,6 +12,19 @@
 //! A ban made here wakes the sync at once, so that it reaches the other
 //! hosts within their next sync.
 //!
+//! **Trust.** Whoever can write to the site's Redis can make hosts limit
+//! keys: run it with a password or ACL user (`redis://USER:PASS@HOST`)
+//! and TLS (`rediss://`, with `--redis-ca` for a private CA). The agent
+//! warns when Redis accepted it without a password. What Redis says is
+//! taken within what the rule allows: a ban no longer than the rule's
+//! own, none for a rule without a ban, a bucket at most a few bursts
+//! ahead (see `rctl_dataplane::limiter::Shared::apply`).
+//!
+//! **Nothing drained is lost.** A sync that fails after it drained keeps
+//! what it drained (admissions, hits, bans) and sends it with the next
+//! sync that succeeds; bans made while Redis was down are published then
+//! too. What is kept is bounded by each limiter's table.
+//!
 //! **Failing open.** When Redis does not answer within the sync timeout,
 //! or answers an error, every shared limiter goes offline: each host
 //! counts its own traffic against the full limit (per-host limits, as
@@ -55,6 +68,17 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Key prefix.
     pub prefix: String,
+    /// TLS settings for `rediss://` (PEM files).
+    pub tls: RedisTls,
+}
+
+/// Certificates for a Redis reached over TLS.
+#[derive(Debug, Clone, Default)]
+pub struct RedisTls {
+    /// The CA that signed the server's certificate (default: the system's).
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate and its key, if the server asks for one.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl RedisConfig {
@@ -66,6 +90,7 @@ impl RedisConfig {
             sync,
             timeout: sync.max(Duration::from_millis(250)),
             prefix: "rctl".into(),
+            tls: RedisTls::default(),
         }
     }
 }
@@ -83,6 +108,7 @@ pub struct Sync {
     bans_published: AtomicU64,
     last_sync_us: AtomicU64,
     last_error: Mutex<Option<String>>,
+    warning: Mutex<Option<String>>,
     wake: Arc<tokio::sync::Notify>,
 }
 
@@ -126,6 +152,7 @@ impl Sync {
             bans_published: AtomicU64::new(0),
             last_sync_us: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            warning: Mutex::new(None),
             wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -161,6 +188,7 @@ impl Sync {
             "bans_published": self.bans_published.load(Relaxed),
             "last_sync_us": self.last_sync_us.load(Relaxed),
             "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or_default(),
+            "warning": self.warning.lock().map(|e| e.clone()).unwrap_or_default(),
             "limiters": limiters,
         })
     }
@@ -197,6 +225,25 @@ impl Sync {
             .arg(u8::from(bans))
             .arg(n);
         cmd
+    }
+
+    /// Says once, where the agent's messages go, that Redis took us
+    /// without a password; and keeps it for status.
+    fn warn_unauthenticated(&self) {
+        let Ok(mut w) = self.warning.lock() else {
+            return;
+        };
+        if w.is_none() {
+            let msg = format!(
+                "Redis at {} accepted this agent without a password: any process that can reach \
+                 it can limit or ban keys on every host of site {}; give it a password or ACL \
+                 user (redis://USER:PASS@HOST) and TLS (rediss://)",
+                redact(&self.config.url),
+                self.site
+            );
+            eprintln!("rctl agent: warning: {msg}");
+            *w = Some(msg);
+        }
     }
 
     fn set_error(&self, e: Option<String>) {
@@ -239,11 +286,20 @@ fn set_online(judge: &Judge, online: bool) {
 pub async fn run(sync: Arc<Sync>, judge: Arc<Judge>, mut stop: Receiver<bool>) {
     let mut wait = Backoff::new();
     let mut last_ban = "0".to_string();
+    let mut unsent = Unsent::default();
     loop {
         if *stop.borrow() {
             return;
         }
-        let result = session(&sync, &judge, &mut last_ban, &mut stop, &mut wait).await;
+        let result = session(
+            &sync,
+            &judge,
+            &mut last_ban,
+            &mut unsent,
+            &mut stop,
+            &mut wait,
+        )
+        .await;
         sync.online.store(false, Relaxed);
         set_online(&judge, false);
         match result {
@@ -263,14 +319,73 @@ fn redis_error(e: redis::RedisError) -> FleetError {
     FleetError::new(ErrorKind::Unavailable, format!("redis: {e}"))
 }
 
+/// What a failed sync drained and did not get to Redis, per limiter
+/// namespace: sent with the next sync that succeeds.
+type Unsent = std::collections::HashMap<String, Vec<SharedDelta>>;
+
+/// `new` and what was left from before, one delta a key (counts added,
+/// the longer ban kept), at most `cap` keys: bans first, then the keys
+/// that admitted most.
+fn merge(mut new: Vec<SharedDelta>, old: Vec<SharedDelta>, cap: usize) -> Vec<SharedDelta> {
+    if old.is_empty() {
+        return new;
+    }
+    new.extend(old);
+    SharedDelta::merge(&mut new);
+    if new.len() > cap {
+        new.sort_unstable_by_key(|d| {
+            (
+                std::cmp::Reverse(d.ban_ns > 0),
+                std::cmp::Reverse(d.admitted),
+            )
+        });
+        new.truncate(cap);
+    }
+    new
+}
+
+/// A client for the configured URL, with the TLS files read.
+fn client(config: &RedisConfig) -> Result<redis::Client, FleetError> {
+    let t = &config.tls;
+    if t.ca.is_none() && t.client.is_none() {
+        return redis::Client::open(config.url.as_str()).map_err(redis_error);
+    }
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map_err(|e| FleetError::new(ErrorKind::Invalid, format!("{}: {e}", p.display())))
+    };
+    let certs = redis::TlsCertificates {
+        client_tls: match &t.client {
+            Some((cert, key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            None => None,
+        },
+        root_cert: t.ca.as_deref().map(read).transpose()?,
+    };
+    redis::Client::build_with_tls(config.url.as_str(), certs).map_err(redis_error)
+}
+
+/// Whether the URL names a password (`redis://[USER]:PASS@…`).
+fn has_password(url: &str) -> bool {
+    let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
+        return false;
+    };
+    let auth = rest.split(['/', '?']).next().unwrap_or("");
+    auth.rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.split_once(':').is_some_and(|(_, p)| !p.is_empty()))
+}
+
 async fn session(
     sync: &Arc<Sync>,
     judge: &Arc<Judge>,
     last_ban: &mut String,
+    unsent: &mut Unsent,
     stop: &mut Receiver<bool>,
     wait: &mut Backoff,
 ) -> Result<(), FleetError> {
-    let client = redis::Client::open(sync.config.url.as_str()).map_err(redis_error)?;
+    let client = client(&sync.config)?;
     let cfg = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(sync.config.timeout))
         .set_response_timeout(Some(sync.config.timeout));
@@ -280,6 +395,10 @@ async fn session(
         .map_err(redis_error)?;
     let script = redis::Script::new(SCRIPT);
     script.load_async(&mut conn).await.map_err(redis_error)?;
+    if !has_password(&sync.config.url) {
+        // It answered a command, and we gave it no password.
+        sync.warn_unauthenticated();
+    }
     let mut tick = tokio::time::interval(sync.config.sync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut deltas: Vec<SharedDelta> = Vec::new();
@@ -289,6 +408,8 @@ async fn session(
         let limiters: Vec<(String, &Limiter)> = shared_limiters(&g.engine)
             .filter_map(|(r, l)| namespace(r).map(|n| (n, l)))
             .collect();
+        // What was kept for limiters that are gone (a new ruleset) goes.
+        unsent.retain(|ns, _| limiters.iter().any(|(n, _)| n == ns));
         let now_ns = judge.now_ns();
         let mut pipe = redis::pipe();
         let mut spans = Vec::new();
@@ -304,6 +425,11 @@ async fn session(
             }
             deltas.clear();
             s.drain(now_ns, &mut deltas);
+            let deltas = merge(
+                std::mem::take(&mut deltas),
+                unsent.remove(ns).unwrap_or_default(),
+                l.capacity(),
+            );
             let gcra = s.gcra();
             for part in deltas.chunks(PER_CALL) {
                 let mut cmd = sync.call(&script, last_ban, calls == 0, part.len());
@@ -327,27 +453,43 @@ async fn session(
             pipe.add_command(sync.call(&script, last_ban, true, 0));
         }
         let t = Instant::now();
-        let replies: Vec<Reply> =
+        let answered: Result<Vec<Reply>, FleetError> =
             match tokio::time::timeout(sync.config.timeout, pipe.query_async(&mut conn)).await {
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => Ok(r),
                 Ok(Err(e))
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
                     // Redis restarted and lost the script: load it again.
-                    script.load_async(&mut conn).await.map_err(redis_error)?;
-                    pipe.query_async(&mut conn).await.map_err(redis_error)?
+                    match script.load_async(&mut conn).await {
+                        Ok(_) => pipe.query_async(&mut conn).await.map_err(redis_error),
+                        Err(e) => Err(redis_error(e)),
+                    }
                 }
-                Ok(Err(e)) => return Err(redis_error(e)),
-                Err(_) => {
-                    return Err(FleetError::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "redis did not answer a sync within {} ms",
-                            sync.config.timeout.as_millis()
-                        ),
-                    ))
-                }
+                Ok(Err(e)) => Err(redis_error(e)),
+                Err(_) => Err(FleetError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "redis did not answer a sync within {} ms",
+                        sync.config.timeout.as_millis()
+                    ),
+                )),
             };
+        let replies = match answered {
+            Ok(r) => r,
+            Err(e) => {
+                // Kept for the next sync that succeeds. (A sync that timed
+                // out may have reached Redis: sent again, its counts then
+                // count twice, which errs on the strict side; a ban is the
+                // same ban.)
+                for (li, part) in spans {
+                    unsent
+                        .entry(limiters[li].0.clone())
+                        .or_default()
+                        .extend(part);
+                }
+                return Err(e);
+            }
+        };
         let now_ns = judge.now_ns();
         for ((li, part), reply) in spans.iter().zip(&replies) {
             let updates: Vec<SharedUpdate> = part
@@ -412,5 +554,47 @@ async fn session(
             _ = tick.tick() => {}
             () = wake.notified() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(id: u64, admitted: u32, ban_ns: u64) -> SharedDelta {
+        SharedDelta {
+            id,
+            admitted,
+            hits: admitted,
+            ban_ns,
+        }
+    }
+
+    #[test]
+    fn what_a_failed_sync_kept_is_sent_with_the_next_once_per_key_bans_first() {
+        let merged = merge(
+            vec![d(1, 2, 0), d(2, 1, 0)],
+            vec![d(1, 3, 5), d(3, 9, 0)],
+            10,
+        );
+        assert_eq!(merged, vec![d(1, 5, 5), d(2, 1, 0), d(3, 9, 0)]);
+        // Over the cap: the ban stays, then the keys that admitted most.
+        let capped = merge(vec![d(1, 1, 7), d(2, 5, 0)], vec![d(3, 9, 0)], 2);
+        assert_eq!(capped, vec![d(1, 1, 7), d(3, 9, 0)]);
+        assert_eq!(merge(vec![d(4, 1, 0)], Vec::new(), 0), vec![d(4, 1, 0)]);
+    }
+
+    #[test]
+    fn a_password_is_seen_in_the_url() {
+        assert!(has_password("redis://:secret@127.0.0.1:6379"));
+        assert!(has_password("rediss://rctl:s3@redis.example:6380/2"));
+        assert!(!has_password("redis://127.0.0.1:6379"));
+        assert!(!has_password("redis://rctl@127.0.0.1:6379"));
+        assert!(!has_password("redis://:@127.0.0.1"));
+        assert!(!has_password("unix:///run/redis.sock"));
+        assert_eq!(
+            redact("redis://rctl:s3@redis.example:6380/2"),
+            "redis://***@redis.example:6380/2"
+        );
     }
 }

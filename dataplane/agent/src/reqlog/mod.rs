@@ -24,6 +24,18 @@
 //! **The request path never waits for the disk.** It only checks the
 //! bucket and hands the line to a writer thread through a bounded queue;
 //! when the queue is full the line is dropped and counted (`dropped`).
+//!
+//! **Only whole lines, only where asked** (see [`out`]): the file is
+//! opened without following a symbolic link, in a folder nobody else may
+//! write; a write that fails part way (a full disk) is cut back to the
+//! last whole line and its lost lines counted as `failed`; with
+//! [`Config::max_bytes`], lines past the bound are counted as
+//! `over_size` until the file is rotated. [`ReqLog::reopen`] (SIGHUP in
+//! `rctl serve`) opens the path again after logrotate moved the file.
+//!
+//! Text from requests is written as JSON strings in which C0 and C1
+//! controls, DEL and bidirectional-text overrides are `\uXXXX` escapes:
+//! the same value, safe to show in a terminal.
 
 use crate::byrule::ByRule;
 use crate::judge::{Fields, Generation, Observer, Outcome};
@@ -32,12 +44,14 @@ use prometheus_client::encoding::DescriptorEncoder;
 use rctl_dataplane::Decision;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod out;
 
 /// The most bytes of a host or target a line keeps.
 pub const FIELD_MAX: usize = 2048;
@@ -64,11 +78,14 @@ pub struct Config {
     pub summary_every: Duration,
     /// Lines waiting for the writer before new ones are dropped.
     pub queue: usize,
+    /// The most bytes the file may reach; lines past it are counted
+    /// (`over_size`) and left out until the file is rotated.
+    pub max_bytes: Option<u64>,
 }
 
 impl Config {
     /// Defaults: 10 lines a second per rule, bursts of 100, a summary a
-    /// minute, 8,192 lines queued.
+    /// minute, 8,192 lines queued, files up to 1 GiB.
     pub fn new(target: Target) -> Config {
         Config {
             target,
@@ -76,6 +93,7 @@ impl Config {
             burst: 100,
             summary_every: Duration::from_secs(60),
             queue: 8192,
+            max_bytes: Some(1 << 30),
         }
     }
 }
@@ -130,6 +148,25 @@ struct Stats {
     written: AtomicU64,
     dropped: AtomicU64,
     dropped_reported: AtomicU64,
+    failed: AtomicU64,
+    over_size: AtomicU64,
+    /// Set by [`ReqLog::reopen`], taken by the writer.
+    reopen: std::sync::atomic::AtomicBool,
+}
+
+/// Lines written and lost, by why.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Written whole.
+    pub written: u64,
+    /// Held back by their rule's allowance.
+    pub suppressed: u64,
+    /// Dropped because the writer was behind.
+    pub dropped: u64,
+    /// Lost to a failed write (a full disk).
+    pub failed: u64,
+    /// Left out for the size bound.
+    pub over_size: u64,
 }
 
 /// The log: an [`Observer`] and, for `/metrics`, a [`Collector`].
@@ -157,27 +194,27 @@ fn unix_now() -> f64 {
 impl ReqLog {
     /// Opens the target and starts the writer thread.
     pub fn start(config: &Config) -> io::Result<ReqLog> {
-        let out: Box<dyn Write + Send> = match &config.target {
-            Target::Stdout => Box::new(io::stdout()),
-            Target::File(p) => {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                Box::new(
-                    std::fs::OpenOptions::new()
-                        .append(true)
-                        .create(true)
-                        .mode(0o640)
-                        .open(p)
-                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?,
-                )
-            }
+        let out = match &config.target {
+            Target::Stdout => out::Out::Stdout,
+            Target::File(p) => out::open(p)?,
         };
         let (tx, rx) = sync_channel::<Box<Line>>(config.queue.max(1));
         let stats = Arc::new(Stats::default());
-        let every = config.summary_every;
+        let (every, max_bytes) = (config.summary_every, config.max_bytes);
         let s = Arc::clone(&stats);
         let writer = std::thread::Builder::new()
             .name("rctl-reqlog".into())
-            .spawn(move || write_lines(rx, io::BufWriter::new(out), &s, every))?;
+            .spawn(move || {
+                Writer {
+                    out,
+                    stats: &s,
+                    max_bytes,
+                    buf: Vec::new(),
+                    ends: Vec::new(),
+                    requests: Vec::new(),
+                }
+                .run(rx, every);
+            })?;
         let interval_ns = 1_000_000_000 / u64::from(config.lines_per_s.max(1));
         Ok(ReqLog {
             stats,
@@ -189,6 +226,12 @@ impl ReqLog {
         })
     }
 
+    /// Opens the file again, at the writer's next turn (within 200 ms):
+    /// after logrotate moved it away, new lines go to a new file.
+    pub fn reopen(&self) {
+        self.stats.reopen.store(true, Relaxed);
+    }
+
     /// Writes what is queued and a last summary, and stops the writer.
     pub fn close(&self) {
         drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
@@ -198,8 +241,8 @@ impl ReqLog {
         }
     }
 
-    /// Lines written, suppressed (all rules), and dropped (queue full).
-    pub fn totals(&self) -> (u64, u64, u64) {
+    /// Lines written and lost, by why.
+    pub fn totals(&self) -> Totals {
         let suppressed = self
             .stats
             .rules
@@ -207,11 +250,14 @@ impl ReqLog {
             .iter()
             .map(|(_, r)| r.suppressed.load(Relaxed))
             .sum();
-        (
-            self.stats.written.load(Relaxed),
+        let s = &self.stats;
+        Totals {
+            written: s.written.load(Relaxed),
             suppressed,
-            self.stats.dropped.load(Relaxed),
-        )
+            dropped: s.dropped.load(Relaxed),
+            failed: s.failed.load(Relaxed),
+            over_size: s.over_size.load(Relaxed),
+        }
     }
 }
 
@@ -221,63 +267,117 @@ impl Drop for ReqLog {
     }
 }
 
-/// The writer thread: lines as they come, a summary when due, a flush
-/// whenever the queue is empty.
-fn write_lines(
-    rx: std::sync::mpsc::Receiver<Box<Line>>,
-    mut out: impl Write,
-    stats: &Stats,
-    every: Duration,
-) {
-    let mut next = Instant::now() + every;
-    loop {
-        let wait = next.saturating_duration_since(Instant::now());
-        let msg = rx.recv_timeout(wait.min(Duration::from_millis(200)));
-        match msg {
-            Ok(line) => {
-                if let Ok(j) = serde_json::to_string(&line) {
-                    let _ = writeln!(out, "{j}");
-                    stats.written.fetch_add(1, Relaxed);
-                }
-                continue;
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                summary(&mut out, stats);
-                let _ = out.flush();
-                return;
-            }
-        }
-        let _ = out.flush();
-        if Instant::now() >= next {
-            summary(&mut out, stats);
-            let _ = out.flush();
-            next = Instant::now() + every;
-        }
-    }
+/// The writer thread's state: lines as they come, batched, a summary
+/// when due, a write whenever the queue is empty (or the batch is big).
+struct Writer<'a> {
+    out: out::Out,
+    stats: &'a Stats,
+    max_bytes: Option<u64>,
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+    /// Per line: whether it is a request's (not a summary).
+    requests: Vec<bool>,
 }
 
-/// Writes what was suppressed and dropped since the last summary, if any.
-fn summary(out: &mut impl Write, stats: &Stats) {
-    let mut suppressed = BTreeMap::new();
-    for (name, r) in stats.rules.all() {
-        let total = r.suppressed.load(Relaxed);
-        let before = r.reported.swap(total, Relaxed);
-        if total > before {
-            suppressed.insert(name, total - before);
+/// A batch is written once it holds this much.
+const BATCH_BYTES: usize = 64 * 1024;
+
+impl Writer<'_> {
+    fn run(mut self, rx: std::sync::mpsc::Receiver<Box<Line>>, every: Duration) {
+        let mut next = Instant::now() + every;
+        loop {
+            if self.stats.reopen.swap(false, Relaxed) {
+                self.flush();
+                if let Err(e) = self.out.reopen() {
+                    // Written where the agent's own messages go (journald).
+                    eprintln!("rctl: warning: reopening the request log: {e}; writing on to the file in use");
+                }
+            }
+            let wait = next.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait.min(Duration::from_millis(200))) {
+                Ok(line) => {
+                    if let Ok(j) = serde_json::to_string(&line) {
+                        self.push(&j, true);
+                    }
+                    if self.buf.len() >= BATCH_BYTES {
+                        self.flush();
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.summary();
+                    self.flush();
+                    return;
+                }
+            }
+            self.flush();
+            if Instant::now() >= next {
+                self.summary();
+                self.flush();
+                next = Instant::now() + every;
+            }
         }
     }
-    let dropped = stats.dropped.load(Relaxed);
-    let dropped = dropped - stats.dropped_reported.swap(dropped, Relaxed);
-    if suppressed.is_empty() && dropped == 0 {
-        return;
+
+    /// Adds one JSON line, with the characters a terminal would act on
+    /// escaped (they can only be inside strings, where `\uXXXX` is valid).
+    fn push(&mut self, json: &str, request: bool) {
+        for c in json.chars() {
+            if rctl_compiler::diag::is_unsafe_char(c) {
+                let _ = write!(self.buf, "\\u{:04x}", c as u32);
+            } else {
+                let mut b = [0u8; 4];
+                self.buf.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+            }
+        }
+        self.buf.push(b'\n');
+        self.ends.push(self.buf.len());
+        self.requests.push(request);
     }
-    let j = serde_json::json!({
-        "time": unix_now(),
-        "suppressed": suppressed,
-        "dropped": dropped,
-    });
-    let _ = writeln!(out, "{j}");
+
+    fn flush(&mut self) {
+        if self.ends.is_empty() {
+            return;
+        }
+        let w = self.out.write(&self.buf, &self.ends, self.max_bytes);
+        // Lines go out in order: the written ones first, then the ones a
+        // failed write lost, then the ones over the bound. Only requests'
+        // lines are counted.
+        let (a, b) = (w.written as usize, (w.written + w.failed) as usize);
+        let count = |r: &[bool]| r.iter().filter(|&&x| x).count() as u64;
+        let r = &self.requests;
+        self.stats.written.fetch_add(count(&r[..a]), Relaxed);
+        self.stats.failed.fetch_add(count(&r[a..b]), Relaxed);
+        self.stats.over_size.fetch_add(count(&r[b..]), Relaxed);
+        self.buf.clear();
+        self.ends.clear();
+        self.requests.clear();
+    }
+
+    /// Adds what was suppressed and dropped since the last summary, if any.
+    fn summary(&mut self) {
+        let stats = self.stats;
+        let mut suppressed = BTreeMap::new();
+        for (name, r) in stats.rules.all() {
+            let total = r.suppressed.load(Relaxed);
+            let before = r.reported.swap(total, Relaxed);
+            if total > before {
+                suppressed.insert(name, total - before);
+            }
+        }
+        let dropped = stats.dropped.load(Relaxed);
+        let dropped = dropped - stats.dropped_reported.swap(dropped, Relaxed);
+        if suppressed.is_empty() && dropped == 0 {
+            return;
+        }
+        let j = serde_json::json!({
+            "time": unix_now(),
+            "suppressed": suppressed,
+            "dropped": dropped,
+        });
+        self.push(&j.to_string(), false);
+    }
 }
 
 impl Observer for ReqLog {
@@ -337,6 +437,8 @@ impl Collector for ReqLog {
             [
                 ("written", s.written.load(Relaxed)),
                 ("dropped", s.dropped.load(Relaxed)),
+                ("failed", s.failed.load(Relaxed)),
+                ("over_size", s.over_size.load(Relaxed)),
             ],
         )?;
         let rules = s.rules.all();
@@ -417,7 +519,11 @@ rule watch { when path == "/w" log }"#,
         let last = lines.last().unwrap();
         assert_eq!(last["suppressed"]["flood"], 995, "{text}");
         assert_eq!(last["dropped"], 0);
-        assert_eq!(log.totals(), (8, 995, 0));
+        let t = log.totals();
+        assert_eq!(
+            (t.written, t.suppressed, t.dropped, t.failed),
+            (8, 995, 0, 0)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
