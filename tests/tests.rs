@@ -32,6 +32,7 @@ mod invariants;
 mod language;
 mod limits;
 mod native;
+mod neighbours;
 mod netns;
 mod shared_throttle;
 mod witness;

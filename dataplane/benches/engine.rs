@@ -306,7 +306,11 @@ fn request_path(c: &mut Criterion, t: &mut u64) {
                 h.set_new_key_weight(4);
             }
             let name = if shared { "shared" } else { "local" };
+            // A filter (`-- request/`) may skip the group: the check below
+            // is only for a run that timed it.
+            let mut ran = false;
             g.bench_function(BenchmarkId::new(name, n), |b| {
+                ran = true;
                 b.iter_custom(|iters| {
                     let mut timed = std::time::Duration::ZERO;
                     let mut left = iters;
@@ -339,7 +343,7 @@ fn request_path(c: &mut Criterion, t: &mut u64) {
             });
             let held = engine.limiter(rule).map_or(0, |l| l.len());
             assert!(
-                held >= n as usize / 2,
+                !ran || held >= n as usize / 2,
                 "the throttle judged the requests: {held} keys"
             );
         }

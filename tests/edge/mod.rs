@@ -9,7 +9,7 @@
 //!   deterministic; with no agent at all, traffic is served (fail open)
 //!   and counted as unchecked.
 
-mod emit;
+pub mod emit;
 mod incidents;
 mod lifecycle;
 mod parity;

@@ -27,7 +27,8 @@ pub struct Serve {
 impl Serve {
     /// Starts `rctl serve --artifact ARTIFACT` with SPOE on `DIR/run/spoe.sock`,
     /// the check endpoint on `http`, the control socket on
-    /// `DIR/run/agent.sock`, the log in `DIR/matched.log` and `extra` flags;
+    /// `DIR/run/agent.sock`, the log in `DIR/matched.log` (unless `extra`
+    /// names one with `--log`) and `extra` flags;
     /// waits until it says it is ready.
     pub fn start(dir: &Path, artifact: &Path, http: SocketAddr, extra: &[&str]) -> Serve {
         Serve::start_with(
@@ -67,9 +68,15 @@ impl Serve {
             http.to_string(),
             "--control".into(),
             control.display().to_string(),
-            "--log".into(),
-            log.display().to_string(),
         ];
+        // A test that names its own log keeps it.
+        let log = match extra.iter().position(|a| *a == "--log") {
+            Some(i) => PathBuf::from(extra.get(i + 1).copied().unwrap_or_default()),
+            None => {
+                args.extend(["--log".into(), log.display().to_string()]);
+                log
+            }
+        };
         args.extend(extra.iter().map(|s| s.to_string()));
         let program = command.get_program().to_os_string();
         let mut args: Vec<OsString> = command
