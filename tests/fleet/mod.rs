@@ -5,6 +5,7 @@
 //! over its control socket, and the verdicts its check endpoint gives.
 
 mod etcd;
+mod hostile;
 mod pinned;
 mod redis;
 mod tls;
