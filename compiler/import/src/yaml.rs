@@ -113,82 +113,211 @@ pub fn resolve(s: &str) -> Plain {
     }
 }
 
-/// Byte offset of a YAML marker (1-based line, 0-based column in
-/// characters) in `src`.
-fn offset(src: &SourceFile, line: usize, col: usize) -> usize {
-    let text = &src.text;
-    let mut start = 0usize;
-    for _ in 1..line {
-        match text[start..].find('\n') {
-            Some(n) => start += n + 1,
-            None => return text.len(),
+/// Bounds on what one YAML stream may make the reader build. A stream
+/// that would pass one is refused with the position where it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest scalar, in bytes (as unescaped): requestctl's longest are
+    /// regexes and expressions, far shorter.
+    pub max_scalar_bytes: usize,
+    /// Deepest nesting of collections (a requestctl object is at most
+    /// four deep: a dump document, `data`, `cidrs`, an item).
+    pub max_depth: usize,
+    /// Fixed part of the alias budget, in nodes; with the stream's size in
+    /// bytes added, the most nodes that aliases may copy in all (each alias
+    /// copies its anchor's subtree; keeping an anchored collection counts
+    /// once too).
+    pub alias_nodes_floor: usize,
+    /// Whatever the stream's size, aliases copy at most this many nodes.
+    pub alias_nodes_cap: usize,
+    /// Fixed part of the alias budget in scalar bytes (the stream's size
+    /// is added), as for nodes.
+    pub alias_bytes_floor: usize,
+    /// Whatever the stream's size, aliases copy at most this many bytes.
+    pub alias_bytes_cap: usize,
+}
+
+impl Default for Limits {
+    /// 1 MiB scalars, 64 levels; aliases copy at most 10,000 nodes and
+    /// 1 MiB plus one node and one byte for each byte of the stream, and
+    /// never more than a million nodes and 64 MiB.
+    fn default() -> Self {
+        Limits {
+            max_scalar_bytes: 1 << 20,
+            max_depth: 64,
+            alias_nodes_floor: 10_000,
+            alias_nodes_cap: 1_000_000,
+            alias_bytes_floor: 1 << 20,
+            alias_bytes_cap: 64 << 20,
         }
     }
-    text[start..]
-        .char_indices()
-        .nth(col)
-        .map_or(text.len(), |(i, _)| start + i)
+}
+
+/// What a subtree holds, for the alias budget.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Size {
+    fn add(&mut self, o: Size) {
+        self.nodes = self.nodes.saturating_add(o.nodes);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+    }
+}
+
+/// An open collection.
+struct Frame {
+    node: Node,
+    /// A mapping's key waiting for its value.
+    key: Option<Node>,
+    /// The anchor id to record it under when it closes (0: none).
+    anchor: usize,
+    size: Size,
 }
 
 struct Builder<'a> {
     src: &'a SourceFile,
     file: FileId,
-    /// Open collections: the node so far, and a pending mapping key.
-    stack: Vec<(Node, Option<Node>)>,
-    anchors: HashMap<usize, Node>,
-    /// Anchor ids of the open collections, to record when they close.
-    open_anchors: Vec<usize>,
+    limits: Limits,
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, (Node, Size)>,
     docs: Vec<Node>,
+    /// What aliases (and anchored collections) have copied so far, and
+    /// what they may.
+    copied: Size,
+    budget: Size,
 }
 
+/// Why a stream is refused.
+type Refusal = Box<Diagnostic>;
+
 impl Builder<'_> {
+    /// Byte offset of a parser's marker (1-based line, 0-based column in
+    /// characters), in constant time.
+    fn offset(&self, m: &saphyr_parser::Marker) -> usize {
+        let line = u32::try_from(m.line()).unwrap_or(u32::MAX);
+        let col = u32::try_from(m.col().saturating_add(1)).unwrap_or(u32::MAX);
+        self.src.offset_of(line, col)
+    }
+
     fn span(&self, s: &saphyr_parser::Span) -> Span {
-        let a = offset(self.src, s.start.line(), s.start.col());
-        let b = offset(self.src, s.end.line(), s.end.col()).max(a);
+        let a = self.offset(&s.start);
+        let b = self.offset(&s.end).max(a);
         self.src.span(self.file, a, b)
     }
 
-    fn add(&mut self, node: Node) {
+    fn add(&mut self, node: Node, size: Size) {
         match self.stack.last_mut() {
             None => self.docs.push(node),
-            Some((parent, key)) => match &mut parent.kind {
-                Kind::Seq(items) => items.push(node),
-                Kind::Map(entries) => match key.take() {
-                    None => *key = Some(node),
-                    Some(k) => entries.push((k, node)),
-                },
-                Kind::Scalar { .. } => {}
-            },
+            Some(f) => {
+                f.size.add(size);
+                match &mut f.node.kind {
+                    Kind::Seq(items) => items.push(node),
+                    Kind::Map(entries) => match f.key.take() {
+                        None => f.key = Some(node),
+                        Some(k) => entries.push((k, node)),
+                    },
+                    Kind::Scalar { .. } => {}
+                }
+            }
         }
     }
 
-    fn close(&mut self, end: Span) {
-        if let Some((mut node, _)) = self.stack.pop() {
-            node.span.end = end.end.max(node.span.start);
-            if let Some(a) = self.open_anchors.pop().filter(|&a| a > 0) {
-                self.anchors.insert(a, node.clone());
-            }
-            self.add(node);
+    fn open(&mut self, kind: Kind, span: Span, anchor: usize) -> Result<(), Refusal> {
+        if self.stack.len() >= self.limits.max_depth {
+            return Err(Box::new(
+                Diagnostic::error(
+                    code::LIMIT,
+                    format!(
+                        "YAML nested more than {} collections deep",
+                        self.limits.max_depth
+                    ),
+                )
+                .primary(span, "this one is too deep")
+                .hint("requestctl's objects are flat mappings; this is not one"),
+            ));
         }
+        self.stack.push(Frame {
+            node: Node { kind, span },
+            key: None,
+            anchor,
+            size: Size { nodes: 1, bytes: 0 },
+        });
+        Ok(())
+    }
+
+    fn close(&mut self, end: Span) -> Result<(), Refusal> {
+        if let Some(mut f) = self.stack.pop() {
+            f.node.span.end = end.end.max(f.node.span.start);
+            if f.anchor > 0 {
+                self.copy(f.size, f.node.span)?;
+                self.anchors.insert(f.anchor, (f.node.clone(), f.size));
+            }
+            self.add(f.node, f.size);
+        }
+        Ok(())
+    }
+
+    /// Charges a copy of `size` to the alias budget.
+    fn copy(&mut self, size: Size, at: Span) -> Result<(), Refusal> {
+        self.copied.add(size);
+        if self.copied.nodes <= self.budget.nodes && self.copied.bytes <= self.budget.bytes {
+            return Ok(());
+        }
+        Err(Box::new(
+            Diagnostic::error(
+                code::LIMIT,
+                format!(
+                    "YAML aliases expand past the limit of {} nodes and {} bytes for this file",
+                    self.budget.nodes, self.budget.bytes
+                ),
+            )
+            .primary(at, "expanding this passes it")
+            .note(
+                "each alias copies its anchor's whole subtree, so nested aliases grow \
+                 exponentially (an \"alias bomb\")",
+            )
+            .hint("write the values out instead of using anchors and aliases"),
+        ))
     }
 }
 
-/// Parses every document of a YAML stream. A syntax error is one
-/// diagnostic at its position.
-pub fn documents(src: &SourceFile, file: FileId) -> Result<Vec<Node>, Box<Diagnostic>> {
+/// Parses every document of a YAML stream, within `limits`. A syntax
+/// error, or a limit passed, is one diagnostic at its position.
+pub fn documents(
+    src: &SourceFile,
+    file: FileId,
+    limits: &Limits,
+) -> Result<Vec<Node>, Box<Diagnostic>> {
+    let len = src.text.len();
     let mut b = Builder {
         src,
         file,
+        limits: *limits,
         stack: Vec::new(),
         anchors: HashMap::new(),
-        open_anchors: Vec::new(),
         docs: Vec::new(),
+        copied: Size::default(),
+        budget: Size {
+            nodes: limits
+                .alias_nodes_floor
+                .saturating_add(len)
+                .min(limits.alias_nodes_cap),
+            bytes: limits
+                .alias_bytes_floor
+                .saturating_add(len)
+                .min(limits.alias_bytes_cap),
+        },
     };
     for ev in Parser::new_from_str(&src.text) {
         let (ev, span) = ev.map_err(|e| {
-            let m = e.marker();
-            let at = offset(src, m.line(), m.col());
-            let end = (at + 1).min(src.text.len()).max(at);
+            let at = b.offset(e.marker());
+            let end = (at + 1).min(len).max(at);
+            let end = (end..=len)
+                .find(|&i| src.text.is_char_boundary(i))
+                .unwrap_or(len);
             Box::new(
                 Diagnostic::error(code::IMPORT_SHAPE, format!("invalid YAML: {}", e.info()))
                     .primary(src.span(file, at, end), "here")
@@ -198,6 +327,24 @@ pub fn documents(src: &SourceFile, file: FileId) -> Result<Vec<Node>, Box<Diagno
         let sp = b.span(&span);
         match ev {
             Event::Scalar(text, style, anchor, _) => {
+                if text.len() > limits.max_scalar_bytes {
+                    return Err(Box::new(
+                        Diagnostic::error(
+                            code::LIMIT,
+                            format!(
+                                "a YAML scalar of {} bytes, over the limit of {} bytes",
+                                text.len(),
+                                limits.max_scalar_bytes
+                            ),
+                        )
+                        .primary(sp, "this value")
+                        .hint("requestctl's values are names, CIDRs, regexes and expressions; this is not one"),
+                    ));
+                }
+                let size = Size {
+                    nodes: 1,
+                    bytes: text.len(),
+                };
                 let node = Node {
                     kind: Kind::Scalar {
                         text: text.into_owned(),
@@ -206,44 +353,27 @@ pub fn documents(src: &SourceFile, file: FileId) -> Result<Vec<Node>, Box<Diagno
                     span: sp,
                 };
                 if anchor > 0 {
-                    b.anchors.insert(anchor, node.clone());
+                    b.copy(size, sp)?;
+                    b.anchors.insert(anchor, (node.clone(), size));
                 }
-                b.add(node);
+                b.add(node, size);
             }
-            Event::SequenceStart(anchor, _) => {
-                b.stack.push((
-                    Node {
-                        kind: Kind::Seq(Vec::new()),
-                        span: sp,
-                    },
-                    None,
-                ));
-                b.open_anchors.push(anchor);
-            }
-            Event::MappingStart(anchor, _) => {
-                b.stack.push((
-                    Node {
-                        kind: Kind::Map(Vec::new()),
-                        span: sp,
-                    },
-                    None,
-                ));
-                b.open_anchors.push(anchor);
-            }
-            Event::SequenceEnd | Event::MappingEnd => b.close(sp),
+            Event::SequenceStart(anchor, _) => b.open(Kind::Seq(Vec::new()), sp, anchor)?,
+            Event::MappingStart(anchor, _) => b.open(Kind::Map(Vec::new()), sp, anchor)?,
+            Event::SequenceEnd | Event::MappingEnd => b.close(sp)?,
             Event::Alias(id) => {
-                let node = b.anchors.get(&id).cloned().map(|mut n| {
+                let Some(&(_, size)) = b.anchors.get(&id) else {
+                    return Err(Box::new(
+                        Diagnostic::error(code::IMPORT_SHAPE, "YAML alias to no anchor")
+                            .primary(sp, "unknown alias"),
+                    ));
+                };
+                // Charged before copying: a refused copy is never made.
+                b.copy(size, sp)?;
+                if let Some((n, _)) = b.anchors.get(&id) {
+                    let mut n = n.clone();
                     n.span = sp;
-                    n
-                });
-                match node {
-                    Some(n) => b.add(n),
-                    None => {
-                        return Err(Box::new(
-                            Diagnostic::error(code::IMPORT_SHAPE, "YAML alias to no anchor")
-                                .primary(sp, "unknown alias"),
-                        ))
-                    }
+                    b.add(n, size);
                 }
             }
             Event::StreamStart
@@ -278,7 +408,7 @@ mod tests {
     fn nodes_keep_their_positions() {
         let text = "cidrs:\n- 1.0.0.0/8\n- \u{e9}x: 'quoted'\ncomment: Aws\n";
         let src = SourceFile::new("a.yaml".into(), text.into());
-        let docs = documents(&src, 0).unwrap();
+        let docs = documents(&src, 0, &Limits::default()).unwrap();
         let Kind::Map(entries) = &docs[0].kind else {
             panic!()
         };
@@ -299,7 +429,7 @@ mod tests {
     #[test]
     fn a_syntax_error_has_a_position() {
         let src = SourceFile::new("b.yaml".into(), "a: [1, 2\nb: c\n".into());
-        let e = documents(&src, 0).unwrap_err();
+        let e = documents(&src, 0, &Limits::default()).unwrap_err();
         assert!(e.location().is_some());
     }
 }
