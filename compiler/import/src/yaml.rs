@@ -93,7 +93,17 @@ pub fn resolve(s: &str) -> Plain {
         Some(b'+') => (false, &s[1..]),
         _ => (false, s),
     };
-    let digits = body.replace('_', "");
+    // Only digits, letters (for `0x`, `0b`, `0o`) and `_` can make an
+    // integer: anything else (a CIDR, a path) is a string, found without
+    // allocating.
+    if !body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Plain::Str;
+    }
+    let digits: std::borrow::Cow<'_, str> = if body.contains('_') {
+        body.replace('_', "").into()
+    } else {
+        body.into()
+    };
     let parsed = if let Some(h) = digits.strip_prefix("0x") {
         i64::from_str_radix(h, 16).ok()
     } else if let Some(b) = digits.strip_prefix("0b") {
@@ -402,6 +412,10 @@ mod tests {
         assert_eq!(resolve("/w/api.php"), Plain::Str);
         assert_eq!(resolve("1.0.0.0/8"), Plain::Str);
         assert_eq!(resolve("_1"), Plain::Str);
+        // A sign only in front, as PyYAML's int pattern has it.
+        assert_eq!(resolve("0x-5"), Plain::Str);
+        assert_eq!(resolve("0-5"), Plain::Str);
+        assert_eq!(resolve("-0x_1f"), Plain::Int(-31));
     }
 
     #[test]
