@@ -134,6 +134,26 @@ impl SourceFile {
         len
     }
 
+    /// [`SourceFile::offset_of`] with the line and column of the offset
+    /// found: those given when the column is on its line (no search), else
+    /// what [`SourceFile::line_col`] says. For building a [`Span`] from a
+    /// parser's line and column.
+    pub fn locate(&self, line: u32, col: u32) -> (usize, u32, u32) {
+        let off = self.offset_of(line, col);
+        let idx = (line as usize).wrapping_sub(1);
+        let on_line = match (self.line_starts.get(idx), self.line_starts.get(idx + 1)) {
+            (Some(&start), Some(&next)) => off >= start as usize && off < next as usize,
+            (Some(&start), None) => off >= start as usize,
+            _ => false,
+        };
+        if on_line && col >= 1 {
+            (off, line, col)
+        } else {
+            let (l, c) = self.line_col(off as u32);
+            (off, l, c)
+        }
+    }
+
     /// The text of a 1-based line, without its newline.
     pub fn line_text(&self, line: u32) -> &str {
         let idx = (line as usize).saturating_sub(1);
@@ -235,12 +255,20 @@ mod tests {
                 assert_eq!(f.offset_of(line, col), off, "at {off}");
             }
             assert_eq!(f.offset_of(1_000_000, 1), t.len());
+            for (off, _) in t.char_indices().step_by(7) {
+                let (line, col) = f.line_col(off as u32);
+                assert_eq!(f.locate(line, col), (off, line, col));
+            }
+            let end = f.line_col(t.len() as u32);
+            assert_eq!(f.locate(1_000_000, 1), (t.len(), end.0, end.1));
             assert_eq!(f.offset_of(1, u32::MAX), t.len());
         }
         // A column past the end of its line counts on into the next.
         let f = SourceFile::new("x".into(), "\u{e9}\nb\n".into());
         assert_eq!(f.offset_of(1, 3), 3);
         assert_eq!(f.offset_of(1, 4), 4);
+        assert_eq!(f.locate(1, 3), (3, 2, 1));
+        assert_eq!(f.locate(1, 4), (4, 2, 2));
     }
 
     #[test]
