@@ -59,19 +59,23 @@ pub struct Limits {
     pub max_total_bytes: usize,
     /// Most directory entries a tree walk looks at.
     pub max_entries: usize,
+    /// Most YAML nodes a tree's files hold in all (each file also within
+    /// [`yaml::Limits::max_nodes`]).
+    pub max_total_nodes: usize,
     /// What one YAML file may make the reader build.
     pub yaml: yaml::Limits,
 }
 
 impl Default for Limits {
-    /// 64 MiB a file, 256 MiB in all, 100,000 entries, and
-    /// [`yaml::Limits::default`]: far above requestctl's objects, which
-    /// etcd keeps under 1.5 MiB each by default.
+    /// 64 MiB a file, 256 MiB in all, 100,000 entries, four million YAML
+    /// nodes in all, and [`yaml::Limits::default`]: far above requestctl's
+    /// objects, which etcd keeps under 1.5 MiB each by default.
     fn default() -> Self {
         Limits {
             max_file_bytes: 64 << 20,
             max_total_bytes: 256 << 20,
             max_entries: 100_000,
+            max_total_nodes: 4_000_000,
             yaml: yaml::Limits::default(),
         }
     }
@@ -201,7 +205,7 @@ fn read_tree(root: &Path, opts: &Options, imp: &mut Imported, objects: &mut Vec<
                 let Some(id) = reader.read(&file, imp) else {
                     continue;
                 };
-                read_object(entity, &tag, &name, id, opts, imp, objects);
+                read_object(entity, (&tag, &name), id, &mut reader, opts, imp, objects);
             }
         }
     }
@@ -222,9 +226,9 @@ fn read_tree(root: &Path, opts: &Options, imp: &mut Imported, objects: &mut Vec<
 /// Reads the object in one file of a tree.
 fn read_object(
     entity: Entity,
-    tag: &str,
-    name: &str,
+    (tag, name): (&str, &str),
     id: rctl_compiler::source::FileId,
+    reader: &mut read::Reader,
     opts: &Options,
     imp: &mut Imported,
     objects: &mut Vec<(Entity, Object)>,
@@ -251,6 +255,10 @@ fn read_object(
             return;
         }
     };
+    if let Some(d) = reader.count_nodes(yaml::count(&docs), &src.path) {
+        imp.diagnostics.push(d);
+        return;
+    }
     if docs.len() > 1 {
         imp.diagnostics.push(
             Diagnostic::error(code::IMPORT_SHAPE, "one requestctl object a file")
@@ -339,22 +347,22 @@ fn read_dump_source(
         }
     };
     for doc in &docs {
-        let get = |n: &yaml::Node, k: &str| -> Option<yaml::Node> {
+        fn get<'n>(n: &'n yaml::Node, k: &str) -> Option<&'n yaml::Node> {
             match &n.kind {
                 yaml::Kind::Map(es) => es
                     .iter()
                     .find(|(key, _)| matches!(&key.kind, yaml::Kind::Scalar { text, .. } if text == k))
-                    .map(|(_, v)| v.clone()),
+                    .map(|(_, v)| v),
                 _ => None,
             }
-        };
+        }
         let text = |n: Option<&yaml::Node>| match n.map(|n| &n.kind) {
             Some(yaml::Kind::Scalar { text, .. }) => Some(text.clone()),
             _ => None,
         };
         let meta = get(doc, "metadata");
-        let ty = text(meta.as_ref().and_then(|m| get(m, "type")).as_ref());
-        let slug = text(meta.as_ref().and_then(|m| get(m, "path")).as_ref());
+        let ty = text(meta.and_then(|m| get(m, "type")));
+        let slug = text(meta.and_then(|m| get(m, "path")));
         let (Some(ty), Some(slug)) = (ty, slug) else {
             imp.diagnostics.push(
                 Diagnostic::error(
@@ -390,8 +398,8 @@ fn read_dump_source(
             *entity,
             tag,
             name,
-            data.as_ref(),
-            data.as_ref().map_or(doc.span, |d| d.span),
+            data,
+            data.map_or(doc.span, |d| d.span),
             &mut imp.diagnostics,
         ) {
             objects.push((*entity, o));

@@ -398,3 +398,36 @@ fn the_entry_limit_stops_the_walk() {
     assert!(report(&imp).contains("more than 10 files and directories"));
     assert!(imp.rulesets.is_empty());
 }
+
+#[test]
+fn the_node_limits_hold_for_a_file_and_for_a_tree() {
+    let root = tree("node-limit");
+    let mut many = String::from("cidrs:\n");
+    for i in 0..2000 {
+        many.push_str(&format!("- {}\n", cidr(i)));
+    }
+    write(&root.join("request-ipblocks/cloud/many.yaml"), &many);
+    let mut limits = crate::Limits::default();
+    limits.yaml.max_nodes = 1000;
+    let imp = import_with(&root, limits);
+    assert_eq!(codes(&imp), [code::LIMIT], "{}", report(&imp));
+    let r = report(&imp);
+    // Node 1001: the mapping, its key `cidrs`, the list, 998 items.
+    assert!(r.contains("more than 1000 YAML values"), "{r}");
+    assert!(r.contains("--> ") && r.contains("many.yaml:999:3"), "{r}");
+
+    // Each file is within a file's limit (6 and 2003 nodes), not both
+    // within the tree's.
+    let limits = crate::Limits {
+        max_total_nodes: 2005,
+        ..crate::Limits::default()
+    };
+    let imp = import_with(&root, limits);
+    assert_eq!(codes(&imp), [code::LIMIT], "{}", report(&imp));
+    let r = report(&imp);
+    assert!(
+        r.contains("more than 2005 YAML values, lists and mappings in all"),
+        "{r}"
+    );
+    assert!(r.contains("stopped at") && r.contains("many.yaml"), "{r}");
+}

@@ -40,6 +40,8 @@ pub(crate) struct Reader {
     total: usize,
     /// Directory entries looked at so far.
     entries: usize,
+    /// YAML nodes read so far.
+    nodes: usize,
     /// A limit of the whole walk was reached: read nothing more.
     pub(crate) stopped: bool,
 }
@@ -65,6 +67,7 @@ impl Reader {
             limits: limits.clone(),
             total: 0,
             entries: 0,
+            nodes: 0,
             stopped: false,
         }
     }
@@ -76,6 +79,7 @@ impl Reader {
             limits: limits.clone(),
             total: 0,
             entries: 0,
+            nodes: 0,
             stopped: false,
         }
     }
@@ -184,6 +188,27 @@ impl Reader {
                 None
             }
         }
+    }
+
+    /// Counts the YAML nodes of one more file against
+    /// [`Limits::max_total_nodes`]; past it, the error (and the walk stops).
+    pub(crate) fn count_nodes(&mut self, n: usize, path: &Path) -> Option<Diagnostic> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes <= self.limits.max_total_nodes {
+            return None;
+        }
+        self.stopped = true;
+        Some(
+            Diagnostic::error(
+                code::LIMIT,
+                format!(
+                    "the tree's files hold more than {} YAML values, lists and mappings in all; stopped at `{}`",
+                    self.limits.max_total_nodes,
+                    path.display()
+                ),
+            )
+            .hint("name the root of a requestctl tree (what `requestctl sync -g` reads); its objects are far smaller"),
+        )
     }
 
     /// The diagnostic for a file or entry that cannot be read.

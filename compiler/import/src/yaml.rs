@@ -133,6 +133,9 @@ pub struct Limits {
     /// Deepest nesting of collections (a requestctl object is at most
     /// four deep: a dump document, `data`, `cidrs`, an item).
     pub max_depth: usize,
+    /// Most nodes (scalars and collections, aliases' copies included) in
+    /// the stream: each costs about a hundred bytes of memory.
+    pub max_nodes: usize,
     /// Fixed part of the alias budget, in nodes; with the stream's size in
     /// bytes added, the most nodes that aliases may copy in all (each alias
     /// copies its anchor's subtree; keeping an anchored collection counts
@@ -148,13 +151,15 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 1 MiB scalars, 64 levels; aliases copy at most 10,000 nodes and
+    /// 1 MiB scalars, 64 levels, two million nodes (a 10 MB ipblock has
+    /// 550,000); aliases copy at most 10,000 nodes and
     /// 1 MiB plus one node and one byte for each byte of the stream, and
     /// never more than a million nodes and 64 MiB.
     fn default() -> Self {
         Limits {
             max_scalar_bytes: 1 << 20,
             max_depth: 64,
+            max_nodes: 2_000_000,
             alias_nodes_floor: 10_000,
             alias_nodes_cap: 1_000_000,
             alias_bytes_floor: 1 << 20,
@@ -198,6 +203,8 @@ struct Builder<'a> {
     /// what they may.
     copied: Size,
     budget: Size,
+    /// Nodes built so far.
+    nodes: usize,
 }
 
 /// Why a stream is refused.
@@ -205,17 +212,27 @@ type Refusal = Box<Diagnostic>;
 
 impl Builder<'_> {
     /// Byte offset of a parser's marker (1-based line, 0-based column in
-    /// characters), in constant time.
-    fn offset(&self, m: &saphyr_parser::Marker) -> usize {
+    /// characters), and its 1-based line and column, in constant time.
+    fn locate(&self, m: &saphyr_parser::Marker) -> (usize, u32, u32) {
         let line = u32::try_from(m.line()).unwrap_or(u32::MAX);
         let col = u32::try_from(m.col().saturating_add(1)).unwrap_or(u32::MAX);
-        self.src.offset_of(line, col)
+        self.src.locate(line, col)
+    }
+
+    fn offset(&self, m: &saphyr_parser::Marker) -> usize {
+        self.locate(m).0
     }
 
     fn span(&self, s: &saphyr_parser::Span) -> Span {
-        let a = self.offset(&s.start);
+        let (a, line, col) = self.locate(&s.start);
         let b = self.offset(&s.end).max(a);
-        self.src.span(self.file, a, b)
+        Span {
+            file: self.file,
+            start: a as u32,
+            end: b as u32,
+            line,
+            col,
+        }
     }
 
     fn add(&mut self, node: Node, size: Size) {
@@ -235,7 +252,27 @@ impl Builder<'_> {
         }
     }
 
+    /// Counts `n` more nodes built, against [`Limits::max_nodes`].
+    fn build(&mut self, n: usize, at: Span) -> Result<(), Refusal> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes <= self.limits.max_nodes {
+            return Ok(());
+        }
+        Err(Box::new(
+            Diagnostic::error(
+                code::LIMIT,
+                format!(
+                    "this file holds more than {} YAML values, lists and mappings",
+                    self.limits.max_nodes
+                ),
+            )
+            .primary(at, "the one past the limit")
+            .hint("requestctl's objects are far smaller; split a larger ipblock into several"),
+        ))
+    }
+
     fn open(&mut self, kind: Kind, span: Span, anchor: usize) -> Result<(), Refusal> {
+        self.build(1, span)?;
         if self.stack.len() >= self.limits.max_depth {
             return Err(Box::new(
                 Diagnostic::error(
@@ -310,6 +347,7 @@ pub fn documents(
         anchors: HashMap::new(),
         docs: Vec::new(),
         copied: Size::default(),
+        nodes: 0,
         budget: Size {
             nodes: limits
                 .alias_nodes_floor
@@ -351,6 +389,7 @@ pub fn documents(
                         .hint("requestctl's values are names, CIDRs, regexes and expressions; this is not one"),
                     ));
                 }
+                b.build(1, sp)?;
                 let size = Size {
                     nodes: 1,
                     bytes: text.len(),
@@ -380,6 +419,7 @@ pub fn documents(
                 };
                 // Charged before copying: a refused copy is never made.
                 b.copy(size, sp)?;
+                b.build(size.nodes, sp)?;
                 if let Some((n, _)) = b.anchors.get(&id) {
                     let mut n = n.clone();
                     n.span = sp;
@@ -394,6 +434,18 @@ pub fn documents(
         }
     }
     Ok(b.docs)
+}
+
+/// How many nodes `docs` hold, collections and scalars (keys included).
+pub fn count(docs: &[Node]) -> usize {
+    fn one(n: &Node) -> usize {
+        1 + match &n.kind {
+            Kind::Scalar { .. } => 0,
+            Kind::Seq(items) => items.iter().map(one).sum(),
+            Kind::Map(entries) => entries.iter().map(|(k, v)| one(k) + one(v)).sum(),
+        }
+    }
+    docs.iter().map(one).sum()
 }
 
 #[cfg(test)]
