@@ -381,3 +381,44 @@ fn what_rctl_check_would_refuse_is_refused_at_import() {
         assert!(walk(&out).is_empty(), "{want}");
     }
 }
+
+/// The importer reads as the compiler does: a link out of the tree is
+/// refused without being read (its target is never quoted), a FIFO named
+/// as the dump is refused at once, and nothing is written either way.
+#[test]
+fn links_out_of_the_tree_and_fifos_are_refused_unread() {
+    let base = tempdir("import-confined");
+    let tree = base.join("tree");
+    let dir = tree.join("request-ipblocks/abuse");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ok.yaml"), "cidrs:\n- 192.0.2.0/24\n").unwrap();
+    let secret = base.join("secret");
+    std::fs::write(&secret, "root:SECRET-HASH:19000::\n[unclosed\n").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("x.yaml")).unwrap();
+    let (out, o) = import(&tree, &[]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("E0007") && err.contains("x.yaml` leads outside"),
+        "{err}"
+    );
+    assert!(!err.contains("SECRET"), "{err}");
+    assert!(walk(&out).is_empty());
+
+    let fifo = base.join("dump.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let t = std::time::Instant::now();
+    let (_, o) = import(&fifo, &[]);
+    let err = stderr(&o);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("E0008") && err.contains("is a FIFO"), "{err}");
+}

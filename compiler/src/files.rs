@@ -360,44 +360,62 @@ impl Walker<'_> {
     /// The metadata of an entry, following a symlink only where it stays
     /// below a root; `None` for entries to skip.
     fn follow(&mut self, p: &Path) -> Option<Metadata> {
-        let meta = match std::fs::symlink_metadata(p) {
+        match follow(p, self.roots, is_rctl(p)) {
             Ok(m) => m,
-            Err(e) => {
+            Err(LoadError::Outside { resolved, roots }) => {
+                let d = crate::load::outside_diagnostic(p, &resolved, &roots);
+                self.out.errors.push(d);
+                None
+            }
+            Err(LoadError::Io(e)) => {
                 self.io(p, &e);
-                return None;
+                None
             }
-        };
-        if !meta.file_type().is_symlink() {
-            return Some(meta);
-        }
-        let target = match std::fs::canonicalize(p) {
-            Ok(t) => t,
-            Err(e) => {
-                // A dangling or self-referencing link: an error only where
-                // it claims to be a rule file.
-                if is_rctl(p) {
-                    self.io(p, &e);
-                }
-                return None;
-            }
-        };
-        let meta = match std::fs::metadata(&target) {
-            Ok(m) => m,
-            Err(e) => {
+            Err(other) => {
+                let e = std::io::Error::other(format!("{other:?}"));
                 self.io(p, &e);
-                return None;
+                None
             }
-        };
-        if !meta.is_dir() && !is_rctl(p) {
-            return None;
         }
-        if !self.roots.contains(&target) {
-            let d = crate::load::outside_diagnostic(p, &target, &self.roots.list());
-            self.out.errors.push(d);
-            return None;
-        }
-        Some(meta)
     }
+}
+
+/// What a directory walk finds at `p`, following a symlink only where it
+/// stays below one of the `roots`: the policy of [`rctl_files`], for any
+/// walk that reads below a root.
+///
+/// - `Ok(Some(meta))`: the entry (for a symlink, what it leads to, below a
+///   root, or a file the walk would not read anyway);
+/// - `Ok(None)`: a symlink to skip: dangling or self-referencing (unless
+///   `wanted`), or leading to a file that is not `wanted`;
+/// - `Err(LoadError::Outside)`: a symlink to a directory, or to a `wanted`
+///   file, that leads outside the roots (nothing of it is read);
+/// - `Err(LoadError::Io)`: the entry cannot be examined, or a `wanted`
+///   symlink is dangling.
+///
+/// `wanted` says whether the walk would read the entry as a file (its name
+/// is one the walk reads, such as `*.rctl`). Nothing is opened: a FIFO or a
+/// device is only examined.
+pub fn follow(p: &Path, roots: &Roots, wanted: bool) -> Result<Option<Metadata>, LoadError> {
+    let meta = std::fs::symlink_metadata(p).map_err(LoadError::Io)?;
+    if !meta.file_type().is_symlink() {
+        return Ok(Some(meta));
+    }
+    let target = match std::fs::canonicalize(p) {
+        Ok(t) => t,
+        // A dangling or self-referencing link: an error only where it
+        // claims to be a file the walk reads.
+        Err(e) if wanted => return Err(LoadError::Io(e)),
+        Err(_) => return Ok(None),
+    };
+    let meta = std::fs::metadata(&target).map_err(LoadError::Io)?;
+    if !meta.is_dir() && !wanted {
+        return Ok(None);
+    }
+    if !roots.contains(&target) {
+        return Err(roots.outside(target));
+    }
+    Ok(Some(meta))
 }
 
 /// Largest binary input rctl reads whole: a compiled artifact or the XDP

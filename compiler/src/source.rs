@@ -96,6 +96,64 @@ impl SourceFile {
         (line_idx as u32 + 1, col as u32 + 1)
     }
 
+    /// Byte offset of a 1-based line and 1-based column (in characters):
+    /// the inverse of [`SourceFile::line_col`], in constant time however
+    /// long the line (for parsers that report positions as line and
+    /// column). A line past the last is the end of the text; a column past
+    /// its line's end counts on into the following lines, and past the
+    /// text's end is its end. The offset is always on a character boundary.
+    pub fn offset_of(&self, line: u32, col: u32) -> usize {
+        let len = self.text.len();
+        let Some(&start) = self.line_starts.get((line as usize).saturating_sub(1)) else {
+            return len;
+        };
+        let start = start as usize;
+        let col = (col as usize).saturating_sub(1);
+        let Some(marks) = &self.chars_before_block else {
+            return start.saturating_add(col).min(len);
+        };
+        // The character wanted, counted from the start of the text; then
+        // the last block that starts at or before it, and a walk in it.
+        let want = self.chars_before(start).saturating_add(col);
+        // (Every block holds a character's start, so the counts increase;
+        // the first is 0, so there is always such a block.)
+        let block = match marks.binary_search(&(want.min(u32::MAX as usize) as u32)) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        let from = (block * BLOCK).min(len);
+        let mut n = marks[block] as usize;
+        for (i, b) in self.text.as_bytes()[from..].iter().enumerate() {
+            if b & 0xc0 != 0x80 {
+                if n == want {
+                    return from + i;
+                }
+                n += 1;
+            }
+        }
+        len
+    }
+
+    /// [`SourceFile::offset_of`] with the line and column of the offset
+    /// found: those given when the column is on its line (no search), else
+    /// what [`SourceFile::line_col`] says. For building a [`Span`] from a
+    /// parser's line and column.
+    pub fn locate(&self, line: u32, col: u32) -> (usize, u32, u32) {
+        let off = self.offset_of(line, col);
+        let idx = (line as usize).wrapping_sub(1);
+        let on_line = match (self.line_starts.get(idx), self.line_starts.get(idx + 1)) {
+            (Some(&start), Some(&next)) => off >= start as usize && off < next as usize,
+            (Some(&start), None) => off >= start as usize,
+            _ => false,
+        };
+        if on_line && col >= 1 {
+            (off, line, col)
+        } else {
+            let (l, c) = self.line_col(off as u32);
+            (off, l, c)
+        }
+    }
+
     /// The text of a 1-based line, without its newline.
     pub fn line_text(&self, line: u32) -> &str {
         let idx = (line as usize).saturating_sub(1);
@@ -179,6 +237,38 @@ mod tests {
         assert_eq!(f.line_col(7), (2, 3));
         assert_eq!(f.line_text(2), "\u{e9}\u{e9}x");
         assert_eq!(f.line_text(9), "");
+    }
+
+    #[test]
+    fn offset_of_inverts_line_col() {
+        let mut text = String::new();
+        for i in 0..3_000 {
+            text.push(['a', '\u{e9}', '\u{20ac}', '\u{1f600}'][i % 4]);
+            if i % 997 == 0 {
+                text.push('\n');
+            }
+        }
+        for t in [text.clone(), "ab\ncd\n".repeat(300)] {
+            let f = SourceFile::new("x".into(), t.clone());
+            for (off, _) in t.char_indices().chain([(t.len(), ' ')]) {
+                let (line, col) = f.line_col(off as u32);
+                assert_eq!(f.offset_of(line, col), off, "at {off}");
+            }
+            assert_eq!(f.offset_of(1_000_000, 1), t.len());
+            for (off, _) in t.char_indices().step_by(7) {
+                let (line, col) = f.line_col(off as u32);
+                assert_eq!(f.locate(line, col), (off, line, col));
+            }
+            let end = f.line_col(t.len() as u32);
+            assert_eq!(f.locate(1_000_000, 1), (t.len(), end.0, end.1));
+            assert_eq!(f.offset_of(1, u32::MAX), t.len());
+        }
+        // A column past the end of its line counts on into the next.
+        let f = SourceFile::new("x".into(), "\u{e9}\nb\n".into());
+        assert_eq!(f.offset_of(1, 3), 3);
+        assert_eq!(f.offset_of(1, 4), 4);
+        assert_eq!(f.locate(1, 3), (3, 2, 1));
+        assert_eq!(f.locate(1, 4), (4, 2, 2));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn run(src: ImportSource) -> Result<ExitCode> {
             SchemaArg::Old => HeaderSchema::Old,
             SchemaArg::New => HeaderSchema::New,
         }),
+        ..Options::default()
     };
     let imp = rctl_import::import_path(&a.input, &opts);
     let mut err = std::io::stderr().lock();

@@ -25,7 +25,11 @@ pub mod expr;
 pub mod map;
 pub mod model;
 pub mod pcre;
+mod read;
 pub mod yaml;
+
+#[cfg(test)]
+mod limits_tests;
 
 use model::{Entity, Object};
 use rctl_compiler::diag::{code, Diagnostic, Diagnostics};
@@ -41,6 +45,40 @@ pub struct Options {
     /// Which schema a pattern without `header_is_set` follows; `None`:
     /// decided from the tree (see [`HeaderSchema`]).
     pub header_schema: Option<HeaderSchema>,
+    /// How much may be read.
+    pub limits: Limits,
+}
+
+/// How much an import may read: every limit passed is an error naming the
+/// file (and, in YAML, the position), found before reading on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest file, a tree's or a dump, in bytes (held while reading).
+    pub max_file_bytes: usize,
+    /// Most bytes a tree's files hold in all.
+    pub max_total_bytes: usize,
+    /// Most directory entries a tree walk looks at.
+    pub max_entries: usize,
+    /// Most YAML nodes a tree's files hold in all (each file also within
+    /// [`yaml::Limits::max_nodes`]).
+    pub max_total_nodes: usize,
+    /// What one YAML file may make the reader build.
+    pub yaml: yaml::Limits,
+}
+
+impl Default for Limits {
+    /// 64 MiB a file, 256 MiB in all, 100,000 entries, four million YAML
+    /// nodes in all, and [`yaml::Limits::default`]: far above requestctl's
+    /// objects, which etcd keeps under 1.5 MiB each by default.
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: 64 << 20,
+            max_total_bytes: 256 << 20,
+            max_entries: 100_000,
+            max_total_nodes: 4_000_000,
+            yaml: yaml::Limits::default(),
+        }
+    }
 }
 
 /// requestctl's two readings of a pattern's `header`.
@@ -95,9 +133,9 @@ pub fn import_path(path: &Path, opts: &Options) -> Imported {
     let mut imp = Imported::default();
     let mut objects = Vec::new();
     if path.is_dir() {
-        read_tree(path, &mut imp, &mut objects);
+        read_tree(path, opts, &mut imp, &mut objects);
     } else {
-        read_dump(path, &mut imp, &mut objects);
+        read_dump(path, opts, &mut imp, &mut objects);
     }
     finish(imp, &objects, opts)
 }
@@ -112,138 +150,62 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-fn read_file(path: &Path, imp: &mut Imported) -> Option<rctl_compiler::source::FileId> {
-    match std::fs::read(path) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => Some(imp.sources.add(path.to_path_buf(), text)),
-            Err(e) => {
-                imp.diagnostics.push(
-                    Diagnostic::error(
-                        code::NOT_UTF8,
-                        format!(
-                            "{} is not UTF-8 (byte {})",
-                            path.display(),
-                            e.utf8_error().valid_up_to()
-                        ),
-                    )
-                    .hint("requestctl's files are UTF-8 YAML"),
-                );
-                None
-            }
-        },
-        Err(e) => {
-            imp.diagnostics.push(
-                Diagnostic::error(code::IO, format!("cannot read {}: {e}", path.display()))
-                    .hint("check the path and its permissions"),
-            );
-            None
-        }
-    }
-}
-
-fn sorted_entries(dir: &Path, imp: &mut Imported) -> Vec<PathBuf> {
-    match std::fs::read_dir(dir) {
-        Ok(rd) => {
-            let mut v: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            v.sort();
-            v
-        }
-        Err(e) => {
-            imp.diagnostics.push(
-                Diagnostic::error(code::IO, format!("cannot read {}: {e}", dir.display()))
-                    .hint("check the path and its permissions"),
-            );
-            Vec::new()
-        }
-    }
-}
-
-fn hidden(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with('.'))
-}
-
-fn read_tree(root: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)>) {
+fn read_tree(root: &Path, opts: &Options, imp: &mut Imported, objects: &mut Vec<(Entity, Object)>) {
+    let mut reader = read::Reader::tree(root, &opts.limits);
     let mut found = false;
     for (entity, dir, _) in Entity::ALL {
         let base = root.join(dir);
-        if !base.is_dir() {
+        if !matches!(reader.examine(&base, false, imp), Some(read::Entry::Dir)) {
             continue;
         }
         found = true;
-        for tag_dir in sorted_entries(&base, imp) {
-            if hidden(&tag_dir) {
-                continue;
-            }
-            if !tag_dir.is_dir() {
-                imp.notes.push(format!(
-                    "skipped {}: requestctl reads only {dir}/<tag>/<name>.yaml",
-                    tag_dir.display()
-                ));
-                continue;
+        for tag_dir in reader.entries(&base, imp) {
+            match reader.examine(&tag_dir, false, imp) {
+                Some(read::Entry::Dir) => {}
+                Some(_) => {
+                    imp.notes.push(format!(
+                        "skipped {}: requestctl reads only {dir}/<tag>/<name>.yaml",
+                        tag_dir.display()
+                    ));
+                    continue;
+                }
+                None => continue,
             }
             let tag = tag_dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            for file in sorted_entries(&tag_dir, imp) {
-                if hidden(&file) {
-                    continue;
-                }
-                let is_yaml = file.extension().is_some_and(|e| e == "yaml");
-                if !is_yaml || !file.is_file() {
+            for file in reader.entries(&tag_dir, imp) {
+                let skip = |imp: &mut Imported| {
                     imp.notes.push(format!(
                         "skipped {}: not a .yaml file (requestctl reads only <name>.yaml)",
                         file.display()
                     ));
+                };
+                if file.extension().is_none_or(|e| e != "yaml") {
+                    skip(imp);
                     continue;
+                }
+                match reader.examine(&file, true, imp) {
+                    Some(read::Entry::File) => {}
+                    Some(read::Entry::Special(kind)) => {
+                        imp.diagnostics.push(read::not_regular(&file, kind));
+                        continue;
+                    }
+                    Some(read::Entry::Dir | read::Entry::Dangling) => {
+                        skip(imp);
+                        continue;
+                    }
+                    None => continue,
                 }
                 let name = file
                     .file_stem()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                let Some(id) = read_file(&file, imp) else {
+                let Some(id) = reader.read(&file, imp) else {
                     continue;
                 };
-                let src = imp.sources.get(id).expect("just added");
-                let whole = src.span(id, 0, src.text.len().min(1));
-                if !valid_name(&tag) || !valid_name(&name) {
-                    imp.diagnostics.push(
-                        Diagnostic::error(
-                            code::IMPORT_SHAPE,
-                            format!("`{tag}/{name}` is not a requestctl object name"),
-                        )
-                        .primary(whole, "in this file")
-                        .hint("scopes, clusters and names are letters, digits, `_` and `-`"),
-                    );
-                    continue;
-                }
-                let docs = match yaml::documents(src, id) {
-                    Ok(d) => d,
-                    Err(d) => {
-                        imp.diagnostics.push(*d);
-                        continue;
-                    }
-                };
-                if docs.len() > 1 {
-                    imp.diagnostics.push(
-                        Diagnostic::error(code::IMPORT_SHAPE, "one requestctl object a file")
-                            .primary(docs[1].span, "a second document")
-                            .hint("requestctl reads the first document only; split the file"),
-                    );
-                    continue;
-                }
-                if let Some(o) = model::read(
-                    entity,
-                    &tag,
-                    &name,
-                    docs.first(),
-                    whole,
-                    &mut imp.diagnostics,
-                ) {
-                    objects.push((entity, o));
-                }
+                read_object(entity, (&tag, &name), id, &mut reader, opts, imp, objects);
             }
         }
     }
@@ -261,6 +223,55 @@ fn read_tree(root: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)
     }
 }
 
+/// Reads the object in one file of a tree.
+fn read_object(
+    entity: Entity,
+    (tag, name): (&str, &str),
+    id: rctl_compiler::source::FileId,
+    reader: &mut read::Reader,
+    opts: &Options,
+    imp: &mut Imported,
+    objects: &mut Vec<(Entity, Object)>,
+) {
+    let Some(src) = imp.sources.get(id) else {
+        return;
+    };
+    let whole = src.span(id, 0, src.text.len().min(1));
+    if !valid_name(tag) || !valid_name(name) {
+        imp.diagnostics.push(
+            Diagnostic::error(
+                code::IMPORT_SHAPE,
+                format!("`{tag}/{name}` is not a requestctl object name"),
+            )
+            .primary(whole, "in this file")
+            .hint("scopes, clusters and names are letters, digits, `_` and `-`"),
+        );
+        return;
+    }
+    let docs = match yaml::documents(src, id, &opts.limits.yaml) {
+        Ok(d) => d,
+        Err(d) => {
+            imp.diagnostics.push(*d);
+            return;
+        }
+    };
+    if let Some(d) = reader.count_nodes(yaml::count(&docs), &src.path) {
+        imp.diagnostics.push(d);
+        return;
+    }
+    if docs.len() > 1 {
+        imp.diagnostics.push(
+            Diagnostic::error(code::IMPORT_SHAPE, "one requestctl object a file")
+                .primary(docs[1].span, "a second document")
+                .hint("requestctl reads the first document only; split the file"),
+        );
+        return;
+    }
+    if let Some(o) = model::read(entity, tag, name, docs.first(), whole, &mut imp.diagnostics) {
+        objects.push((entity, o));
+    }
+}
+
 /// Imports a dump (`requestctl dump`: a YAML stream of `{metadata, data}`)
 /// held in memory; `name` is the file name its diagnostics show. What
 /// `import_path` does for a dump file, without the file system (for
@@ -268,8 +279,21 @@ fn read_tree(root: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)
 pub fn import_dump_text(name: &str, text: String, opts: &Options) -> Imported {
     let mut imp = Imported::default();
     let mut objects = Vec::new();
+    if text.len() > opts.limits.max_file_bytes {
+        imp.diagnostics.push(
+            Diagnostic::error(
+                code::TOO_LARGE,
+                format!(
+                    "`{name}` is over the size limit of {} bytes for one file",
+                    opts.limits.max_file_bytes
+                ),
+            )
+            .hint("requestctl's objects are far smaller: check that this is the right file"),
+        );
+        return imp;
+    }
     let id = imp.sources.add(PathBuf::from(name), text);
-    read_dump_source(id, &mut imp, &mut objects);
+    read_dump_source(id, opts, &mut imp, &mut objects);
     finish(imp, &objects, opts)
 }
 
@@ -300,19 +324,22 @@ fn finish(mut imp: Imported, objects: &[(Entity, Object)], opts: &Options) -> Im
     imp
 }
 
-fn read_dump(path: &Path, imp: &mut Imported, objects: &mut Vec<(Entity, Object)>) {
-    if let Some(id) = read_file(path, imp) {
-        read_dump_source(id, imp, objects);
+fn read_dump(path: &Path, opts: &Options, imp: &mut Imported, objects: &mut Vec<(Entity, Object)>) {
+    if let Some(id) = read::Reader::dump(&opts.limits).read(path, imp) {
+        read_dump_source(id, opts, imp, objects);
     }
 }
 
 fn read_dump_source(
     id: rctl_compiler::source::FileId,
+    opts: &Options,
     imp: &mut Imported,
     objects: &mut Vec<(Entity, Object)>,
 ) {
-    let src = imp.sources.get(id).expect("just added");
-    let docs = match yaml::documents(src, id) {
+    let Some(src) = imp.sources.get(id) else {
+        return;
+    };
+    let docs = match yaml::documents(src, id, &opts.limits.yaml) {
         Ok(d) => d,
         Err(d) => {
             imp.diagnostics.push(*d);
@@ -320,22 +347,22 @@ fn read_dump_source(
         }
     };
     for doc in &docs {
-        let get = |n: &yaml::Node, k: &str| -> Option<yaml::Node> {
+        fn get<'n>(n: &'n yaml::Node, k: &str) -> Option<&'n yaml::Node> {
             match &n.kind {
                 yaml::Kind::Map(es) => es
                     .iter()
                     .find(|(key, _)| matches!(&key.kind, yaml::Kind::Scalar { text, .. } if text == k))
-                    .map(|(_, v)| v.clone()),
+                    .map(|(_, v)| v),
                 _ => None,
             }
-        };
+        }
         let text = |n: Option<&yaml::Node>| match n.map(|n| &n.kind) {
             Some(yaml::Kind::Scalar { text, .. }) => Some(text.clone()),
             _ => None,
         };
         let meta = get(doc, "metadata");
-        let ty = text(meta.as_ref().and_then(|m| get(m, "type")).as_ref());
-        let slug = text(meta.as_ref().and_then(|m| get(m, "path")).as_ref());
+        let ty = text(meta.and_then(|m| get(m, "type")));
+        let slug = text(meta.and_then(|m| get(m, "path")));
         let (Some(ty), Some(slug)) = (ty, slug) else {
             imp.diagnostics.push(
                 Diagnostic::error(
@@ -371,8 +398,8 @@ fn read_dump_source(
             *entity,
             tag,
             name,
-            data.as_ref(),
-            data.as_ref().map_or(doc.span, |d| d.span),
+            data,
+            data.map_or(doc.span, |d| d.span),
             &mut imp.diagnostics,
         ) {
             objects.push((*entity, o));

@@ -128,10 +128,8 @@ pub(crate) fn map(
         let (refs, blocks) = ctx.references(actions, &patterns, &ipblocks);
         let mut files = ctx.ipblocks(&ipblocks, Some(&blocks));
         files.extend(ctx.patterns(&patterns, *flavor, Some(&refs)));
-        files.push(OutFile {
-            name: format!("{cluster}.rctl"),
-            text: ctx.rules(actions, *flavor, &ipblocks),
-        });
+        let rules = ctx.rules(actions, *flavor, &ipblocks);
+        files.push(formatted(format!("{cluster}.rctl"), rules));
         let dir = match flavor {
             Flavor::Varnish => format!("varnish/{cluster}"),
             Flavor::Haproxy => format!("haproxy/{cluster}"),
@@ -148,12 +146,17 @@ pub(crate) fn map(
             files,
         });
     }
-    for rs in &mut out {
-        for f in &mut rs.files {
-            f.text = format_rctl(&f.name, &f.text);
-        }
-    }
     out
+}
+
+/// A file of patterns or rules, as `rctl fmt` writes it. (Ipblock files
+/// are written in that form directly: formatting them parses every CIDR
+/// again, most of the time a large block takes.)
+fn formatted(name: String, text: String) -> OutFile {
+    OutFile {
+        text: format_rctl(&name, &text),
+        name,
+    }
 }
 
 /// `rctl fmt` of generated text (unchanged if it does not parse, which
@@ -191,7 +194,11 @@ impl Ctx<'_> {
             }
             for c in &b.cidrs {
                 match parse_cidr(c.v.trim()) {
-                    Ok(_) => text.push_str(&format!("  {}\n", c.v.trim())),
+                    Ok(_) => {
+                        text.push_str("  ");
+                        text.push_str(c.v.trim());
+                        text.push('\n');
+                    }
                     Err(e) if self.opts.lossy => self.diags.push(
                         Diagnostic::warning(
                             code::IMPORT_CHANGED,
@@ -210,9 +217,14 @@ impl Ctx<'_> {
         }
         by_scope
             .into_iter()
-            .map(|(scope, text)| OutFile {
-                name: format!("ipblock-{scope}.rctl"),
-                text,
+            .map(|(scope, mut text)| {
+                // One newline at the end, as `rctl fmt` leaves it.
+                text.truncate(text.trim_end().len());
+                text.push('\n');
+                OutFile {
+                    name: format!("ipblock-{scope}.rctl"),
+                    text,
+                }
             })
             .collect()
     }
@@ -262,10 +274,7 @@ impl Ctx<'_> {
         }
         by_scope
             .into_iter()
-            .map(|(scope, text)| OutFile {
-                name: format!("pattern-{scope}.rctl"),
-                text,
-            })
+            .map(|(scope, text)| formatted(format!("pattern-{scope}.rctl"), text))
             .collect()
     }
 
@@ -444,3 +453,42 @@ fn common(o: &Object) -> &Common {
 }
 
 mod rules;
+
+#[cfg(test)]
+mod tests {
+    use super::format_rctl;
+    use crate::{import_dump_text, Options};
+
+    /// Ipblock files skip the formatter, so they must already be what it
+    /// writes: comments of several lines, quotes, backslashes, `#`, IPv6,
+    /// empty blocks, several blocks in a scope.
+    #[test]
+    fn ipblock_files_are_written_as_rctl_fmt_writes_them() {
+        let dump = r##"
+data: {cidrs: [192.0.2.0/24, "2001:DB8::/32", ' 198.51.100.7/32 '], comment: "two\n  lines # and \"quotes\" \\ here\n"}
+metadata: {path: cloud/a, type: ipblock}
+---
+data: {cidrs: [], comment: ''}
+metadata: {path: cloud/b, type: ipblock}
+---
+data: {cidrs: [10.0.0.0/8], comment: "#hash"}
+metadata: {path: abuse/c, type: ipblock}
+---
+data: {cidrs: [10.1.0.0/16]}
+metadata: {path: abuse/d, type: ipblock}
+"##;
+        let imp = import_dump_text("dump.yaml", dump.into(), &Options::default());
+        assert!(!imp.diagnostics.has_errors());
+        let files: Vec<_> = imp
+            .rulesets
+            .iter()
+            .flat_map(|r| &r.files)
+            .filter(|f| f.name.starts_with("ipblock-"))
+            .collect();
+        assert_eq!(files.len(), 2);
+        for f in files {
+            assert_eq!(format_rctl(&f.name, &f.text), f.text, "{}", f.name);
+            assert!(f.text.contains("ipblock"), "{}", f.text);
+        }
+    }
+}

@@ -266,7 +266,7 @@ impl Reader<'_> {
         };
         match &n.kind {
             Kind::Seq(items) => {
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(items.len());
                 for it in items {
                     match (&it.kind, it.plain()) {
                         (Kind::Scalar { text, .. }, Some(p)) if p != Plain::Null => out.push(Val {
