@@ -18,6 +18,9 @@ command -v chromium >/dev/null || missing="$missing chromium"
 command -v ip >/dev/null || missing="$missing iproute2"
 command -v ping >/dev/null || missing="$missing iputils-ping"
 command -v python3 >/dev/null || missing="$missing python3"
+# The hostile-neighbour tests run their attackers as nobody with Debian's
+# python (another user cannot run a python under /root).
+[ -x /usr/bin/python3 ] || missing="$missing python3"
 command -v setpriv >/dev/null || missing="$missing util-linux"
 # GNU time measures rctl's peak RSS in the dry-run memory test.
 [ -x /usr/bin/time ] || missing="$missing time"
@@ -41,6 +44,7 @@ python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 command -v etcd >/dev/null || missing="$missing etcd-server"
 command -v etcdctl >/dev/null || missing="$missing etcd-client"
 command -v redis-server >/dev/null || missing="$missing redis-server"
+command -v redis-cli >/dev/null || missing="$missing redis-tools"
 command -v protoc >/dev/null || missing="$missing protobuf-compiler"
 # The fleet's TLS test makes its CA and certificates with openssl.
 command -v openssl >/dev/null || missing="$missing openssl"
