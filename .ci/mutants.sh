@@ -19,7 +19,7 @@
 #   analysis compiler/src/analysis.rs: overlap, exemptions, reachability,
 #            by the compiler's unit tests (its brute-force oracle among
 #            them; 197, ~10 min with MUTANTS_JOBS=2)
-#   program  dataplane/src/xdp/program.rs, the loader, by the root XDP and
+#   program  ebpf/rctl-loader/src/program.rs, the loader, by the root XDP and
 #            veth tests (root and RCTL_XDP_OBJECT; 73, ~75 min; not in the
 #            default groups)
 #
@@ -92,8 +92,8 @@ for g in $groups; do
         # The loader: judged only by the root XDP and veth tests.
         test -s "${RCTL_XDP_OBJECT:-}" || { echo "the program group needs root and RCTL_XDP_OBJECT" >&2; exit 2; }
         export CI=true
-        run program 240 --file dataplane/src/xdp/program.rs \
-            --test-package rctl-dataplane --test-package rctl \
+        run program 240 --file ebpf/rctl-loader/src/program.rs \
+            --test-package rctl-loader --test-package rctl \
             -- --lib --test integration -- xdp netns:: ;;
     *) echo "unknown group $g" >&2; exit 2 ;;
     esac

@@ -6,8 +6,9 @@
 use crate::util::*;
 use rctl_compiler::ir::Proto;
 use rctl_compiler::spec::SampleKind;
-use rctl_dataplane::xdp::{Tables, XdpProgram};
+use rctl_dataplane::xdp::Tables;
 use rctl_dataplane::{Engine, EngineConfig, Packet, Verdict};
+use rctl_loader::XdpProgram;
 use std::net::IpAddr;
 
 #[path = "xdp_frame.rs"]

@@ -6,7 +6,8 @@ use super::xdp::object_path;
 use super::xdp::xdp_frame::frame;
 use rctl_common::WAYS;
 use rctl_compiler::ir::Proto;
-use rctl_dataplane::xdp::{kernel_tick, ClockMode, Tables, XdpProgram};
+use rctl_dataplane::xdp::{ClockMode, Tables};
+use rctl_loader::{kernel_tick, XdpProgram};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// CLOCK_MONOTONIC in ns, from /proc/timer_list (as root).

@@ -18,7 +18,8 @@ use crate::xdp::object_path;
 use crate::xdp::xdp_frame::frame;
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::dir::DirConfig;
-use rctl_dataplane::xdp::{Tables, XdpProgram};
+use rctl_dataplane::xdp::Tables;
+use rctl_loader::XdpProgram;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A CIDR as the test wrote it: (is IPv4, network, length).

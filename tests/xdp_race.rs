@@ -14,7 +14,8 @@ use crate::xdp::object_path;
 use crate::xdp::xdp_frame::frame;
 use rctl_common::{overflow_slot, SETS, WAYS};
 use rctl_compiler::ir::Proto;
-use rctl_dataplane::xdp::{Tables, XdpProgram};
+use rctl_dataplane::xdp::Tables;
+use rctl_loader::XdpProgram;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Barrier;
 

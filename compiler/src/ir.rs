@@ -383,3 +383,33 @@ pub struct Ruleset {
     /// One plan per rule, same order.
     pub plan: Vec<RulePlan>,
 }
+
+impl Ruleset {
+    /// A warning when `site` is given but no rule of `rs` names it: then only
+    /// the rules without `sites` apply, which is rarely what was meant (a
+    /// misspelt `--site eqaid` enforced nothing site-specific).
+    pub fn site_warning(&self, site: Option<&str>) -> Option<String> {
+        let site = site?;
+        let mut named: Vec<&str> = self
+            .rules
+            .iter()
+            .flat_map(|r| r.sites.iter().map(String::as_str))
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        if named.contains(&site) {
+            return None;
+        }
+        Some(if named.is_empty() {
+            format!(
+                "--site {site:?}: no rule names a site, so every rule applies as without --site"
+            )
+        } else {
+            format!(
+                "--site {site:?}: no rule names this site (the rules name {}), so only the rules \
+                 without `sites` apply; check the spelling",
+                named.join(", ")
+            )
+        })
+    }
+}

@@ -5,8 +5,8 @@
 //! has changed.
 
 use anyhow::{bail, Context, Result};
-use rctl_dataplane::xdp::host::{self, Mode, Paths, Status};
 use rctl_dataplane::xdp::ClockMode;
+use rctl_loader::host::{self, Mode, Paths, Status};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -355,7 +355,7 @@ enum ClockArg {
     Exact,
 }
 
-impl From<ModeArg> for rctl_dataplane::xdp::host::Mode {
+impl From<ModeArg> for rctl_loader::host::Mode {
     fn from(m: ModeArg) -> Self {
         match m {
             ModeArg::Auto => Self::Auto,
@@ -486,7 +486,7 @@ fn is_artifact(paths: &[PathBuf]) -> bool {
 
 /// Warns when `--site` names a site no rule names.
 fn warn_site(rs: &rctl_compiler::ir::Ruleset, site: Option<&str>) {
-    if let Some(w) = rctl_dataplane::xdp::host::site_warning(rs, site) {
+    if let Some(w) = rs.site_warning(site) {
         host::warn(&w);
     }
 }

@@ -48,5 +48,5 @@ pub fn check_target(path: &Path, inputs: &[PathBuf]) -> Result<()> {
 /// temporary file beside it, renamed over it.
 pub fn write(path: &Path, bytes: &[u8], inputs: &[PathBuf]) -> Result<()> {
     check_target(path, inputs)?;
-    Ok(rctl_dataplane::xdp::host::write_atomic(path, bytes)?)
+    Ok(rctl_os::fs::write_atomic(path, bytes)?)
 }

@@ -1,10 +1,13 @@
 //! The user-space data plane of rctl: a compiled decision engine for
 //! rulesets, the reference evaluator it is checked against, keyed rate
-//! limiters, and the runner for `test` blocks.
+//! limiters, the runner for `test` blocks, dry runs of captured traffic,
+//! and the XDP program's tables (what its maps hold for a ruleset).
+//!
+//! It runs nothing of the kernel's and holds no state on the host:
+//! loading the XDP program is `rctl-loader`'s, files and sockets are
+//! `rctl-os`'s.
 
-// Two exceptions: `xdp::kernel_tick` (a clock_getres call) and the flock
-// call of `xdp::host`'s lock.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod capture;

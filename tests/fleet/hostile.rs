@@ -142,7 +142,7 @@ fn bans_made_while_redis_is_down_reach_the_other_hosts_when_it_is_back() {
                 .iter()
                 .all(|a| a.status()["fleet"]["shared"]["online"] == false)
         },
-        || String::new(),
+        String::new,
     );
     let ip = "203.0.113.50";
     // Over 2/s with a burst of 1 on cp0, alone: banned there.
@@ -161,7 +161,7 @@ fn bans_made_while_redis_is_down_reach_the_other_hosts_when_it_is_back() {
                 .iter()
                 .all(|a| a.status()["fleet"]["shared"]["online"] == true)
         },
-        || String::new(),
+        String::new,
     );
     // The ban reaches cp1 (asked without a request: a request of its own
     // could make cp1 ban the key by itself).
@@ -224,7 +224,7 @@ fn a_password_and_tls_are_used_and_an_open_redis_is_warned_about() {
     eventually(
         Duration::from_secs(3),
         || remote_bans(&agents[1], "login") >= 1,
-        || String::new(),
+        String::new,
     );
     drop(agents);
     // A Redis that takes anyone: the agent says so.

@@ -298,7 +298,7 @@ fn five_agents_two_with_xdp_on_veth_pairs_converge_and_roll_back() {
     drop(agents);
 }
 
-/// The XDP apply's own steps (dataplane/src/xdp/host/mod.rs), and
+/// The XDP apply's own steps (ebpf/rctl-loader/src/host/mod.rs), and
 /// whether the new generation is live after a kill there (the link
 /// switched at `apply-switched`).
 const XDP_STEPS: [(&str, bool); 8] = [

@@ -227,7 +227,7 @@ impl Server {
                 // An existing folder is held to the state folders' rule:
                 // owned by the agent's user, written by nobody else.
                 if let Some(dir) = p.parent().filter(|d| d.exists()) {
-                    rctl_dataplane::xdp::host::check_private_dir(dir)
+                    rctl_os::fs::check_private_dir(dir)
                         .map_err(|e| fail(format!("--control {}: {e}", p.display())))?;
                 }
                 let l = bind("control", &Endpoint::Unix(p.clone()), &b)?;

@@ -120,19 +120,6 @@ impl Drop for SocketFile {
     }
 }
 
-/// A fresh name nobody can guess, for the binding folder.
-fn unpredictable() -> String {
-    use std::hash::BuildHasher as _;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let h = std::hash::RandomState::new().hash_one((n, t, std::process::id()));
-    format!("{h:016x}")
-}
-
 /// Binds a unix stream socket at `path` with `access`, never reachable
 /// with another mode or group (see the module's docs). The listener is
 /// blocking; set it non-blocking for an async runtime.
@@ -162,7 +149,7 @@ pub fn bind(path: &Path, access: Access) -> Result<(UnixListener, SocketFile), B
             // replaced by the rename below.
         }
     }
-    let tmp = dir.join(format!(".rctl-{}", unpredictable()));
+    let tmp = dir.join(format!(".rctl-{:016x}", crate::unpredictable() as u64));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&tmp)

@@ -1,6 +1,6 @@
-//! The XDP program's user-space side: lowering a ruleset's packet plane
-//! into the program's maps, loading it, and running packets through it
-//! with BPF_PROG_TEST_RUN (aya's `TestRun`).
+//! The XDP program's tables: a ruleset's packet plane lowered into the
+//! contents of the program's maps (loading them, attaching the program
+//! and running packets through it is `rctl-loader`'s).
 //!
 //! Lowering: each L3/L4 predicate of the plan gets one bit (ip sets, ports,
 //! protocols); the prefix tries map every address range to the bits of the
@@ -15,10 +15,6 @@
 //! read is the kernel tick by default ([`ClockMode`]).
 
 pub mod dir;
-pub mod host;
-mod program;
-
-pub use program::{Outcome, XdpProgram};
 
 use crate::core::IndexError;
 use crate::iptable::PrefixTable;
@@ -40,53 +36,6 @@ pub enum ClockMode {
     Tick,
     /// `bpf_ktime_get_ns`: exact bursts, a helper call per limited packet.
     Exact,
-}
-
-/// The kernel's tick in ns (`TICK_NSEC`: the resolution of
-/// CLOCK_MONOTONIC_COARSE) and the jiffies value at which the tick clock
-/// reads 0, chosen so that it follows CLOCK_MONOTONIC (to within a tick):
-/// from /proc/timer_list's `now at` and `jiffies:` (one read), else the
-/// kernel's `INITIAL_JIFFIES` (300 s before the 32-bit wrap; the clock
-/// then runs some 0.2 s behind, the boot time before the first tick).
-#[allow(unsafe_code)]
-pub fn kernel_tick() -> Result<(u64, u64), XdpError> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    let tick = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    if rc != 0 || ts.tv_sec != 0 || tick == 0 {
-        return Err(err(
-            "cannot read the kernel tick (clock_getres(CLOCK_MONOTONIC_COARSE)); \
-             apply with --clock exact",
-        ));
-    }
-    let base = match host::timer_list() {
-        Some((now, Some(jiffies))) => jiffies.wrapping_sub(now / tick),
-        _ => {
-            let hz = (1_000_000_000 + tick / 2) / tick;
-            u64::from((hz as u32).wrapping_mul(300).wrapping_neg())
-        }
-    };
-    Ok((tick, base))
-}
-
-/// Why the packet plane could not be lowered or loaded.
-#[derive(Debug)]
-pub struct XdpError(pub String);
-
-impl fmt::Display for XdpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for XdpError {}
-
-fn err(m: impl Into<String>) -> XdpError {
-    XdpError(m.into())
 }
 
 /// Why a ruleset's packet plane could not be lowered into the program's
@@ -130,12 +79,6 @@ impl fmt::Display for TablesError {
 }
 
 impl std::error::Error for TablesError {}
-
-impl From<TablesError> for XdpError {
-    fn from(e: TablesError) -> Self {
-        XdpError(e.to_string())
-    }
-}
 
 /// The program's map contents for one ruleset and site.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -195,9 +195,7 @@ pub fn build(
 ) -> Result<Built, LoadError> {
     use rctl_compiler::artifact;
     let rs = artifact::decode(bytes).map_err(|e| LoadError(e.to_string()))?;
-    let warnings = rctl_dataplane::xdp::host::site_warning(&rs, site)
-        .into_iter()
-        .collect();
+    let warnings = rs.site_warning(site).into_iter().collect();
     let config = EngineConfig {
         site: site.map(str::to_string),
         max_keys_per_limiter: max_keys,
@@ -301,7 +299,7 @@ impl Client {
     pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ControlError> {
         let fail = |kind, message: String| ControlError { kind, message };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            rctl_dataplane::xdp::host::check_private_dir(dir)
+            rctl_os::fs::check_private_dir(dir)
                 .map_err(|e| fail(ControlErrorKind::Io, e.to_string()))?;
         }
         let stream = UnixStream::connect(path).map_err(|e| {

@@ -33,7 +33,7 @@ fn agent(tag: &str, ttl: Duration) -> Agent {
     let dir = std::env::temp_dir().join(format!("rctl-control-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut created = Vec::new();
-    rctl_dataplane::xdp::host::ensure_private_dir(&dir, &mut created).unwrap();
+    rctl_os::fs::ensure_private_dir(&dir, &mut created).unwrap();
     let path = dir.join("agent.sock");
     let (g, _, _) = build(&artifact(V1), None, 1000, 1, None).unwrap();
     let judge = Arc::new(Judge::new(g, false));

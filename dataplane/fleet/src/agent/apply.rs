@@ -13,7 +13,7 @@ use super::local::Record;
 use super::Ctx;
 use crate::error::{ErrorKind, FleetError};
 use crate::etcd::now_unix;
-use rctl_dataplane::xdp::host::{self as xdp, fault};
+use rctl_loader::host::{self as xdp, fault};
 
 fn blocking_failed(e: tokio::task::JoinError) -> FleetError {
     FleetError::new(ErrorKind::Io, format!("a blocking task failed: {e}"))

@@ -23,7 +23,7 @@
 //! promotion.
 
 use crate::error::{ErrorKind, FleetError};
-use rctl_dataplane::xdp::host as xdp;
+use rctl_os::fs;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -52,8 +52,8 @@ impl Local {
     /// `STATE/agent`, created 0700 (refused when others could write it).
     pub fn open(state_dir: &Path) -> Result<Local, FleetError> {
         let dir = state_dir.join("agent");
-        xdp::ensure_private_dir(&dir, &mut Vec::new()).map_err(io)?;
-        xdp::check_private_dir(&dir).map_err(io)?;
+        fs::ensure_private_dir(&dir, &mut Vec::new()).map_err(io)?;
+        fs::check_private_dir(&dir).map_err(io)?;
         Ok(Local { dir })
     }
 
@@ -76,7 +76,7 @@ impl Local {
 
     /// The record `name` (`last-good` or `pending`), if readable.
     fn record_of(&self, name: &str) -> Option<Record> {
-        serde_json::from_slice(&xdp::read_private(&self.record_path(name)).ok()?).ok()
+        serde_json::from_slice(&fs::read_private(&self.record_path(name)).ok()?).ok()
     }
 
     /// Reads `last-good` or `pending`: the record and its artifact, when
@@ -86,7 +86,7 @@ impl Local {
         let stored = self.artifact_path(&rec.sha256)?;
         let legacy = self.dir.join(format!("{name}.rctlc"));
         [stored, legacy].iter().find_map(|p| {
-            let bytes = xdp::read_private(p).ok()?;
+            let bytes = fs::read_private(p).ok()?;
             crate::fetch::check(&bytes, &rec.sha256).ok()?;
             Some((rec.clone(), bytes))
         })
@@ -100,10 +100,10 @@ impl Local {
                 format!("artifact hash {:?} is not 64 hex digits", rec.sha256),
             )
         })?;
-        xdp::ensure_private_dir(&self.store(), &mut Vec::new()).map_err(io)?;
-        xdp::write_private(&path, bytes).map_err(io)?;
+        fs::ensure_private_dir(&self.store(), &mut Vec::new()).map_err(io)?;
+        fs::write_private(&path, bytes).map_err(io)?;
         let json = serde_json::to_vec(rec).map_err(io)?;
-        xdp::write_private(&self.record_path(name), &json).map_err(io)
+        fs::write_private(&self.record_path(name), &json).map_err(io)
     }
 
     /// Writes `pending` (its artifact first).
@@ -115,7 +115,7 @@ impl Local {
     /// artifact is already in place), then the artifacts no record names
     /// go.
     pub fn promote(&self) -> Result<(), FleetError> {
-        xdp::rename_durably(&self.record_path("pending"), &self.record_path("last-good"))
+        fs::rename_durably(&self.record_path("pending"), &self.record_path("last-good"))
             .map_err(io)?;
         self.collect();
         Ok(())
@@ -131,7 +131,7 @@ impl Local {
 
     /// Drops `pending`.
     pub fn drop_pending(&self) {
-        let _ = xdp::remove_file(&self.record_path("pending"));
+        let _ = fs::remove_file(&self.record_path("pending"));
         self.collect();
     }
 
@@ -150,7 +150,7 @@ impl Local {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.ends_with(".rctlc") && !keep.contains(&name) {
-                let _ = xdp::remove_file(&e.path());
+                let _ = fs::remove_file(&e.path());
             }
         }
         let stored = self
@@ -159,7 +159,7 @@ impl Local {
             .is_some_and(|p| p.is_file());
         if stored {
             for legacy in ["last-good.rctlc", "pending.rctlc"] {
-                let _ = xdp::remove_file(&self.dir.join(legacy));
+                let _ = fs::remove_file(&self.dir.join(legacy));
             }
         }
     }

@@ -22,11 +22,12 @@
 
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::dir::DirConfig;
-use rctl_dataplane::xdp::{ClockMode, Tables, XdpProgram};
+use rctl_dataplane::xdp::{ClockMode, Tables};
+use rctl_loader::XdpProgram;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-#[path = "../../tests/xdp_frame.rs"]
+#[path = "../../../tests/xdp_frame.rs"]
 mod xdp_frame;
 
 #[path = "support/xdp_probe.rs"]

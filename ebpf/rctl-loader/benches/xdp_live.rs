@@ -40,13 +40,14 @@
 //! with an empty XDP program.
 
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode};
-use rctl_dataplane::xdp::{ClockMode, Tables, XdpProgram};
+use rctl_dataplane::xdp::{ClockMode, Tables};
+use rctl_loader::XdpProgram;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-#[path = "../../tests/xdp_frame.rs"]
+#[path = "../../../tests/xdp_frame.rs"]
 mod xdp_frame;
 
 #[path = "support/xdp_rules.rs"]

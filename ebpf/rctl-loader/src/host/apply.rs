@@ -1,24 +1,23 @@
 //! `rctl apply`: a new generation beside the running one, one switch,
 //! then the bookkeeping (see the module docs for the order and why).
 
-use super::super::{err, ClockMode, Tables, XdpError, XdpProgram};
-use super::files::{
-    ensure_private_dir, remove_empty, remove_file, rename_durably, write_private, Lock,
-};
 use super::observe::{has_state, open_map, resolve, staged_metas, Observed};
 use super::paths::{generation_of, IfName, Paths};
 use super::status::remove_pinned;
 use super::sys::describe;
-use super::{
-    check_bpffs, check_iface, check_privileges, fault, now_unix, site_warning, Applied, Attached,
-    Mode,
-};
+use super::{check_bpffs, check_iface, check_privileges, fault, now_unix, Applied, Attached, Mode};
+use crate::error::{err, LoaderError};
+use crate::XdpProgram;
 use aya::maps::{Array, Map, PerCpuArray};
 use aya::programs::links::FdLink;
 use aya::programs::xdp::XdpLink;
 use aya::programs::{Xdp, XdpMode};
 use rctl_common::{
     maps, BucketSet, Counters, Limiter, BANNED, BUCKET_SETS, MAX_RULES, MAX_TERMS, SETS, WAYS,
+};
+use rctl_dataplane::xdp::{ClockMode, Tables};
+use rctl_os::fs::{
+    ensure_private_dir, remove_empty, remove_file, rename_durably, write_private, Lock,
 };
 use std::path::{Path, PathBuf};
 
@@ -49,27 +48,27 @@ pub fn apply(
     clock: ClockMode,
     site: Option<&str>,
     paths: &Paths,
-) -> Result<Applied, XdpError> {
+) -> Result<Applied, LoaderError> {
     let name = IfName::new(iface)?;
     let rs = rctl_compiler::artifact::decode(artifact).map_err(|e| err(e.to_string()))?;
     check_privileges()?;
     check_bpffs(&paths.bpffs)?;
     let ifindex = check_iface(iface)?;
     let tables = Tables::new(&rs, site)?;
-    let mut warnings: Vec<String> = site_warning(&rs, site).into_iter().collect();
+    let mut warnings: Vec<String> = rs.site_warning(site).into_iter().collect();
     let mut created = Vec::new();
     let roots = [paths.run.clone(), paths.state.clone(), paths.pin_root()];
     for d in &roots {
         if let Err(e) = ensure_private_dir(d, &mut created) {
             remove_empty(&created);
-            return Err(e);
+            return Err(e.into());
         }
     }
     let lock = match Lock::acquire(&paths.lock(&name), true) {
         Ok(l) => l,
         Err(e) => {
             remove_empty(&created);
-            return Err(e);
+            return Err(e.into());
         }
     };
     fault("apply-locked");
@@ -146,7 +145,7 @@ impl Job<'_> {
         ifindex: u32,
         obs: Observed,
         warnings: &mut Vec<String>,
-    ) -> Result<(Attached, bool, usize), XdpError> {
+    ) -> Result<(Attached, bool, usize), LoaderError> {
         let (paths, name) = (self.paths, self.name);
         for d in [paths.pins(name), paths.artifacts(name)] {
             ensure_private_dir(&d, &mut self.created)?;
@@ -227,9 +226,12 @@ impl Job<'_> {
             applied_unix: now_unix(),
             ifindex,
         };
-        let stage_meta = |a: &Attached| -> Result<(), XdpError> {
+        let stage_meta = |a: &Attached| -> Result<(), LoaderError> {
             let meta = serde_json::to_vec_pretty(a).map_err(|e| err(e.to_string()))?;
-            write_private(&paths.staged_meta(name, a.generation), &meta)
+            Ok(write_private(
+                &paths.staged_meta(name, a.generation),
+                &meta,
+            )?)
         };
         let prog = program.xdp_mut()?;
         let Observed { link, .. } = obs;
@@ -371,7 +373,7 @@ fn carry_buckets(
     old: &[String],
     new: &[String],
     program: &mut XdpProgram,
-) -> Result<usize, XdpError> {
+) -> Result<usize, LoaderError> {
     let to: Vec<Option<u32>> = old
         .iter()
         .map(|name| new.iter().position(|n| n == name).map(|i| i as u32))
@@ -380,7 +382,7 @@ fn carry_buckets(
         return Ok(0);
     }
     let open =
-        |name: &str| -> Result<Map, XdpError> { Ok(Map::Array(open_map(&old_dir.join(name))?)) };
+        |name: &str| -> Result<Map, LoaderError> { Ok(Map::Array(open_map(&old_dir.join(name))?)) };
     let limiters =
         Array::<_, Limiter>::try_from(open(maps::LIMITERS)?).map_err(|e| err(describe(&e)))?;
     let seed = limiters.get(&0, 0).map_err(|e| err(describe(&e)))?.seed;
@@ -436,7 +438,7 @@ fn carry_counters(
     old: &[String],
     new: &[String],
     program: &mut XdpProgram,
-) -> Result<(), XdpError> {
+) -> Result<(), LoaderError> {
     let counters = PerCpuArray::<_, Counters>::try_from(Map::PerCpuArray(open_map(
         &old_dir.join(maps::COUNTERS),
     )?))
@@ -465,7 +467,7 @@ fn attach_new(
     name: &IfName,
     mode: Mode,
     warnings: &mut Vec<String>,
-) -> Result<(aya::programs::xdp::XdpLinkId, Mode), XdpError> {
+) -> Result<(aya::programs::xdp::XdpLinkId, Mode), LoaderError> {
     let iface = name.as_str();
     let taken = |e: &str| {
         if e.contains("EBUSY") || e.contains("EEXIST") {

@@ -1,12 +1,12 @@
-//! What the kernel says, kept in errors and read from /proc: errno names,
-//! whole error chains, and an XDP link's interface.
+//! What the kernel says, kept in errors: errno names, and whole error
+//! chains with the errno each I/O error carries.
 
 use std::error::Error;
 use std::io;
 
 /// The symbolic name of an errno value, for the errors the bpf(2) and
 /// file calls rctl makes can return.
-pub(crate) fn errno_name(n: i32) -> Option<&'static str> {
+pub fn name(n: i32) -> Option<&'static str> {
     const NAMES: &[(i32, &str)] = &[
         (libc::EPERM, "EPERM"),
         (libc::ENOENT, "ENOENT"),
@@ -52,14 +52,14 @@ pub(crate) fn errno_name(n: i32) -> Option<&'static str> {
 
 /// An I/O error as `ENAME (message)`: the errno by name, as the man pages
 /// and the kernel's sources spell it, then what it means.
-pub(crate) fn io_error(e: &io::Error) -> String {
+pub fn io_error(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(n) => {
             let full = e.to_string();
             let msg = full
                 .strip_suffix(&format!(" (os error {n})"))
                 .unwrap_or(&full);
-            match errno_name(n) {
+            match name(n) {
                 Some(name) => format!("{name} ({msg})"),
                 None => format!("errno {n} ({msg})"),
             }
@@ -71,7 +71,7 @@ pub(crate) fn io_error(e: &io::Error) -> String {
 /// An error and every error under it, `: `-separated, I/O errors with
 /// their errno ([`io_error`]): aya's `` `bpf_link_create` failed `` keeps
 /// the EBUSY it wraps.
-pub(crate) fn describe(e: &(dyn Error + 'static)) -> String {
+pub fn describe(e: &(dyn Error + 'static)) -> String {
     let one = |e: &(dyn Error + 'static)| match e.downcast_ref::<io::Error>() {
         Some(io) => io_error(io),
         None => e.to_string(),
@@ -87,42 +87,6 @@ pub(crate) fn describe(e: &(dyn Error + 'static)) -> String {
         cur = c.source();
     }
     out
-}
-
-/// A `key:\tvalue` field of an fdinfo file.
-fn field(info: &str, key: &str) -> Option<u32> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// The index of the interface the XDP link `link_id` is attached to, from
-/// the fdinfo of a descriptor this process holds on it (the kernel's
-/// `bpf_link_info` has it, aya's does not): 0 once the interface is gone
-/// (the kernel then detaches the link). `None` if no descriptor of this
-/// process refers to that link.
-pub(crate) fn link_ifindex(link_id: u32) -> Option<u32> {
-    for e in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
-        // `anon_inode:bpf-link` (older kernels: `bpf_link`).
-        let is_link = std::fs::read_link(e.path()).is_ok_and(|t| {
-            t.to_str()
-                .and_then(|t| t.strip_prefix("anon_inode:bpf"))
-                .is_some_and(|k| k == "-link" || k == "_link")
-        });
-        if !is_link {
-            continue;
-        }
-        let name = e.file_name();
-        let Ok(info) =
-            std::fs::read_to_string(std::path::Path::new("/proc/self/fdinfo").join(&name))
-        else {
-            continue;
-        };
-        if field(&info, "link_id") == Some(link_id) {
-            return field(&info, "ifindex");
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -154,14 +118,5 @@ mod tests {
             io_error(&io::Error::from_raw_os_error(4095)),
             "errno 4095 (Unknown error 4095)"
         );
-    }
-
-    #[test]
-    fn fdinfo_fields() {
-        let info = "pos:\t0\nflags:\t02000002\nlink_type:\txdp\nlink_id:\t17\nprog_tag:\tab\nprog_id:\t40\nifindex:\t3\n";
-        assert_eq!(field(info, "link_id"), Some(17));
-        assert_eq!(field(info, "ifindex"), Some(3));
-        assert_eq!(field(info, "prog_id"), Some(40));
-        assert_eq!(field(info, "nothing"), None);
     }
 }

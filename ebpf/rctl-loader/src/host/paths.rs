@@ -1,7 +1,7 @@
 //! Interface names, checked before they become paths, and where each
 //! piece of state lives.
 
-use super::super::{err, XdpError};
+use crate::error::{ErrorKind, LoaderError};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -17,7 +17,7 @@ pub const IFNAME_MAX: usize = 15;
 
 impl IfName {
     /// Checks `name`; the error says what is wrong with it.
-    pub fn new(name: &str) -> Result<IfName, XdpError> {
+    pub fn new(name: &str) -> Result<IfName, LoaderError> {
         let why = if name.is_empty() {
             Some("it is empty".to_string())
         } else if name.len() > IFNAME_MAX {
@@ -34,11 +34,14 @@ impl IfName {
         };
         match why {
             None => Ok(IfName(name.to_string())),
-            Some(why) => Err(err(format!(
-                "invalid interface name {name:?}: {why} (an interface name has 1 to \
+            Some(why) => Err(LoaderError::new(
+                ErrorKind::Interface,
+                format!(
+                    "invalid interface name {name:?}: {why} (an interface name has 1 to \
                  {IFNAME_MAX} bytes, no `/`, `:`, whitespace or control characters, and is \
                  not `.` or `..`; see `ip link`)"
-            ))),
+                ),
+            )),
         }
     }
 

@@ -1,15 +1,15 @@
 //! `rctl status`, `rctl log` and `rctl detach`.
 
-use super::super::{err, XdpError};
-use super::files::{check_private_dir, ensure_private_dir, remove_file, Lock};
 use super::observe::{
     has_state, header_hash, open_map, resolve, staged_metas, LinkState, MetaSource, Observed,
 };
 use super::paths::{generation_of, IfName, Paths};
 use super::sys::describe;
 use super::{check_bpffs, check_privileges, check_read_privileges, fault, monotonic_ns, Attached};
+use crate::error::{err, ErrorKind, LoaderError};
 use aya::maps::{Array, Map, PerCpuArray};
 use rctl_common::{maps, BucketSet, Counters, BANNED, MAX_BUCKETS, MAX_RULES, SETS};
+use rctl_os::fs::{check_private_dir, ensure_private_dir, remove_file, Lock};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -65,7 +65,7 @@ pub struct Status {
 
 /// Refuses state directories others could change (those that exist):
 /// the roots, and `name`'s own.
-fn check_dirs(paths: &Paths, name: Option<&IfName>) -> Result<(), XdpError> {
+fn check_dirs(paths: &Paths, name: Option<&IfName>) -> Result<(), LoaderError> {
     let mut dirs = vec![paths.run.clone(), paths.state.clone(), paths.pin_root()];
     if let Some(n) = name {
         dirs.extend([paths.pins(n), paths.artifacts(n)]);
@@ -120,14 +120,19 @@ fn interfaces(paths: &Paths) -> Vec<IfName> {
 }
 
 /// The status of every interface rctl has state for (or of `iface`).
-pub fn status(paths: &Paths, iface: Option<&str>) -> Result<Vec<Status>, XdpError> {
+pub fn status(paths: &Paths, iface: Option<&str>) -> Result<Vec<Status>, LoaderError> {
     let only = iface.map(IfName::new).transpose()?;
     check_read_privileges("status")?;
     check_bpffs(&paths.bpffs)?;
     check_dirs(paths, None)?;
     let names = match only {
         Some(n) if has_state(paths, &n) => vec![n],
-        Some(n) => return Err(err(format!("rctl has nothing attached to {n}"))),
+        Some(n) => {
+            return Err(LoaderError::new(
+                ErrorKind::Interface,
+                format!("rctl has nothing attached to {n}"),
+            ))
+        }
         None => interfaces(paths),
     };
     let mut out = Vec::new();
@@ -229,12 +234,12 @@ fn one(paths: &Paths, name: &IfName) -> Status {
 /// Per-rule counters of the generation pinned in `dir`, summed over CPUs:
 /// for `rules` by name, or (not known) the rules that counted something,
 /// by index.
-fn counters(dir: &Path, rules: Option<&[String]>) -> Result<Vec<RuleCounters>, XdpError> {
+fn counters(dir: &Path, rules: Option<&[String]>) -> Result<Vec<RuleCounters>, LoaderError> {
     let map = PerCpuArray::<_, Counters>::try_from(Map::PerCpuArray(open_map(
         &dir.join(maps::COUNTERS),
     )?))
     .map_err(|e| err(describe(&e)))?;
-    let read = |i: usize| -> Result<Option<(u64, u64)>, XdpError> {
+    let read = |i: usize| -> Result<Option<(u64, u64)>, LoaderError> {
         if i >= MAX_RULES as usize {
             return Ok(None);
         }
@@ -275,7 +280,7 @@ fn counters(dir: &Path, rules: Option<&[String]>) -> Result<Vec<RuleCounters>, X
 
 /// Occupied, live (banned, or running ahead of the clock: a bucket that
 /// has fully recovered is as good as none) and banned buckets.
-fn buckets(dir: &Path) -> Result<(usize, usize, usize), XdpError> {
+fn buckets(dir: &Path) -> Result<(usize, usize, usize), LoaderError> {
     let buckets = Array::<_, BucketSet>::try_from(Map::Array(open_map(&dir.join(maps::BUCKETS))?))
         .map_err(|e| err(describe(&e)))?;
     let now = monotonic_ns();
@@ -309,7 +314,7 @@ pub(crate) fn remove_pinned(path: &Path) {
 /// artifact and lock; returns what was attached (`None` if no metadata
 /// describes what was left). Works from whatever an interrupted apply or
 /// detach left.
-pub fn detach(iface: &str, paths: &Paths) -> Result<Option<Attached>, XdpError> {
+pub fn detach(iface: &str, paths: &Paths) -> Result<Option<Attached>, LoaderError> {
     let name = IfName::new(iface)?;
     check_privileges()?;
     check_bpffs(&paths.bpffs)?;
@@ -322,7 +327,10 @@ pub fn detach(iface: &str, paths: &Paths) -> Result<Option<Attached>, XdpError> 
                 lock.remove();
             }
         }
-        return Err(err(format!("rctl has nothing attached to {name}")));
+        return Err(LoaderError::new(
+            ErrorKind::Interface,
+            format!("rctl has nothing attached to {name}"),
+        ));
     }
     ensure_private_dir(&paths.run, &mut Vec::new())?;
     let lock = Lock::acquire(&paths.lock(&name), true)?;
@@ -403,7 +411,7 @@ pub fn follow_events(
     iface: &str,
     mut emit: impl FnMut(u64, &str) -> bool,
     stop: impl Fn() -> bool,
-) -> Result<(), XdpError> {
+) -> Result<(), LoaderError> {
     let name = IfName::new(iface)?;
     check_read_privileges("log")?;
     check_bpffs(&paths.bpffs)?;
@@ -415,7 +423,12 @@ pub fn follow_events(
         // re-attach there may briefly be none: keep the last one).
         let obs = Observed::read(paths, &name);
         match (&obs.link, &current) {
-            (None, None) => return Err(err(format!("rctl has nothing attached to {name}"))),
+            (None, None) => {
+                return Err(LoaderError::new(
+                    ErrorKind::Interface,
+                    format!("rctl has nothing attached to {name}"),
+                ))
+            }
             (Some((_, l)), c) if c.as_ref().map(|c| c.0) != Some(l.prog_id) => {
                 let id = l.prog_id;
                 let logger =

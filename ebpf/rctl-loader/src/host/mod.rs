@@ -85,28 +85,24 @@
 //! is detached: `status` says so, and the next apply attaches afresh and
 //! carries the buckets.
 //!
-//! `RCTL_FAULT=STEP` makes the process `kill -9` itself at that step. It
-//! is for tests only: never set it in production.
+//! `RCTL_FAULT=STEP` makes the process `kill -9` itself at that step, in
+//! builds with the `fault-injection` feature (the tests'; release builds
+//! leave it out).
 
 mod apply;
-mod files;
 mod observe;
 mod paths;
 mod status;
 mod sys;
 
 pub use apply::apply;
-pub use files::{
-    check_private_dir, ensure_private_dir, read_private, remove_file, rename_durably, write_atomic,
-    write_private,
-};
 pub use observe::{LinkState, MetaSource};
 pub use paths::{IfName, Paths, IFNAME_MAX};
 pub use status::{detach, follow_events, status, RuleCounters, Status};
 pub(crate) use sys::describe;
 
-use super::{err, ClockMode, XdpError};
-use rctl_compiler::ir::Ruleset;
+use crate::error::{ErrorKind, LoaderError};
+use rctl_dataplane::xdp::ClockMode;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -197,10 +193,11 @@ fn has(caps: u64, bit: u32) -> bool {
 
 /// Checks the process may load and attach XDP programs, from the
 /// effective capability set.
-pub fn check_privileges() -> Result<(), XdpError> {
+pub fn check_privileges() -> Result<(), LoaderError> {
     let caps = capabilities();
     if !has(caps, CAP_NET_ADMIN) || !(has(caps, CAP_BPF) || has(caps, CAP_SYS_ADMIN)) {
-        return Err(err(
+        return Err(LoaderError::new(
+            ErrorKind::Privileges,
             "loading and attaching XDP programs needs root, or CAP_BPF and CAP_NET_ADMIN \
              (run with sudo, or grant them: setcap cap_bpf,cap_net_admin+ep $(command -v rctl))",
         ));
@@ -210,19 +207,22 @@ pub fn check_privileges() -> Result<(), XdpError> {
 
 /// Checks the process may read rctl's pinned programs and maps (for
 /// `verb`): root, or CAP_BPF.
-pub fn check_read_privileges(verb: &str) -> Result<(), XdpError> {
+pub fn check_read_privileges(verb: &str) -> Result<(), LoaderError> {
     let caps = capabilities();
     if !(has(caps, CAP_BPF) || has(caps, CAP_SYS_ADMIN)) {
-        return Err(err(format!(
-            "`rctl {verb}` reads the pinned XDP program and its maps, which needs root, or \
+        return Err(LoaderError::new(
+            ErrorKind::Privileges,
+            format!(
+                "`rctl {verb}` reads the pinned XDP program and its maps, which needs root, or \
              CAP_BPF (run it with sudo)"
-        )));
+            ),
+        ));
     }
     Ok(())
 }
 
 /// Checks that `dir` is a mounted bpffs.
-pub fn check_bpffs(dir: &Path) -> Result<(), XdpError> {
+pub fn check_bpffs(dir: &Path) -> Result<(), LoaderError> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let want = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let mounted = mounts.lines().any(|l| {
@@ -231,14 +231,17 @@ pub fn check_bpffs(dir: &Path) -> Result<(), XdpError> {
         fstype == Some("bpf") && at.map(Path::new) == Some(want.as_path())
     });
     if !mounted {
-        return Err(err(format!(
-            "no bpffs is mounted at {} (rctl pins the program there so that it outlives \
+        return Err(LoaderError::new(
+            ErrorKind::Bpffs,
+            format!(
+                "no bpffs is mounted at {} (rctl pins the program there so that it outlives \
              this process): mount one with `mount -t bpf bpf {}`, or add \
              `bpffs {} bpf defaults 0 0` to /etc/fstab",
-            dir.display(),
-            dir.display(),
-            dir.display()
-        )));
+                dir.display(),
+                dir.display(),
+                dir.display()
+            ),
+        ));
     }
     Ok(())
 }
@@ -252,47 +255,25 @@ fn ifindex(name: &IfName) -> Option<u32> {
 }
 
 /// The interface's index, or a clear error (an invalid name included).
-pub fn check_iface(iface: &str) -> Result<u32, XdpError> {
+pub fn check_iface(iface: &str) -> Result<u32, LoaderError> {
     let name = IfName::new(iface)?;
     ifindex(&name).ok_or_else(|| {
-        err(format!(
-            "no interface `{name}` in this network namespace (see `ip link`)"
-        ))
-    })
-}
-
-/// A warning when `site` is given but no rule of `rs` names it: then only
-/// the rules without `sites` apply, which is rarely what was meant (a
-/// misspelt `--site eqaid` enforced nothing site-specific).
-pub fn site_warning(rs: &Ruleset, site: Option<&str>) -> Option<String> {
-    let site = site?;
-    let mut named: Vec<&str> = rs
-        .rules
-        .iter()
-        .flat_map(|r| r.sites.iter().map(String::as_str))
-        .collect();
-    named.sort_unstable();
-    named.dedup();
-    if named.contains(&site) {
-        return None;
-    }
-    Some(if named.is_empty() {
-        format!("--site {site:?}: no rule names a site, so every rule applies as without --site")
-    } else {
-        format!(
-            "--site {site:?}: no rule names this site (the rules name {}), so only the rules \
-             without `sites` apply; check the spelling",
-            named.join(", ")
+        LoaderError::new(
+            ErrorKind::Interface,
+            format!("no interface `{name}` in this network namespace (see `ip link`)"),
         )
     })
 }
 
 /// Test-only fault injection: when `RCTL_FAULT` is `step`, the process
 /// kills itself with SIGKILL there, as a crash or `kill -9` would. See
-/// the module docs for the steps (the fleet agent adds its own); never
-/// set it in production.
+/// the module docs for the steps (the fleet agent adds its own). Built
+/// only with the `fault-injection` feature (the tests'); otherwise it
+/// does nothing.
 pub fn fault(step: &str) {
-    if std::env::var_os("RCTL_FAULT").is_some_and(|v| v == step) {
+    if cfg!(feature = "fault-injection")
+        && std::env::var_os("RCTL_FAULT").is_some_and(|v| v == step)
+    {
         let pid = std::process::id().to_string();
         let _ = std::process::Command::new("kill")
             .args(["-KILL", &pid])

@@ -1,15 +1,16 @@
 //! What the kernel and the bpffs say about an interface, and the metadata
 //! that describes it: read, checked against the pins, or rebuilt.
 
-use super::super::{err, ClockMode, Tables, XdpError};
-use super::files::read_private;
 use super::paths::{generation_of, IfName, Paths};
 use super::sys::{describe, link_ifindex};
 use super::{ifindex, Attached, Mode};
+use crate::error::{err, LoaderError};
 use aya::maps::{Array, Map, MapData};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::ProgramInfo;
 use rctl_common::{maps, Clock, Term, CONFIG_TERMS};
+use rctl_dataplane::xdp::{ClockMode, Tables};
+use rctl_os::fs::read_private;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -222,12 +223,12 @@ fn read_link(pin: &Path) -> Result<(FdLink, LinkState), String> {
 }
 
 /// Opens a pinned map.
-pub(crate) fn open_map(path: &Path) -> Result<MapData, XdpError> {
+pub(crate) fn open_map(path: &Path) -> Result<MapData, LoaderError> {
     MapData::from_pin(path)
         .map_err(|e| err(format!("opening {}: {}", path.display(), describe(&e))))
 }
 
-fn array<V: aya::Pod>(path: &Path) -> Result<Array<MapData, V>, XdpError> {
+fn array<V: aya::Pod>(path: &Path) -> Result<Array<MapData, V>, LoaderError> {
     Array::try_from(Map::Array(open_map(path)?)).map_err(|e| err(describe(&e)))
 }
 

@@ -1,7 +1,8 @@
 //! The loaded program: its maps filled from [`Tables`], and packets run
 //! through it with BPF_PROG_TEST_RUN (aya's `TestRun`).
 
-use super::{err, host, kernel_tick, ClockMode, Tables, XdpError};
+use crate::error::{err, obj, ErrorKind, LoaderError};
+use crate::{host, kernel_tick};
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
@@ -10,32 +11,33 @@ use rctl_common::{
     bucket_key, bucket_set, bucket_tag, maps, Bucket, BucketSet, Clock, Counters, Limiter,
     CONFIG_PREFETCH_SHIFT, CONFIG_SETS_ONLY, CONFIG_USES_DST, WAYS,
 };
+use rctl_dataplane::xdp::{ClockMode, Tables};
 
 fn array<'a, V: aya::Pod>(
     ebpf: &'a mut Ebpf,
     name: &str,
-) -> Result<Array<&'a mut aya::maps::MapData, V>, XdpError> {
+) -> Result<Array<&'a mut aya::maps::MapData, V>, LoaderError> {
     Array::try_from(
         ebpf.map_mut(name)
-            .ok_or_else(|| err(format!("no map {name}")))?,
+            .ok_or_else(|| obj(format!("no map {name}")))?,
     )
     .map_err(|e| err(format!("{name}: {e}")))
 }
 
 /// The object's XDP program `name`.
-fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
+fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, LoaderError> {
     ebpf.program_mut(name)
-        .ok_or_else(|| err(format!("no program `{name}`")))?
+        .ok_or_else(|| obj(format!("no program `{name}`")))?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
 }
 
 /// The XDP program `name`, loaded into the kernel if it is not yet.
-fn loaded<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, XdpError> {
+fn loaded<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, LoaderError> {
     let prog = xdp(ebpf, name)?;
     if prog.fd().is_err() {
         prog.load().map_err(|e| {
-            err(format!(
+            obj(format!(
                 "the kernel refused `{name}`: {}",
                 host::describe(&e)
             ))
@@ -49,7 +51,7 @@ fn fill<V: aya::Pod>(
     ebpf: &mut Ebpf,
     name: &str,
     items: impl IntoIterator<Item = V>,
-) -> Result<(), XdpError> {
+) -> Result<(), LoaderError> {
     let mut a = array::<V>(ebpf, name)?;
     for (i, v) in items.into_iter().enumerate() {
         a.set(i as u32, v, 0)
@@ -88,10 +90,11 @@ impl XdpProgram {
         tables: &Tables,
         rules: usize,
         tries: bool,
-    ) -> Result<XdpProgram, XdpError> {
+    ) -> Result<XdpProgram, LoaderError> {
         let d = &tables.dir;
         let chunks = |n: usize, size: u32| {
-            u32::try_from(n / size as usize).map_err(|_| err("prefix tables too large"))
+            u32::try_from(n / size as usize)
+                .map_err(|_| LoaderError::new(ErrorKind::Tables, "prefix tables too large"))
         };
         use rctl_common::dir::{CLASS_CHUNK, ENTRY_CHUNK, FILTER_CHUNK, NODE_CHUNK, RANGE_CHUNK};
         let mut ebpf = aya::EbpfLoader::new()
@@ -101,7 +104,7 @@ impl XdpProgram {
             .map_max_entries(maps::CLASSES, chunks(d.classes.len(), CLASS_CHUNK)?)
             .map_max_entries(maps::RANGES, chunks(d.ranges.len(), RANGE_CHUNK)?)
             .load(object)
-            .map_err(|e| err(format!("loading the XDP object: {e}")))?;
+            .map_err(|e| obj(format!("loading the XDP object: {e}")))?;
         let e = &mut ebpf;
         fill(e, maps::TERMS, tables.terms.iter().copied())?;
         fill(e, maps::FILTER, d.filter_chunks())?;
@@ -120,7 +123,7 @@ impl XdpProgram {
         }
         if tries {
             let mut v4: LpmTrie<_, [u8; 4], u64> =
-                LpmTrie::try_from(e.map_mut(maps::V4).ok_or_else(|| err("no v4 map"))?)
+                LpmTrie::try_from(e.map_mut(maps::V4).ok_or_else(|| obj("no v4 map"))?)
                     .map_err(|e| err(e.to_string()))?;
             for (a, l, b) in &tables.v4 {
                 v4.insert(&Key::new(u32::from(*l), *a), b, 0)
@@ -129,7 +132,7 @@ impl XdpProgram {
         }
         if tries {
             let mut v6: LpmTrie<_, [u8; 16], u64> =
-                LpmTrie::try_from(e.map_mut(maps::V6).ok_or_else(|| err("no v6 map"))?)
+                LpmTrie::try_from(e.map_mut(maps::V6).ok_or_else(|| obj("no v6 map"))?)
                     .map_err(|e| err(e.to_string()))?;
             for (a, l, b) in &tables.v6 {
                 v6.insert(&Key::new(u32::from(*l), *a), b, 0)
@@ -183,7 +186,7 @@ impl XdpProgram {
     /// Keys the bucket hash with `seed` (a new table's is random; one that
     /// takes over another's buckets keeps its seed, see
     /// [`XdpProgram::seed`]). Only before the program sees traffic.
-    pub fn reseed(&mut self, seed: u64) -> Result<(), XdpError> {
+    pub fn reseed(&mut self, seed: u64) -> Result<(), LoaderError> {
         self.seed = seed;
         let limiters: Vec<Limiter> = self
             .limiters
@@ -201,12 +204,12 @@ impl XdpProgram {
 
     /// Pins the program (as `prog`) and the named maps into `dir`, which
     /// must be on a bpffs.
-    pub fn pin(&mut self, dir: &std::path::Path, names: &[&str]) -> Result<(), XdpError> {
+    pub fn pin(&mut self, dir: &std::path::Path, names: &[&str]) -> Result<(), LoaderError> {
         for name in names {
             let path = dir.join(name);
             self.ebpf
                 .map(name)
-                .ok_or_else(|| err(format!("no map {name}")))?
+                .ok_or_else(|| obj(format!("no map {name}")))?
                 .pin(&path)
                 .map_err(|e| {
                     err(format!(
@@ -227,23 +230,23 @@ impl XdpProgram {
     }
 
     /// The loaded `rctl` program.
-    pub fn xdp_mut(&mut self) -> Result<&mut Xdp, XdpError> {
+    pub fn xdp_mut(&mut self) -> Result<&mut Xdp, LoaderError> {
         xdp(&mut self.ebpf, "rctl")
     }
 
     /// The object's program `name` (`rctl`, or the empty `rctl_pass`,
     /// which shares the maps), loaded if it is not yet: the benchmark
     /// attaches either to an interface.
-    pub fn program_mut(&mut self, name: &str) -> Result<&mut Xdp, XdpError> {
+    pub fn program_mut(&mut self, name: &str) -> Result<&mut Xdp, LoaderError> {
         loaded(&mut self.ebpf, name)
     }
 
     /// Packets each rule decided, summed over CPUs, by rule index.
-    pub fn counts(&self) -> Result<Vec<u64>, XdpError> {
+    pub fn counts(&self) -> Result<Vec<u64>, LoaderError> {
         let c: PerCpuArray<_, Counters> = PerCpuArray::try_from(
             self.ebpf
                 .map(maps::COUNTERS)
-                .ok_or_else(|| err("no counters map"))?,
+                .ok_or_else(|| obj("no counters map"))?,
         )
         .map_err(|e| err(e.to_string()))?;
         (0..self.rules as u32)
@@ -257,16 +260,16 @@ impl XdpProgram {
 
     /// Makes [`XdpProgram::test`] run `name`: `rctl`, or `rctl_lpm` (the
     /// LPM-trie baseline, which needs the maps loaded with `tries`).
-    pub fn select(&mut self, name: &'static str) -> Result<(), XdpError> {
+    pub fn select(&mut self, name: &'static str) -> Result<(), LoaderError> {
         loaded(&mut self.ebpf, name)?;
         self.selected = name;
         Ok(())
     }
 
-    fn program(&self) -> Result<&Xdp, XdpError> {
+    fn program(&self) -> Result<&Xdp, LoaderError> {
         self.ebpf
             .program(self.selected)
-            .ok_or_else(|| err("no program"))?
+            .ok_or_else(|| obj("no program"))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| err(e.to_string()))
     }
@@ -274,7 +277,7 @@ impl XdpProgram {
     /// Runs one frame through the program at `time_ns` (the program's clock
     /// is set to it); `rule` is found from the counters, so this is for
     /// tests, not speed.
-    pub fn test(&mut self, frame: &[u8], time_ns: u64) -> Result<Outcome, XdpError> {
+    pub fn test(&mut self, frame: &[u8], time_ns: u64) -> Result<Outcome, LoaderError> {
         self.set_clock(time_ns)?;
         let before = self.counts()?;
         let action = self.run(frame)?;
@@ -298,16 +301,16 @@ impl XdpProgram {
     }
 
     /// Bucket `slot` (set x [`WAYS`] + way).
-    pub fn bucket(&self, slot: u32) -> Result<Bucket, XdpError> {
+    pub fn bucket(&self, slot: u32) -> Result<Bucket, LoaderError> {
         Ok(self.bucket_set(slot / WAYS)?[(slot % WAYS) as usize])
     }
 
     /// Bucket set `set`.
-    pub fn bucket_set(&self, set: u32) -> Result<BucketSet, XdpError> {
+    pub fn bucket_set(&self, set: u32) -> Result<BucketSet, LoaderError> {
         let a: Array<_, BucketSet> = Array::try_from(
             self.ebpf
                 .map(maps::BUCKETS)
-                .ok_or_else(|| err("no bucket map"))?,
+                .ok_or_else(|| obj("no bucket map"))?,
         )
         .map_err(|e| err(e.to_string()))?;
         a.get(&set, 0)
@@ -320,7 +323,7 @@ impl XdpProgram {
         &mut self,
         sets: &[(u32, BucketSet)],
         bans: &[(u32, u64)],
-    ) -> Result<(), XdpError> {
+    ) -> Result<(), LoaderError> {
         let mut a = array::<BucketSet>(&mut self.ebpf, maps::BUCKETS)?;
         for (i, b) in sets {
             a.set(*i, b, 0)
@@ -335,11 +338,14 @@ impl XdpProgram {
     }
 
     /// Sets rules' per-CPU counters: (rule, one value per possible CPU).
-    pub fn write_counters(&mut self, entries: Vec<(u32, Vec<Counters>)>) -> Result<(), XdpError> {
+    pub fn write_counters(
+        &mut self,
+        entries: Vec<(u32, Vec<Counters>)>,
+    ) -> Result<(), LoaderError> {
         let mut c: PerCpuArray<_, Counters> = PerCpuArray::try_from(
             self.ebpf
                 .map_mut(maps::COUNTERS)
-                .ok_or_else(|| err("no counters map"))?,
+                .ok_or_else(|| obj("no counters map"))?,
         )
         .map_err(|e| err(e.to_string()))?;
         for (i, v) in entries {
@@ -351,7 +357,7 @@ impl XdpProgram {
     }
 
     /// Sets the program's clock to `time_ns` (instead of the kernel's).
-    pub fn set_clock(&mut self, time_ns: u64) -> Result<(), XdpError> {
+    pub fn set_clock(&mut self, time_ns: u64) -> Result<(), LoaderError> {
         self.write_clock(Clock {
             fixed_ns: time_ns.max(1),
             ..Clock::default()
@@ -360,7 +366,7 @@ impl XdpProgram {
 
     /// Makes the program read the kernel's clock, as `mode` says (loading
     /// sets [`ClockMode::Tick`] where it can).
-    pub fn set_clock_mode(&mut self, mode: ClockMode) -> Result<(), XdpError> {
+    pub fn set_clock_mode(&mut self, mode: ClockMode) -> Result<(), LoaderError> {
         let clock = match mode {
             ClockMode::Tick => {
                 let (tick_ns, jiffies_base) = kernel_tick()?;
@@ -375,14 +381,14 @@ impl XdpProgram {
         self.write_clock(clock)
     }
 
-    fn write_clock(&mut self, clock: Clock) -> Result<(), XdpError> {
+    fn write_clock(&mut self, clock: Clock) -> Result<(), LoaderError> {
         array::<Clock>(&mut self.ebpf, maps::CLOCK)?
             .set(0, clock, 0)
             .map_err(|e| err(format!("{}: {e}", maps::CLOCK)))
     }
 
     /// Runs one frame through the selected program; returns its action.
-    pub fn run(&mut self, frame: &[u8]) -> Result<u32, XdpError> {
+    pub fn run(&mut self, frame: &[u8]) -> Result<u32, LoaderError> {
         self.program()?
             .test_run(TestRunOptions {
                 data_in: Some(frame),
@@ -397,7 +403,7 @@ impl XdpProgram {
     /// the calling thread; returns the last run's action. Takes `&self`,
     /// so that several threads (on several CPUs) can run the same program
     /// and maps at once, as a multi-queue NIC does.
-    pub fn run_repeat(&self, frame: &[u8], repeat: u32) -> Result<u32, XdpError> {
+    pub fn run_repeat(&self, frame: &[u8], repeat: u32) -> Result<u32, LoaderError> {
         self.program()?
             .test_run(TestRunOptions {
                 data_in: Some(frame),
@@ -416,7 +422,7 @@ impl XdpProgram {
         program: &str,
         frame: &[u8],
         repeat: u32,
-    ) -> Result<(u32, f64), XdpError> {
+    ) -> Result<(u32, f64), LoaderError> {
         let r = loaded(&mut self.ebpf, program)?
             .test_run(TestRunOptions {
                 data_in: Some(frame),

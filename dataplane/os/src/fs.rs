@@ -1,12 +1,12 @@
 //! Files rctl's state lives in: directories only the user running rctl
 //! may change, files written whole or not at all under names nobody can
-//! predict, and the per-interface lock.
+//! predict, and locks.
 //!
 //! Modes are set explicitly (`fchmod`/`chmod` after creating), never
 //! left to the caller's umask.
 
-use super::super::{err, XdpError};
-use super::sys::io_error;
+use crate::errno::io_error;
+use std::fmt;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{ErrorKind, Write as _};
 use std::os::unix::fs::{
@@ -15,24 +15,56 @@ use std::os::unix::fs::{
 use std::path::{Component, Path, PathBuf};
 
 /// The mode of rctl's directories.
-pub(crate) const DIR_MODE: u32 = 0o700;
+pub const DIR_MODE: u32 = 0o700;
 /// The mode of rctl's files.
-pub(crate) const FILE_MODE: u32 = 0o600;
+pub const FILE_MODE: u32 = 0o600;
 /// The mode of parents rctl has to create above a state directory.
 const PARENT_MODE: u32 = 0o755;
 
-/// The effective user id, from /proc/self/status (`Uid:` real, effective,
-/// saved, filesystem).
-pub(crate) fn euid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+/// Why a state file or folder could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsError {
+    /// What kind of failure.
+    pub kind: FsErrorKind,
+    /// What happened, and what to do.
+    pub message: String,
+}
+
+/// The kinds of [`FsError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FsErrorKind {
+    /// Someone else could change what is there: a folder another user
+    /// owns or may write, or one under such a folder.
+    Unsafe,
+    /// A system call failed (the message has its errno).
+    Io,
+}
+
+impl fmt::Display for FsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FsError {}
+
+fn unsafe_dir(message: String) -> FsError {
+    FsError {
+        kind: FsErrorKind::Unsafe,
+        message,
+    }
+}
+
+fn io(message: String) -> FsError {
+    FsError {
+        kind: FsErrorKind::Io,
+        message,
+    }
+}
+
+fn euid() -> u32 {
+    crate::users::euid()
 }
 
 fn owner(uid: u32) -> String {
@@ -78,18 +110,18 @@ fn ancestors(path: &Path) -> Vec<PathBuf> {
 /// writable by nobody else, and every directory above it owned by root or
 /// that user and writable by nobody else (unless sticky, as /tmp is).
 /// The error says how to fix it.
-pub fn check_private_dir(dir: &Path) -> Result<(), XdpError> {
+pub fn check_private_dir(dir: &Path) -> Result<(), FsError> {
     let me = euid();
     let md =
-        std::fs::metadata(dir).map_err(|e| err(format!("{}: {}", dir.display(), io_error(&e))))?;
+        std::fs::metadata(dir).map_err(|e| io(format!("{}: {}", dir.display(), io_error(&e))))?;
     let shown = dir.display();
     if !md.is_dir() {
-        return Err(err(format!(
+        return Err(unsafe_dir(format!(
             "{shown} is not a directory: rctl keeps its state there (move it away)"
         )));
     }
     if md.uid() != me {
-        return Err(err(format!(
+        return Err(unsafe_dir(format!(
             "refusing to use {shown}: it is owned by uid {}, not by {} who runs rctl, so \
              someone else could change what rctl trusts there (fix: chown {} {shown})",
             md.uid(),
@@ -99,7 +131,7 @@ pub fn check_private_dir(dir: &Path) -> Result<(), XdpError> {
     }
     let mode = md.permissions().mode() & 0o7777;
     if mode & 0o022 != 0 {
-        return Err(err(format!(
+        return Err(unsafe_dir(format!(
             "refusing to use {shown}: it is writable by {} (mode {mode:04o}), who could \
              then switch enforcement off or plant files rctl trusts (fix: chmod 0700 {shown})",
             writers(mode)
@@ -112,14 +144,14 @@ pub fn check_private_dir(dir: &Path) -> Result<(), XdpError> {
         let mode = md.permissions().mode() & 0o7777;
         let shown_a = a.display();
         if md.uid() != 0 && md.uid() != me {
-            return Err(err(format!(
+            return Err(unsafe_dir(format!(
                 "refusing to use {shown}: {shown_a} above it is owned by uid {}, who could \
                  replace it (fix: chown root {shown_a})",
                 md.uid()
             )));
         }
         if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-            return Err(err(format!(
+            return Err(unsafe_dir(format!(
                 "refusing to use {shown}: {shown_a} above it is writable by {} (mode \
                  {mode:04o}), who could replace it (fix: chmod go-w {shown_a})",
                 writers(mode)
@@ -140,14 +172,14 @@ fn writers(mode: u32) -> &'static str {
 /// Makes `dir` a private directory: created with mode 0700 if missing
 /// (and its missing parents 0755), then checked ([`check_private_dir`]).
 /// Directories it created are pushed on `created`, parents first.
-pub fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), XdpError> {
+pub fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), FsError> {
     let mut missing = Vec::new();
     let mut p = Some(dir);
     while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
         match std::fs::symlink_metadata(d) {
             Ok(_) => break,
             Err(e) if e.kind() == ErrorKind::NotFound => missing.push(d.to_path_buf()),
-            Err(e) => return Err(err(format!("{}: {}", d.display(), io_error(&e)))),
+            Err(e) => return Err(io(format!("{}: {}", d.display(), io_error(&e)))),
         }
         p = d.parent();
     }
@@ -157,12 +189,12 @@ pub fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), 
             Ok(()) => {
                 // The umask may have taken bits away: set them exactly.
                 std::fs::set_permissions(d, Permissions::from_mode(mode))
-                    .map_err(|e| err(format!("chmod {}: {}", d.display(), io_error(&e))))?;
+                    .map_err(|e| io(format!("chmod {}: {}", d.display(), io_error(&e))))?;
                 created.push(d.clone());
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => {
-                return Err(err(format!("creating {}: {}", d.display(), io_error(&e))));
+                return Err(io(format!("creating {}: {}", d.display(), io_error(&e))));
             }
         }
     }
@@ -170,34 +202,20 @@ pub fn ensure_private_dir(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), 
 }
 
 /// Removes `dirs` (deepest first) where they are empty; others stay.
-pub(crate) fn remove_empty(dirs: &[PathBuf]) {
+pub fn remove_empty(dirs: &[PathBuf]) {
     for d in dirs.iter().rev() {
         let _ = std::fs::remove_dir(d);
     }
 }
 
-/// 128 bits no other process can predict: from the standard library's
-/// randomly keyed SipHash (seeded from the OS's random source), over the
-/// time and a counter.
-fn unpredictable() -> u128 {
-    use std::hash::BuildHasher as _;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let a = std::hash::RandomState::new().hash_one((n, t, std::process::id()));
-    let b = std::hash::RandomState::new().hash_one((t, n, a));
-    (u128::from(a) << 64) | u128::from(b)
-}
+use crate::unpredictable;
 
 /// Writes `bytes` to `path` whole or not at all, with mode `mode` whatever
 /// the umask: a temporary file with an unpredictable name beside it
 /// (`O_CREAT | O_EXCL | O_NOFOLLOW`, so nothing planted there is
 /// followed or reused), synced, renamed over `path`, then the directory
 /// synced. A symbolic link at `path` is replaced, not written through.
-fn replace(path: &Path, bytes: &[u8], mode: u32) -> Result<(), XdpError> {
+fn replace(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsError> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -207,7 +225,7 @@ fn replace(path: &Path, bytes: &[u8], mode: u32) -> Result<(), XdpError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "rctl".into());
     let fail = |what: &str, e: &std::io::Error| {
-        err(format!(
+        io(format!(
             "writing {} ({what}): {}",
             path.display(),
             io_error(e)
@@ -242,14 +260,14 @@ fn replace(path: &Path, bytes: &[u8], mode: u32) -> Result<(), XdpError> {
 }
 
 /// Makes a rename or removal in `dir` durable (best effort).
-pub(crate) fn sync_dir(dir: &Path) {
+pub fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
 }
 
 /// Writes one of rctl's state files (mode 0600), whole or not at all.
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
     replace(path, bytes, FILE_MODE)
 }
 
@@ -257,7 +275,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
 /// readers see the old file or the new, never a part, and nothing planted
 /// at a temporary name is followed. The file keeps the mode of the file
 /// it replaces, else gets 0644.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
     let mode = std::fs::symlink_metadata(path)
         .ok()
         .filter(|m| m.is_file())
@@ -266,9 +284,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), XdpError> {
 }
 
 /// Renames `from` over `to` (same directory) and syncs the directory.
-pub fn rename_durably(from: &Path, to: &Path) -> Result<(), XdpError> {
+pub fn rename_durably(from: &Path, to: &Path) -> Result<(), FsError> {
     std::fs::rename(from, to).map_err(|e| {
-        err(format!(
+        io(format!(
             "renaming {} to {}: {}",
             from.display(),
             to.display(),
@@ -311,13 +329,11 @@ pub fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Removes a file if it is there.
-pub fn remove_file(path: &Path) -> Result<(), XdpError> {
+pub fn remove_file(path: &Path) -> Result<(), FsError> {
     match std::fs::remove_file(path) {
-        Err(e) if e.kind() != ErrorKind::NotFound => Err(err(format!(
-            "removing {}: {}",
-            path.display(),
-            io_error(&e)
-        ))),
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            Err(io(format!("removing {}: {}", path.display(), io_error(&e))))
+        }
         _ => Ok(()),
     }
 }
@@ -348,7 +364,7 @@ fn flock(file: &File, exclusive: bool) -> std::io::Result<()> {
 /// An interface's lock: `flock` on `RUN/IF.lock`, exclusive for a writer
 /// (apply, detach), shared for a reader (status). Released when dropped
 /// (or when the process dies).
-pub(crate) struct Lock {
+pub struct Lock {
     file: File,
     path: PathBuf,
 }
@@ -357,8 +373,8 @@ impl Lock {
     /// Waits for the lock on `path`, creating the file (0600) if needed.
     /// A writer may remove the file while it holds it; a waiter that then
     /// gets the lock on the removed file tries again on the new one.
-    pub(crate) fn acquire(path: &Path, exclusive: bool) -> Result<Lock, XdpError> {
-        let fail = |e: &std::io::Error| err(format!("locking {}: {}", path.display(), io_error(e)));
+    pub fn acquire(path: &Path, exclusive: bool) -> Result<Lock, FsError> {
+        let fail = |e: &std::io::Error| io(format!("locking {}: {}", path.display(), io_error(e)));
         loop {
             let file = OpenOptions::new()
                 .read(true)
@@ -387,7 +403,7 @@ impl Lock {
 
     /// Removes the lock file, then releases the lock (writers only: the
     /// interface has no state left).
-    pub(crate) fn remove(self) {
+    pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
         drop(self.file);
     }
