@@ -8,7 +8,11 @@
 //!   configuration passes the programs' own checks; output is
 //!   deterministic; with no agent at all, traffic is served (fail open)
 //!   and counted as unchecked.
+//! - `differential`: HAProxy, Varnish and HAProxy with the agent, each
+//!   configured by `rctl emit`, answer every request of the corpus,
+//!   shipped and hostile rulesets as `rctl eval` decides it.
 
+mod differential;
 mod emit;
 mod incidents;
 mod lifecycle;
