@@ -19,7 +19,8 @@
 //! internal location turns each status from 300 to 599 but 403 (the agent
 //! down: 502; slow: 504; failing: 500; refusing the check request: 4xx)
 //! into a `204` for `auth_request` (which would otherwise answer the
-//! client 500). `$rctl_check` keeps what the agent answered: `200`
+//! client 500); 499 alone cannot be (nginx refuses it in `error_page`),
+//! and the agent never answers it. `$rctl_check` keeps what the agent answered: `200`
 //! (checked, served), `403` (checked, blocked), any other code (not
 //! checked, served); the `rctl` log format logs it.
 
@@ -137,10 +138,11 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
 }
 
 /// `error_page` for every status the agent's answer may have that is
-/// not a verdict: 300 to 599, 403 excepted.
+/// not a verdict: 300 to 599, 403 excepted, and 499, which nginx refuses
+/// there (its own code for a client that went away).
 fn unchecked_error_page() -> String {
     let codes: Vec<String> = (300..=599u16)
-        .filter(|&c| c != 403)
+        .filter(|&c| c != 403 && c != 499)
         .map(|c| c.to_string())
         .collect();
     let mut s = String::from("    error_page");
@@ -326,7 +328,7 @@ rule c { when header("user-agent") absent deny 403 }
             .split_whitespace()
             .filter_map(|w| w.parse().ok())
             .collect();
-        let want: Vec<u16> = (300..=599).filter(|&c| c != 403).collect();
+        let want: Vec<u16> = (300..=599).filter(|&c| c != 403 && c != 499).collect();
         assert_eq!(codes, want);
         assert!(directive.ends_with("= @rctl_unchecked"), "{directive}");
         // It is the internal location's, after proxy_intercept_errors.
