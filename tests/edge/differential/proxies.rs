@@ -45,17 +45,18 @@ pub enum Kind {
     Spoe,
 }
 
+/// What runs for each kind (the agent boxed: it is the largest part).
 enum Running {
     Haproxy {
         hap: Haproxy,
         tables: Vec<String>,
     },
     Vcl {
-        _v: Varnish,
+        v: Varnish,
         epoch: u32,
     },
     Spoe {
-        _serve: Serve,
+        _serve: Box<Serve>,
         hap: Haproxy,
         control: PathBuf,
         epoch: u32,
@@ -151,7 +152,7 @@ impl Proxy {
                 )
                 .unwrap();
                 let v = Varnish::start(dir, &main, front);
-                (Running::Vcl { _v: v, epoch: 0 }, skipped)
+                (Running::Vcl { v, epoch: 0 }, skipped)
             }
             Kind::Spoe => {
                 let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -173,7 +174,7 @@ impl Proxy {
                 let control = serve.control.clone();
                 (
                     Running::Spoe {
-                        _serve: serve,
+                        _serve: Box::new(serve),
                         hap,
                         control,
                         epoch: 0,
@@ -265,7 +266,7 @@ impl Proxy {
     pub fn logs(&self) -> String {
         match &self.running {
             Running::Haproxy { hap, .. } | Running::Spoe { hap, .. } => hap.proc.logs(),
-            Running::Vcl { _v, .. } => _v.proc.logs(),
+            Running::Vcl { v, .. } => v.proc.logs(),
         }
     }
 }
