@@ -187,7 +187,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::HeaderTooLong(s) => write!(
                 f,
                 "the header name {:?}… is {} bytes: HAProxy's configuration lines hold at most {} bytes of it",
-                &s[..s.len().min(40)],
+                s.chars().take(40).collect::<String>(),
                 s.len(),
                 haproxy_spoe::MAX_HEADER_NAME
             ),
