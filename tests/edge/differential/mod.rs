@@ -24,7 +24,13 @@
 //! proxy runs). Nothing else: HAProxy's sliding window and vsthrottle's
 //! refill differ from rctl's buckets only after a burst, and a burst here
 //! is all at once; packet and connection limits are never asked about a
-//! request.
+//! request. `rctl eval` is asked about each request with the whole
+//! ruleset (the answers are shared by the three tests), then, for the
+//! requests a rule left out matched, with the ruleset the proxy runs: a
+//! rule that does not match a request cannot change its verdict.
+//!
+//! `RCTL_DIFF_LOGS=1` prints the proxy's logs after a ruleset with
+//! disagreements.
 
 mod proxies;
 mod reference;
