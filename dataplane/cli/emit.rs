@@ -53,7 +53,8 @@ pub enum Target {
     Nginx {
         #[command(flatten)]
         common: Common,
-        /// The agent's check endpoint: ADDR:PORT or tcp:ADDR:PORT.
+        /// The agent's check endpoint: ADDR:PORT, tcp:ADDR:PORT or
+        /// unix:PATH.
         #[arg(long, default_value = "127.0.0.1:9781", value_parser = parse_agent)]
         agent: Agent,
         /// How long a request waits for the agent (connect, send, read)
@@ -185,8 +186,9 @@ fn refused(target: &str, why: &[(String, String)]) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn parse_agent(s: &str) -> Result<Agent, rctl_emit::Error> {
-    Agent::parse(s)
+/// `--agent`, for clap (which names the flag itself).
+fn parse_agent(s: &str) -> Result<Agent, String> {
+    Agent::parse(s).map_err(|e| e.kind().to_string())
 }
 
 /// Runs `rctl emit TARGET`.

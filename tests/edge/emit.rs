@@ -256,3 +256,76 @@ fn odd_header_names_reach_the_agent_through_haproxy() {
     }
     assert_eq!(get(s.front, "/", &[]), 200);
 }
+
+#[test]
+fn emit_refuses_option_values_a_configuration_cannot_hold_naming_the_flag() {
+    let rules = shipped().join("wdqs.rctl");
+    let rules = rules.to_str().unwrap();
+    // Each of these used to be written as given, and passed haproxy -c
+    // or nginx -t while meaning something else: a server line with
+    // `disabled`, an ACL whose end is a comment, a second upstream server.
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "haproxy-spoe",
+                "--agent",
+                "unix:/run/rctl/spoe.sock disabled #",
+            ],
+            "--agent",
+        ),
+        (&["haproxy-spoe", "--backend", "rctl-agent #"], "--backend"),
+        (
+            &["haproxy-spoe", "--config-dir", "/etc/haproxy/rctl x"],
+            "--config-dir",
+        ),
+        (&["haproxy-spoe", "--header", "x-a b"], "--header"),
+        (&["haproxy-spoe", "--timeout-ms", "0"], "--timeout-ms"),
+        (
+            &["nginx", "--agent", "unix:/run/rctl/http.sock;server"],
+            "--agent",
+        ),
+        (
+            &[
+                "haproxy",
+                "--skip-unsupported",
+                "--config-dir",
+                "/x),ipmask(0) -m found #",
+            ],
+            "--config-dir",
+        ),
+        (
+            &[
+                "haproxy",
+                "--skip-unsupported",
+                "--client-ip-header",
+                "X-IP #",
+            ],
+            "--client-ip-header",
+        ),
+        (
+            &["haproxy", "--skip-unsupported", "--site", "eqiad #"],
+            "--site",
+        ),
+        (
+            &["vcl", "--skip-unsupported", "--backend", "a\"b:80"],
+            "--backend",
+        ),
+        (
+            &["vcl", "--skip-unsupported", "--client-ip-header", "X-IP;"],
+            "--client-ip-header",
+        ),
+    ];
+    for (args, flag) in cases {
+        let mut all = vec!["emit", args[0], rules];
+        all.extend(&args[1..]);
+        let o = crate::util::rctl(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{all:?} was accepted:\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert!(o.stdout.is_empty(), "{all:?}: nothing is written");
+        assert!(err.contains(flag), "{all:?}: the error names {flag}: {err}");
+    }
+}

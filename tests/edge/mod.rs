@@ -8,10 +8,17 @@
 //!   configuration passes the programs' own checks; output is
 //!   deterministic; with no agent at all, traffic is served (fail open)
 //!   and counted as unchecked.
+//! - `nginx_heads`: large heads through nginx are checked by the agent,
+//!   and every answer of the agent that is not a verdict fails open.
+//! - `differential`: HAProxy, Varnish and HAProxy with the agent, each
+//!   configured by `rctl emit`, answer every request of the corpus,
+//!   shipped and hostile rulesets as `rctl eval` decides it.
 
+mod differential;
 pub mod emit;
 mod incidents;
 mod lifecycle;
+mod nginx_heads;
 mod parity;
 mod stack;
 

@@ -20,6 +20,12 @@ pub const EDGE: &str = "185.15.59.224";
 /// the load of one does not make another's agent miss its timeouts.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Holds the end-to-end tests' turn (see [`Stack::start`]) for a test
+/// that runs its own servers.
+pub fn serial() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Which proxy is in front.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Front {
@@ -84,7 +90,7 @@ impl Stack {
     /// (configured by `rctl emit` from `artifact` plus `emit_flags`);
     /// returns once a request has been checked by the agent.
     pub fn start(front: Front, artifact: &Path, addrs: &[&str], emit_flags: &[&str]) -> Stack {
-        let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let serial = serial();
         let mut all = vec![EDGE];
         all.extend(addrs);
         netns::enter(&all);

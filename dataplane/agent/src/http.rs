@@ -64,12 +64,28 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 16 KiB and 100 headers a request head, 75 s to send it or to sit
-    /// idle, 10 s to drain.
+    /// A request head of at most 64 KiB and 1,100 headers, 75 s to send
+    /// it or to sit idle between requests, 10 s to drain.
+    ///
+    /// The head's bounds hold every check request Debian's nginx 1.22
+    /// sends with its defaults (`client_header_buffer_size 1k`,
+    /// `large_client_header_buffers 4 8k`), so that no request nginx takes
+    /// is refused here (a refusal fails open: the request goes unchecked,
+    /// and nginx logs it so). nginx holds at most 1 KiB + 4 × 8 KiB =
+    /// 33,792 bytes of a client's head, no line longer than 8 KiB. To the
+    /// agent it sends its own request line, every header but Host as
+    /// `name: value` and CRLF, Host, and seven `X-Rctl-*` headers of its
+    /// own, two of which repeat the host and the target: at most about
+    /// 59,300 bytes. Debian's nginx 1.22.1 refuses requests of more than
+    /// 1,000 header lines, which keeps it to 1,007 headers sent (measured:
+    /// 37,928 bytes). A build without that cap could send up to 11,264
+    /// three-byte headers; past 1,100 they go unchecked, counted, rather
+    /// than make every parse allocate room for that many (hyper sizes its
+    /// header array by this bound on each request).
     fn default() -> Self {
         Limits {
-            max_header_bytes: 16 * 1024,
-            max_headers: 100,
+            max_header_bytes: 64 * 1024,
+            max_headers: 1_100,
             header_timeout: Duration::from_secs(75),
             drain: Duration::from_secs(10),
         }

@@ -14,23 +14,41 @@
 //!   `expose-experimental-directives` (`normalize-uri` is experimental in
 //!   HAProxy 2.6) and a backend per throttle holding its stick table;
 //! - one map file per address set (`rctl-setN.map`, `CIDR 1` lines),
-//!   matched with `src,map_ip(FILE) -m found`.
+//!   matched with `src,map_ip(FILE) -m found`. IPv4 prefixes are written
+//!   as IPv4-mapped IPv6 ones (`::ffff:192.0.2.0/120`): HAProxy matches an
+//!   IPv4 pattern with IPv6 clients in `::/96` and `2002::/16` too, where
+//!   rctl keeps the families apart.
+//!
+//! Values: every pattern list starts with `--`, so that no value is read
+//! as a flag (`-f FILE` would load a file, `-m found` match anything, `-i`
+//! ignore case); the empty string, which no argument can hold (HAProxy
+//! ends a line's arguments at an empty word), is matched by a second ACL
+//! line of the same name, `-m len 0`; arguments are single-quoted, or
+//! double-quoted with `"`, `\` and `$` escaped when they hold a `'`; an
+//! empty reason is an empty body. Header names are any HTTP token: those
+//! beyond letters, digits and `-_.` are written in double quotes, `$` and
+//! `'` escaped for HAProxy's two parsers. Options go through
+//! [`crate::check`].
 //!
 //! Fields as rctl computes them: the first occurrence of a header, whole
-//! (`req.fhdr(h,1)`); the host lower-cased without its port; the path
-//! percent-normalised by HAProxy's own `normalize-uri
-//! percent-decode-unreserved` and `percent-to-uppercase`, read, and the
-//! URL put back as it came.
+//! (`req.fhdr(h,1)`); the host lower-cased without its port, `""` without
+//! a Host header; the query, `""` without a `?` (HAProxy's `query` finds
+//! nothing there); the path percent-normalised by HAProxy's own
+//! `normalize-uri percent-decode-unreserved` and `percent-to-uppercase`,
+//! read, and the URL put back as it came.
 //!
 //! Throttles: `track-sc` in a stick table storing `http_req_rate(PERIOD)`,
 //! and the request is refused when the rate over the period is above the
 //! burst: a burst is admitted as rctl admits it; afterwards HAProxy's
 //! sliding window and rctl's bucket refill differently (a note says so).
-//! Refused with the reason: bans (a stick table cannot hold a ban for a
-//! fixed time from the first excess), query parameters and keys HAProxy
-//! cannot compute as rctl does, more throttles than HAProxy's three
-//! tracking counters.
+//! A header key is `""` for a request without the header, as rctl counts
+//! it (HAProxy would not track the request). Refused with the reason:
+//! bans (a stick table cannot hold a ban for a fixed time from the first
+//! excess), query parameters and keys HAProxy cannot compute as rctl does,
+//! more throttles than HAProxy's three tracking counters, header names
+//! that are not HTTP tokens (HAProxy refuses requests carrying them).
 
+use crate::check;
 use crate::pcre::{literal, to_pcre};
 use rctl_compiler::ir::{Action, Atom, Cond, Key, Proto, Rule, Ruleset, StrField, StrOp, Unit};
 use std::collections::BTreeMap;
@@ -134,9 +152,14 @@ fn dnf(c: &Cond, cap: usize) -> Option<Vec<Vec<Lit>>> {
 }
 
 /// A quoted HAProxy argument: single quotes keep backslashes as they are.
+/// The empty string cannot be one (HAProxy ends a line's arguments at an
+/// empty word): callers write it another way.
 fn arg(s: &str) -> Result<String, String> {
     if s.bytes().any(|b| b.is_ascii_control()) {
         return Err(format!("{s:?} has a control character"));
+    }
+    if s.is_empty() {
+        return Err("an empty argument ends HAProxy's argument list".into());
     }
     if !s.contains('\'') {
         Ok(format!("'{s}'"))
@@ -156,17 +179,63 @@ fn arg(s: &str) -> Result<String, String> {
     }
 }
 
-fn header_name(h: &str) -> Result<&str, String> {
-    if !h.is_empty()
-        && h.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-    {
-        Ok(h)
-    } else {
-        Err(format!(
-            "header {h:?}: only letters, digits, - _ and . fit in a fetch's argument"
-        ))
+/// The patterns of an ACL matching any of `values` exactly, after `--`
+/// (so that none is read as a flag: `-f FILE` would load a file, `-m
+/// found` match anything, `-i` change case): one line, and for the empty
+/// string, which no argument can hold, a second line matching length 0
+/// (an ACL's lines with one name are ORed).
+fn exact(fetch: &str, values: &[&String]) -> Result<Vec<String>, String> {
+    let mut lines = Vec::new();
+    let words: Vec<String> = values
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| arg(v))
+        .collect::<Result<_, _>>()?;
+    if !words.is_empty() {
+        lines.push(format!("{fetch} -m str -- {}", words.join(" ")));
     }
+    if values.iter().any(|v| v.is_empty()) {
+        lines.push(format!("{fetch} -m len 0"));
+    }
+    if lines.is_empty() {
+        lines.push("always_false".into());
+    }
+    Ok(lines)
+}
+
+/// An ACL matching the PCRE `pattern` (the empty one as `(?:)`).
+fn regex(fetch: &str, pattern: &str) -> Result<Vec<String>, String> {
+    let p = if pattern.is_empty() { "(?:)" } else { pattern };
+    Ok(vec![format!("{fetch} -m reg -- {}", arg(p)?)])
+}
+
+/// `FETCH(NAME,1)` for a header, as one word of HAProxy's configuration:
+/// plain when the name is letters, digits and `-_.`, else in double quotes
+/// (where `$` must be escaped for the line parser) with `'` escaped for the
+/// sample-argument parser. Names that are not HTTP tokens are refused:
+/// HAProxy refuses requests carrying them.
+fn header_fetch(fetch: &str, h: &str) -> Result<String, String> {
+    if h.is_empty() || !h.bytes().all(crate::is_tchar) {
+        return Err(format!(
+            "header {h:?}: HAProxy refuses requests whose header names are not HTTP tokens"
+        ));
+    }
+    if h.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Ok(format!("{fetch}({h},1)"));
+    }
+    let name = h.replace('$', "\\$").replace('\'', "\\\\'");
+    Ok(format!("\"{fetch}({name},1)\""))
+}
+
+/// ` content-type text/plain string 'REASON'`, or nothing for an empty
+/// reason (an empty body).
+fn body(reason: &str) -> Result<String, String> {
+    if reason.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(format!(" content-type text/plain string {}", arg(reason)?))
 }
 
 struct Writer<'a> {
@@ -176,6 +245,7 @@ struct Writer<'a> {
     maps: BTreeMap<u32, String>,
     uses_host: bool,
     uses_path: bool,
+    uses_query: bool,
 }
 
 impl Writer<'_> {
@@ -190,9 +260,14 @@ impl Writer<'_> {
                 self.uses_path = true;
                 "var(txn.rctl_path)".into()
             }
-            StrField::Query => "query".into(),
+            StrField::Query => {
+                // rctl's query is "" without a `?`, where HAProxy's
+                // `query` finds nothing.
+                self.uses_query = true;
+                "var(txn.rctl_query)".into()
+            }
             StrField::Url => "url".into(),
-            StrField::Header(h) => format!("req.fhdr({},1)", header_name(h)?),
+            StrField::Header(h) => header_fetch("req.fhdr", h)?,
             StrField::QueryParam(p) => {
                 return Err(format!(
                     "query({p:?}): HAProxy matches parameter names as sent, rctl decodes them"
@@ -207,42 +282,27 @@ impl Writer<'_> {
         format!("{}/{file}", self.o.config_dir.trim_end_matches('/'))
     }
 
-    /// The ACL line's criterion for an atom.
-    fn criterion(&mut self, a: &Atom) -> Result<String, String> {
+    /// The ACL lines' criteria for an atom (several lines of one name
+    /// are ORed).
+    fn criteria(&mut self, a: &Atom) -> Result<Vec<String>, String> {
         Ok(match a {
             Atom::Str { field, op } => {
                 let f = self.fetch(field)?;
                 match op {
-                    StrOp::Eq(v) => format!("{f} -m str {}", arg(v)?),
-                    StrOp::In(vs) => {
-                        if vs.is_empty() {
-                            return Ok("always_false".into());
-                        }
-                        let mut s = format!("{f} -m str");
-                        for v in vs {
-                            s.push(' ');
-                            s.push_str(&arg(v)?);
-                        }
-                        s
-                    }
-                    StrOp::Prefix(v) => format!(
-                        "{f} -m reg {}",
-                        arg(&format!("\\A{}", literal(v.as_bytes())))?
-                    ),
-                    StrOp::Suffix(v) => format!(
-                        "{f} -m reg {}",
-                        arg(&format!("{}\\z", literal(v.as_bytes())))?
-                    ),
-                    StrOp::Contains(v) => format!("{f} -m reg {}", arg(&literal(v.as_bytes()))?),
+                    StrOp::Eq(v) => exact(&f, &[v])?,
+                    StrOp::In(vs) => exact(&f, &vs.iter().collect::<Vec<_>>())?,
+                    StrOp::Prefix(v) => regex(&f, &format!("\\A{}", literal(v.as_bytes())))?,
+                    StrOp::Suffix(v) => regex(&f, &format!("{}\\z", literal(v.as_bytes())))?,
+                    StrOp::Contains(v) => regex(&f, &literal(v.as_bytes()))?,
                     StrOp::Regex { pattern, ci } => {
                         let p = to_pcre(pattern, *ci)
                             .map_err(|e| format!("regex {pattern:?}: {}", e.0))?;
-                        format!("{f} -m reg {}", arg(&p)?)
+                        regex(&f, &p)?
                     }
                 }
             }
             Atom::Present(StrField::Header(h)) => {
-                format!("req.fhdr({},1) -m found", header_name(h)?)
+                vec![format!("{} -m found", header_fetch("req.fhdr", h)?)]
             }
             Atom::Present(f) => {
                 return Err(format!(
@@ -250,8 +310,8 @@ impl Writer<'_> {
                     f.display()
                 ))
             }
-            Atom::Ip(s) => format!("src,map_ip({}) -m found", self.map(*s)),
-            Atom::DstIp(s) => format!("dst,map_ip({}) -m found", self.map(*s)),
+            Atom::Ip(s) => vec![format!("src,map_ip({}) -m found", self.map(*s))],
+            Atom::DstIp(s) => vec![format!("dst,map_ip({}) -m found", self.map(*s))],
             Atom::Port(r) => {
                 let mut s = String::from("dst_port");
                 for &(a, b) in r {
@@ -261,14 +321,14 @@ impl Writer<'_> {
                         let _ = write!(s, " {a}:{b}");
                     }
                 }
-                s
+                vec![s]
             }
-            Atom::Proto(p) => (if p.contains(&Proto::Tcp) {
+            Atom::Proto(p) => vec![(if p.contains(&Proto::Tcp) {
                 "always_true"
             } else {
                 "always_false"
             })
-            .into(),
+            .into()],
         })
     }
 
@@ -278,8 +338,12 @@ impl Writer<'_> {
             return Ok(name);
         }
         let atom = self.rs.atoms.get(a as usize).ok_or("bad atom index")?;
-        let c = self.criterion(atom)?;
-        self.acls.insert(a, format!("acl {name} {c}"));
+        let lines: Vec<String> = self
+            .criteria(atom)?
+            .into_iter()
+            .map(|c| format!("acl {name} {c}"))
+            .collect();
+        self.acls.insert(a, lines.join("\n"));
         Ok(name)
     }
 
@@ -304,11 +368,13 @@ impl Writer<'_> {
         Ok(out)
     }
 
-    fn key(&mut self, keys: &[Key]) -> Result<String, String> {
+    /// The stick table key of throttle `sc`, and lines that must run
+    /// before it is tracked.
+    fn key(&mut self, keys: &[Key], sc: usize) -> Result<(String, String), String> {
         let [k] = keys else {
             return Err("a throttle keyed by several parts: a stick table has one key".into());
         };
-        Ok(match k {
+        let key = match k {
             Key::Ip => "src".into(),
             Key::Server => "str(server)".into(),
             Key::Global | Key::Host => {
@@ -316,7 +382,16 @@ impl Writer<'_> {
                 "var(txn.rctl_host)".into()
             }
             Key::Method => "method".into(),
-            Key::Header(h) => format!("req.fhdr({},1)", header_name(h)?),
+            Key::Header(h) => {
+                // rctl counts a request without the header under the empty
+                // value; HAProxy would not track it at all.
+                let f = header_fetch("req.fhdr", h)?;
+                let var = format!("txn.rctl_k{sc}");
+                let pre = format!(
+                    "http-request set-var({var}) str('')\nhttp-request set-var({var}) {f} if {{ {f} -m found }}\n"
+                );
+                return Ok((format!("var({var})"), pre));
+            }
             Key::Path => {
                 self.uses_path = true;
                 "var(txn.rctl_path)".into()
@@ -327,7 +402,8 @@ impl Writer<'_> {
                     "`by query({q:?})`: HAProxy does not decode query parameters"
                 ))
             }
-        })
+        };
+        Ok((key, String::new()))
     }
 }
 
@@ -370,6 +446,11 @@ fn without_mapped(n: u128, l: u8) -> Vec<(u128, u8)> {
 
 /// Writes the HAProxy configuration for a ruleset.
 pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>> {
+    let opt = |e: crate::Error| vec![(e.option().to_string(), e.kind().to_string())];
+    check::path("--config-dir", o.config_dir.trim_end_matches('/')).map_err(opt)?;
+    if let Some(site) = &o.site {
+        check::site("--site", site).map_err(opt)?;
+    }
     let mut w = Writer {
         rs,
         o,
@@ -377,6 +458,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
         maps: BTreeMap::new(),
         uses_host: false,
         uses_path: false,
+        uses_query: false,
     };
     let (mut lines, mut sections, mut notes, mut refused) =
         (String::new(), String::new(), Vec::new(), Vec::new());
@@ -403,10 +485,9 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
                 (Action::Log, _) | (_, true) => tag.clone(),
                 (Action::Allow, false) => "http-request allow".into(),
                 (Action::Drop, false) => "http-request silent-drop".into(),
-                (Action::Deny { status, reason }, false) => format!(
-                    "http-request return status {status} content-type text/plain string {}",
-                    arg(reason)?
-                ),
+                (Action::Deny { status, reason }, false) => {
+                    format!("http-request return status {status}{}", body(reason)?)
+                }
                 (Action::Throttle(t), false) => {
                     if t.ban_ms > 0 {
                         return Err("a ban: HAProxy's stick tables cannot refuse a key for a fixed time from its first excess".into());
@@ -414,8 +495,9 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
                     if tracked == MAX_TRACKED {
                         return Err(format!("more than {MAX_TRACKED} throttles: HAProxy 2.6 tracks three counters per request"));
                     }
-                    let key = w.key(&t.keys)?;
                     let sc = tracked;
+                    let (key, pre) = w.key(&t.keys, sc)?;
+                    s.push_str(&pre);
                     tracked += 1;
                     let table = format!("rctl_t_{}", sc);
                     let _ = writeln!(
@@ -436,9 +518,9 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
                         .div_ceil(1000 * u64::from(t.limit.max(1)))
                         .max(1);
                     format!(
-                        "http-request return status {} content-type text/plain string {} hdr Retry-After {retry} if {{ sc{sc}_http_req_rate({table}) gt {} }}",
+                        "http-request return status {}{} hdr Retry-After {retry} if {{ sc{sc}_http_req_rate({table}) gt {} }}",
                         t.status,
-                        arg(&t.reason)?,
+                        body(&t.reason)?,
                         t.burst
                     )
                 }
@@ -464,16 +546,23 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
     let mut front =
         String::from("# Written by `rctl emit haproxy`: lines for the frontend rctl protects.\n");
     if let Some(h) = &o.client_ip_header {
-        let h = header_name(h).map_err(|e| vec![("--client-ip-header".into(), e)])?;
-        let _ = writeln!(
-            front,
-            "http-request set-src req.hdr_ip({h},1) if {{ req.hdr_ip({h},1) -m found }}"
-        );
+        let h = check::header("--client-ip-header", h).map_err(opt)?;
+        let ip =
+            header_fetch("req.hdr_ip", &h).map_err(|e| vec![("--client-ip-header".into(), e)])?;
+        let _ = writeln!(front, "http-request set-src {ip} if {{ {ip} -m found }}");
     }
     if w.uses_host {
-        // Lower case, then the port off a name (no other colon) or
-        // anything after an IPv6 literal's `]`, as rctl reads the host.
+        // "" without a Host header, as rctl reads it; else lower case,
+        // then the port off a name (no other colon) or anything after an
+        // IPv6 literal's `]`.
+        front.push_str("http-request set-var(txn.rctl_host) str('')\n");
         front.push_str("http-request set-var(txn.rctl_host) \"req.fhdr(host,1),lower,regsub('\\\\A([^:]*):[0-9]*\\\\z','\\\\1'),regsub('\\\\A(\\\\[[^]]*\\\\]).*\\\\z','\\\\1')\"\n");
+    }
+    if w.uses_query {
+        // What follows the first `?`; "" without one.
+        front.push_str(
+            "http-request set-var(txn.rctl_query) \"url,regsub('\\\\A[^?]*\\\\??','')\"\n",
+        );
     }
     if w.uses_path {
         front.push_str("http-request set-var(txn.rctl_url) url\nhttp-request normalize-uri percent-decode-unreserved\nhttp-request normalize-uri percent-to-uppercase\nhttp-request set-var(txn.rctl_path) path\nhttp-request set-uri %[var(txn.rctl_url)]\n");
@@ -503,8 +592,12 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
         let mut m = String::new();
         if let Some(s) = rs.ipsets.get(*set as usize) {
             let _ = writeln!(m, "# {}", s.name);
+            // IPv4 prefixes as IPv4-mapped IPv6 ones: HAProxy matches an
+            // IPv4 pattern with IPv6 clients in ::/96 and 2002::/16 too,
+            // an IPv6 pattern with an IPv4 client as ::ffff:IPV4 only.
             for &(n, l) in &s.prefixes.v4 {
-                let _ = writeln!(m, "{}/{l} 1", std::net::Ipv4Addr::from(n));
+                let mapped = std::net::Ipv4Addr::from(n).to_ipv6_mapped();
+                let _ = writeln!(m, "{mapped}/{} 1", u32::from(l) + 96);
             }
             for &(n, l) in &s.prefixes.v6 {
                 for (n, l) in without_mapped(n, l) {
@@ -522,52 +615,4 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Haproxy, Vec<(String, String)>>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv4_mapped_addresses_are_left_out_of_maps() {
-        assert!(without_mapped(MAPPED.0, 96).is_empty());
-        assert_eq!(
-            without_mapped(0x2001_0db8 << 96, 32),
-            vec![(0x2001_0db8 << 96, 32)]
-        );
-        // ::/80 holds ::ffff:0:0/96: what is left is 16 prefixes.
-        let rest = without_mapped(0, 80);
-        assert_eq!(rest.len(), 16);
-        let size: u128 = rest
-            .iter()
-            .map(|&(_, l)| 1u128 << (128 - u32::from(l)))
-            .sum();
-        assert_eq!(size, (1u128 << 48) - (1u128 << 32));
-        assert!(rest
-            .iter()
-            .all(|&(n, l)| (n >> (128 - u32::from(l))) != (MAPPED.0 >> (128 - u32::from(l)))));
-    }
-
-    #[test]
-    fn conditions_flatten_to_or_of_and() {
-        let c = Cond::And(vec![
-            Cond::Or(vec![Cond::Atom(0), Cond::Atom(1)]),
-            Cond::Not(Box::new(Cond::And(vec![Cond::Atom(2), Cond::Atom(3)]))),
-        ]);
-        let d = dnf(&c, 64).unwrap();
-        assert_eq!(
-            d,
-            vec![
-                vec![(0, false), (2, true)],
-                vec![(0, false), (3, true)],
-                vec![(1, false), (2, true)],
-                vec![(1, false), (3, true)]
-            ]
-        );
-        let contradiction = Cond::And(vec![Cond::Atom(0), Cond::Not(Box::new(Cond::Atom(0)))]);
-        assert!(dnf(&contradiction, 64).unwrap().is_empty());
-        let wide = Cond::And(
-            (0..10)
-                .map(|i| Cond::Or(vec![Cond::Atom(2 * i), Cond::Atom(2 * i + 1)]))
-                .collect(),
-        );
-        assert!(dnf(&wide, 64).is_none());
-    }
-}
+mod tests;

@@ -19,6 +19,10 @@
 //!   `silent-drop` for drops, the `X-Requestctl` tag, and the counting
 //!   of unchecked requests.
 //!
+//! The options (agent address, backend name, directory, headers, timeout)
+//! go through [`crate::check`]: none can add a keyword to a line, comment
+//! out its end or end an argument list.
+//!
 //! Failing open: with `option continue-on-error` and `option set-on-error
 //! error`, a request the agent did not answer (down, slower than the
 //! processing timeout, protocol error) goes on with `txn.rctl.error` set
@@ -28,7 +32,7 @@
 //! captured field, and the SPOE engine logs each failed event.
 
 use crate::reads::Reads;
-use crate::{banner, is_tchar, plain_name, timeout, Agent, Emitted, Error, ErrorKind, File};
+use crate::{banner, check, is_tchar, Agent, Emitted, Error, ErrorKind, File};
 use rctl_compiler::ir::Ruleset;
 use std::fmt::Write as _;
 
@@ -89,24 +93,34 @@ impl Default for Options {
 /// Writes the three files for `rs`.
 pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     let reads = Reads::of(rs);
-    let backend = plain_name(&o.backend)?;
-    let dir = plain_name(o.config_dir.trim_end_matches('/'))?;
-    let timeout_ms = timeout(o.timeout_ms)?;
+    check::agent(check::AGENT, &o.agent)?;
+    let backend = check::name("--backend", &o.backend)?;
+    let dir = check::path("--config-dir", o.config_dir.trim_end_matches('/'))?;
+    let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
+    let source = check::text("source", &o.source)?;
+    let mut extra = Vec::new();
+    for h in &o.extra_headers {
+        extra.push(check::header("--header", h)?);
+    }
     let mut warnings = Vec::new();
     let mut headers = Vec::new();
-    for h in reads.headers.iter().chain(&o.extra_headers) {
+    for h in reads.headers.iter().chain(&extra) {
         if !h.bytes().all(is_tchar) {
             warnings.push(format!(
                 "header({h:?}) is never sent: HAProxy refuses requests whose header names are not HTTP tokens, so rules see it absent"
             ));
         } else if h.len() > MAX_HEADER_NAME {
-            return Err(Error::new(ErrorKind::HeaderTooLong(h.clone())));
+            let option = if reads.headers.contains(h) {
+                "a rule's header(…)"
+            } else {
+                "--header"
+            };
+            return Err(Error::new(option, ErrorKind::HeaderTooLong(h.clone())));
         } else if !headers.contains(h) {
             headers.push(h.clone());
         }
     }
     headers.sort();
-    let source = &o.source;
     Ok(Emitted {
         files: vec![
             File {

@@ -14,6 +14,11 @@
 //!
 //! [`pcre`] writes rctl's regexes for both (PCRE2 without UTF).
 //!
+//! [`check`] checks every value an operator gives (agent addresses,
+//! paths, backend names, header names, hosts, sites, timeouts) before it
+//! goes into a configuration, the same way for every target, and refuses
+//! it with an [`Error`] naming the option.
+//!
 //! [`reads`] finds what a ruleset needs from the proxy (the headers its
 //! rules read) and what the proxy must answer (the statuses of its
 //! blocks). Every output is deterministic: the same ruleset and options
@@ -30,9 +35,13 @@ pub mod pcre;
 pub mod reads;
 pub mod vcl;
 
+pub mod check;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+pub use check::is_tchar;
 
 /// One file of an emitted configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,17 +74,21 @@ pub enum Agent {
 }
 
 impl Agent {
-    /// Parses `unix:PATH`, `tcp:ADDR:PORT` or `ADDR:PORT`.
+    /// Parses `unix:PATH`, `tcp:ADDR:PORT` or `ADDR:PORT` (`--agent`): the
+    /// path as [`check::path`] takes it, no longer than a socket address
+    /// holds; ADDR an IP address.
     pub fn parse(s: &str) -> Result<Agent, Error> {
-        let bad = || Error::new(ErrorKind::Agent(s.to_string()));
-        if let Some(p) = s.strip_prefix("unix:") {
-            if !p.starts_with('/') || p.bytes().any(|b| b.is_ascii_control() || b == b'"') {
-                return Err(bad());
-            }
-            return Ok(Agent::Unix(PathBuf::from(p)));
-        }
-        let a = s.strip_prefix("tcp:").unwrap_or(s);
-        a.parse().map(Agent::Tcp).map_err(|_| bad())
+        let a = if let Some(p) = s.strip_prefix("unix:") {
+            Agent::Unix(PathBuf::from(p))
+        } else {
+            let a = s.strip_prefix("tcp:").unwrap_or(s);
+            Agent::Tcp(
+                a.parse()
+                    .map_err(|_| Error::new(check::AGENT, ErrorKind::Agent(s.to_string())))?,
+            )
+        };
+        check::agent(check::AGENT, &a)?;
+        Ok(a)
     }
 }
 
@@ -88,115 +101,115 @@ impl fmt::Display for Agent {
     }
 }
 
-/// Why a configuration could not be written.
+/// Why a configuration could not be written: a value for one of the
+/// options that the target's configuration cannot hold as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
+    option: &'static str,
     kind: ErrorKind,
 }
 
-/// The kinds of [`Error`].
+/// The kinds of [`Error`], each with the value refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// An agent address that is not `unix:/ABSOLUTE/PATH`, `tcp:ADDR:PORT`
-    /// or `ADDR:PORT` (an IP address and a port).
+    /// or `ADDR:PORT` (an IP address and a port), or whose path
+    /// [`check::path`] refuses or is too long for a unix socket.
     Agent(String),
-    /// The target cannot reach the agent this way (nginx talks HTTP over
-    /// TCP to `rctl serve --http`).
-    AgentKind(String),
-    /// A name for the proxy's configuration (backend, file path) with
-    /// characters the proxy's configuration cannot hold.
+    /// A path or directory with characters the configuration cannot hold
+    /// unquoted (see [`check::path`]).
+    Path(String),
+    /// A name for a section of the proxy's configuration (a backend) that
+    /// is not letters, digits and `-_.:`.
     Name(String),
-    /// A header name that is not an HTTP token (`--header`).
+    /// A header name that is not an HTTP token.
     HeaderName(String),
     /// A header name too long for one line of HAProxy's configuration.
     HeaderTooLong(String),
+    /// A host that is neither an IP address nor a DNS name.
+    Host(String),
+    /// A site name that is not a name of the rule language (letters,
+    /// digits, `-_.`).
+    Site(String),
+    /// Text for the files' comments holding a control character.
+    Text(String),
     /// A timeout of zero or more than a minute.
     Timeout(u64),
 }
 
 impl Error {
-    fn new(kind: ErrorKind) -> Error {
-        Error { kind }
+    fn new(option: &'static str, kind: ErrorKind) -> Error {
+        Error { option, kind }
     }
 
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
     }
+
+    /// The option whose value was refused, as `rctl emit` spells its flag
+    /// (`--agent`, `--config-dir`, …), or the field name for options that
+    /// are no flag (`source`).
+    pub fn option(&self) -> &'static str {
+        self.option
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
+        write!(f, "{}: {}", self.option, self.kind)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             ErrorKind::Agent(s) => write!(
                 f,
-                "agent address {s:?}: expected unix:/ABSOLUTE/PATH, tcp:ADDR:PORT or ADDR:PORT (ADDR an IP address)"
+                "agent address {s:?}: expected unix:/ABSOLUTE/PATH (at most {} bytes of letters, digits and {}), tcp:ADDR:PORT or ADDR:PORT (ADDR an IP address)",
+                check::MAX_SOCKET_PATH,
+                check::PATH_PUNCTUATION
             ),
-            ErrorKind::AgentKind(s) => write!(f, "{s}"),
+            ErrorKind::Path(s) => write!(
+                f,
+                "{s:?} cannot be written in the proxy's configuration: use letters, digits and {} only",
+                check::PATH_PUNCTUATION
+            ),
             ErrorKind::Name(s) => write!(
                 f,
-                "{s:?} cannot be used in the proxy's configuration: use letters, digits and -_./: only"
+                "{s:?} cannot name a section of the proxy's configuration: use letters, digits and -_.: only"
             ),
             ErrorKind::HeaderName(s) => write!(
                 f,
-                "{s:?} is not a header name: use letters, digits and !#$%&'*+-.^_`|~"
+                "header {s:?} is not an HTTP token: use letters, digits and !#$%&'*+-.^_`|~"
             ),
             ErrorKind::HeaderTooLong(s) => write!(
                 f,
                 "the header name {:?}… is {} bytes: HAProxy's configuration lines hold at most {} bytes of it",
-                &s[..s.len().min(40)],
+                s.chars().take(40).collect::<String>(),
                 s.len(),
                 haproxy_spoe::MAX_HEADER_NAME
             ),
-            ErrorKind::Timeout(ms) => write!(
+            ErrorKind::Host(s) => write!(
                 f,
-                "a timeout of {ms} ms: use 1 to 60000 ms"
+                "{s:?} is neither an IP address nor a host name (letters, digits, - and . only)"
             ),
+            ErrorKind::Site(s) => write!(
+                f,
+                "{s:?} is not a site name: use letters, digits and -_. only"
+            ),
+            ErrorKind::Text(s) => write!(f, "{s:?} holds a control character"),
+            ErrorKind::Timeout(ms) => write!(f, "a timeout of {ms} ms: use 1 to 60000 ms"),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
-/// Whether `b` may appear in an HTTP header name (RFC 9110 `tchar`).
-pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// Checks extra header names (`--header`) and lowercases them.
 pub fn header_names(names: &[String]) -> Result<Vec<String>, Error> {
-    names
-        .iter()
-        .map(|n| {
-            if n.is_empty() || !n.bytes().all(is_tchar) {
-                Err(Error::new(ErrorKind::HeaderName(n.clone())))
-            } else {
-                Ok(n.to_ascii_lowercase())
-            }
-        })
-        .collect()
-}
-
-/// Checks a timeout in milliseconds.
-fn timeout(ms: u64) -> Result<u64, Error> {
-    if (1..=60_000).contains(&ms) {
-        Ok(ms)
-    } else {
-        Err(Error::new(ErrorKind::Timeout(ms)))
-    }
-}
-
-/// Checks a name that goes into a proxy's configuration unquoted.
-fn plain_name(s: &str) -> Result<&str, Error> {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:".contains(&b))
-    {
-        Ok(s)
-    } else {
-        Err(Error::new(ErrorKind::Name(s.to_string())))
-    }
+    names.iter().map(|n| check::header("--header", n)).collect()
 }
 
 /// Compiles rule source for the unit tests.

@@ -3,8 +3,8 @@
 //!
 //! Two files:
 //! - [`HTTP_FILE`], for the `http` block: the agent's `upstream` (kept-alive
-//!   connections) and a `log_format` that records rctl's verdict and
-//!   whether the request was checked;
+//!   connections, to a TCP address or a unix socket) and a `log_format`
+//!   that records rctl's verdict and whether the request was checked;
 //! - [`SERVER_FILE`], for each `server` block rctl protects: `auth_request`
 //!   with its `auth_request_set` variables, the internal location that
 //!   asks the agent (`/check/nginx`, which answers every block with 403
@@ -14,14 +14,18 @@
 //!   `return` takes a literal code), with the reason as body and
 //!   `Retry-After`; `444` (close without an answer) for drops.
 //!
-//! Failing open: the internal location turns the agent's absence (502),
-//! slowness (504) or errors (500) into a `204` for `auth_request`, so the
-//! request goes on. `$rctl_check` keeps what the agent answered: `200`
-//! (checked, served), `403` (checked, blocked) or the 5xx of an unchecked
-//! request; the `rctl` log format logs it.
+//! Failing open: the agent answers a verdict with `200` (served) or `403`
+//! (blocked). Every other answer, and none, lets the request through: the
+//! internal location turns each status from 300 to 599 but 403 (the agent
+//! down: 502; slow: 504; failing: 500; refusing the check request: 4xx)
+//! into a `204` for `auth_request` (which would otherwise answer the
+//! client 500); 499 alone cannot be (nginx refuses it in `error_page`),
+//! and the agent never answers it. `$rctl_check` keeps what the agent answered: `200`
+//! (checked, served), `403` (checked, blocked), any other code (not
+//! checked, served); the `rctl` log format logs it.
 
 use crate::reads::Reads;
-use crate::{banner, timeout, Agent, Emitted, Error, ErrorKind, File};
+use crate::{banner, check, Agent, Emitted, Error, File};
 use rctl_compiler::ir::Ruleset;
 use std::fmt::Write as _;
 
@@ -45,7 +49,8 @@ const HOP_HEADERS: &[&str] = &[
 /// How to write the nginx side.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The agent's HTTP check endpoint (`rctl serve --http ADDR`).
+    /// The agent's HTTP check endpoint (`rctl serve --http`): a TCP
+    /// address, or a unix socket (`server unix:PATH;` in the upstream).
     pub agent: Agent,
     /// How long a request may wait for the agent (connect, send, read),
     /// in milliseconds, before it goes on unchecked.
@@ -68,13 +73,13 @@ impl Default for Options {
 /// Writes the two files for `rs`.
 pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     let reads = Reads::of(rs);
-    let Agent::Tcp(addr) = o.agent else {
-        return Err(Error::new(ErrorKind::AgentKind(format!(
-            "nginx reaches the agent's HTTP check endpoint (`rctl serve --http ADDR:PORT`) over TCP, not {}",
-            o.agent
-        ))));
+    check::agent(check::AGENT, &o.agent)?;
+    let server = match &o.agent {
+        Agent::Tcp(a) => a.to_string(),
+        Agent::Unix(p) => format!("unix:{}", p.display()),
     };
-    let timeout_ms = timeout(o.timeout_ms)?;
+    let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
+    let source = check::text("source", &o.source)?;
     let mut warnings = Vec::new();
     for h in &reads.headers {
         if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -92,19 +97,19 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
             File {
                 name: HTTP_FILE.into(),
                 role: "include in the http block",
-                text: http_file(&o.source, &addr.to_string()),
+                text: http_file(source, &server),
             },
             File {
                 name: SERVER_FILE.into(),
                 role: "include in each server block rctl protects",
-                text: server_file(&o.source, timeout_ms, &reads),
+                text: server_file(source, timeout_ms, &reads),
             },
         ],
         warnings,
     })
 }
 
-fn http_file(source: &str, addr: &str) -> String {
+fn http_file(source: &str, server: &str) -> String {
     let mut s = banner(
         "#",
         "rctl: the agent's check endpoint and a log format; for the http block.",
@@ -114,16 +119,16 @@ fn http_file(source: &str, addr: &str) -> String {
     let _ = write!(
         s,
         "upstream rctl_agent {{
-    # rctl serve --http {addr}. One server: nginx never marks it down, so
+    # rctl serve --http. One server: nginx never marks it down, so
     # requests are checked again as soon as the agent is back.
-    server {addr};
+    server {server};
     keepalive 32;
 }}
 
 # `access_log PATH rctl;`: the combined format, then rctl's verdict, the
 # deciding rule, the log/shadow rules' tags, and check=: 200 checked and
-# served, 403 checked and blocked, 5xx not checked (agent down, slow or
-# failing: served), - never asked.
+# served, 403 checked and blocked, any other code not checked (the agent
+# down, slow, failing or refusing the check: served), - never asked.
 log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
                 '$status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" '
                 'rctl=$rctl_action rule=$rctl_rule tags=$rctl_tags check=$rctl_check';
@@ -132,7 +137,28 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
     s
 }
 
+/// `error_page` for every status the agent's answer may have that is
+/// not a verdict: 300 to 599, 403 excepted, and 499, which nginx refuses
+/// there (its own code for a client that went away).
+fn unchecked_error_page() -> String {
+    let codes: Vec<String> = (300..=599u16)
+        .filter(|&c| c != 403 && c != 499)
+        .map(|c| c.to_string())
+        .collect();
+    let mut s = String::from("    error_page");
+    for (i, chunk) in codes.chunks(16).enumerate() {
+        if i > 0 {
+            s.push_str("\n              ");
+        }
+        s.push(' ');
+        s.push_str(&chunk.join(" "));
+    }
+    s.push_str("\n               = @rctl_unchecked;\n");
+    s
+}
+
 fn server_file(source: &str, timeout_ms: u64, reads: &Reads) -> String {
+    let unchecked = unchecked_error_page();
     let mut s = banner(
         "#",
         "rctl: every request of this server is asked about; for each server block.",
@@ -178,11 +204,12 @@ location = /_rctl {{
     proxy_connect_timeout {timeout_ms}ms;
     proxy_send_timeout    {timeout_ms}ms;
     proxy_read_timeout    {timeout_ms}ms;
-    # Fail open: an agent that is down (502), slow (504) or failing (500)
-    # lets the request through; $rctl_check keeps the code for the log.
+    # Fail open: every answer but a verdict (200 served, 403 blocked) lets
+    # the request through: the agent down (502), slow (504), failing (5xx)
+    # or refusing the check request (4xx: too large, malformed) would
+    # otherwise be a 500 for the client. $rctl_check keeps the code.
     proxy_intercept_errors on;
-    error_page 500 502 503 504 = @rctl_unchecked;
-}}
+{unchecked}}}
 
 location @rctl_unchecked {{
     auth_request off;
@@ -261,15 +288,54 @@ rule c { when header("user-agent") absent deny 403 }
     }
 
     #[test]
-    fn a_unix_agent_is_refused() {
+    fn a_unix_agent_is_the_upstreams_server() {
         let rs = ruleset(r#"rule a { when path == "/" deny }"#);
         let o = Options {
             agent: Agent::parse("unix:/run/rctl/http.sock").unwrap(),
             ..Options::default()
         };
-        assert!(matches!(
-            emit(&rs, &o).unwrap_err().kind(),
-            ErrorKind::AgentKind(_)
-        ));
+        let e = emit(&rs, &o).unwrap();
+        let servers: Vec<&str> = e.files[0]
+            .text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("server "))
+            .collect();
+        assert_eq!(servers, ["    server unix:/run/rctl/http.sock;"]);
+        let v6 = Options {
+            agent: Agent::parse("[::1]:9781").unwrap(),
+            ..Options::default()
+        };
+        assert!(emit(&rs, &v6).unwrap().files[0]
+            .text
+            .contains("    server [::1]:9781;\n"));
+        // A path the upstream cannot hold is refused, even when the
+        // options were built without Agent::parse.
+        let bad = Options {
+            agent: Agent::Unix("/run/rctl/http.sock; server 10.0.0.1:80".into()),
+            ..Options::default()
+        };
+        let err = emit(&rs, &bad).unwrap_err();
+        assert_eq!(err.option(), "--agent");
+    }
+
+    #[test]
+    fn every_answer_but_a_verdict_fails_open() {
+        let rs = ruleset(r#"rule a { when path == "/" deny }"#);
+        let server = &emit(&rs, &Options::default()).unwrap().files[1].text;
+        let at = server.find("    error_page 300 ").expect("the error_page");
+        let directive = &server[at..at + server[at..].find(';').unwrap()];
+        let codes: Vec<u16> = directive
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let want: Vec<u16> = (300..=599).filter(|&c| c != 403 && c != 499).collect();
+        assert_eq!(codes, want);
+        assert!(directive.ends_with("= @rctl_unchecked"), "{directive}");
+        // It is the internal location's, after proxy_intercept_errors.
+        let location = &server[server.find("location = /_rctl").unwrap()..];
+        assert!(
+            location.find("proxy_intercept_errors on;").unwrap()
+                < location.find(directive).unwrap()
+        );
     }
 }

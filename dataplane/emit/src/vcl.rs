@@ -29,6 +29,7 @@
 //! and ban alike; their refills differ (a note says so); `bucket
 //! vsthrottle` is exact.
 
+use crate::check;
 use crate::pcre::{literal, to_pcre};
 use rctl_compiler::ir::{
     Action, Atom, Bucket, Cond, Key, Proto, Rule, Ruleset, StrField, StrOp, Unit,
@@ -395,9 +396,15 @@ fn normalise_path() -> String {
 
 /// Writes the VCL for a ruleset.
 pub fn emit(rs: &Ruleset, o: &Options) -> Result<Vcl, Vec<(String, String)>> {
+    let opt = |e: crate::Error| vec![(e.option().to_string(), e.kind().to_string())];
     if let ClientIp::Header(h) = &o.client_ip {
+        check::header("--client-ip-header", h).map_err(opt)?;
         header(h).map_err(|e| vec![("--client-ip-header".to_string(), e)])?;
     }
+    if let Some(site) = &o.site {
+        check::site("--site", site).map_err(opt)?;
+    }
+    check::host("--backend", &o.backend.0).map_err(opt)?;
     let mut w = Writer {
         rs,
         o,
