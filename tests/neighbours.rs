@@ -653,3 +653,72 @@ fn neighbours_a_full_disk_tears_no_line_and_counts_the_lost_ones() {
         "{t}"
     );
 }
+
+/// nginx (workers as www-data) asks the agent over a unix socket of
+/// group www-data, mode 0660: its requests are checked, and nobody cannot
+/// even open the socket.
+#[test]
+fn neighbours_nginx_reaches_the_agent_over_a_socket_only_its_group_may_open() {
+    if !netns::available() || !crate::edge::have_proxies() {
+        return;
+    }
+    let dir = tempdir("neighbours-unix-http");
+    chmod(&dir, 0o755);
+    let art = compiled(&dir);
+    let unused = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let sock = run.join("http.sock");
+    let flag = format!("unix:{}", sock.display());
+    let agent = Serve::start(
+        &dir,
+        &art,
+        unused,
+        &["--http", &flag, "--http-group", "www-data"],
+    );
+    assert!(
+        agent
+            .proc
+            .stderr()
+            .contains(&format!("listening: http {flag}")),
+        "{}",
+        agent.proc.stderr()
+    );
+    let md = std::fs::metadata(&sock).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(md.mode() & 0o777, 0o660);
+    assert_eq!(Some(md.gid()), rctl_os::users::group_id("www-data").ok());
+    chmod(&run, 0o755);
+    let o = as_nobody(
+        CONTROL_REQUEST,
+        &[sock.to_str().unwrap(), "GET / HTTP/1.0\r\n"],
+    )
+    .output()
+    .unwrap();
+    let answer = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        answer.contains("Permission denied"),
+        "nobody connected: {answer}"
+    );
+    let emitted = emit_nginx(&dir.join("r.rctl"), &dir, &["--agent", &flag]);
+    let front = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let app = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let conf = format!(
+        "user www-data;\n{}",
+        nginx::conf(&dir, 2, &nginx_http(&dir, &emitted, front, app))
+    );
+    let ngx = Nginx::start(&dir, &conf, &[front, app]);
+    for path in ["/bad", "/fine"] {
+        for _ in 0..10 {
+            let want = if path == "/bad" { 451 } else { 200 };
+            assert_eq!(crate::edge::emit::get(front, path, &[]), want, "{path}");
+        }
+    }
+    let log = ngx.log("front.log");
+    let checked = log
+        .lines()
+        .filter(|l| l.ends_with(" check=403") || l.ends_with(" check=200"))
+        .count();
+    assert_eq!(checked, 20, "{log}");
+}

@@ -53,9 +53,10 @@ pub enum Target {
     Nginx {
         #[command(flatten)]
         common: Common,
-        /// The agent's check endpoint: ADDR:PORT, tcp:ADDR:PORT or
-        /// unix:PATH.
-        #[arg(long, default_value = "127.0.0.1:9781", value_parser = parse_agent)]
+        /// The agent's check endpoint: unix:PATH (`rctl serve --http
+        /// unix:PATH --http-group www-data`), or ADDR:PORT, tcp:ADDR:PORT (a
+        /// TCP endpoint is reachable by every local user).
+        #[arg(long, default_value = "unix:/run/rctl/http.sock", value_parser = parse_agent)]
         agent: Agent,
         /// How long a request waits for the agent (connect, send, read)
         /// before it goes on unchecked, in milliseconds.

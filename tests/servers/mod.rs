@@ -1,5 +1,5 @@
 //! Real servers for end-to-end tests: the Debian binaries (HAProxy,
-//! nginx; later Varnish, etcd, Redis) and `rctl serve`, each a child
+//! nginx, Varnish, etcd, Redis) and `rctl serve`, each a child
 //! process on loopback with its own configuration, data and logs in a
 //! temporary directory.
 //!
@@ -9,22 +9,17 @@
 //!   fails with the logs if the process dies or times out, and a stop in
 //!   `Drop` (SIGTERM to the group, SIGKILL after 5 s) that runs when a
 //!   test panics too.
-//! - [`haproxy`], [`nginx`] and [`serve`] start one kind of server each
-//!   and give access to what it logs. A new server (Varnish, etcd, Redis)
-//!   is one more module of the same shape: write its configuration into
-//!   the directory, [`Proc::spawn`] it, [`Proc::wait_ready`] on its port
-//!   or a log line, read its logs.
+//! - [`haproxy`], [`nginx`], [`varnish`], [`etcd`], [`redis`] and
+//!   [`serve`] start one kind of server each and give access to what it
+//!   logs. A new server is one more module of the same shape: write its
+//!   configuration into the directory, [`Proc::spawn`] it,
+//!   [`Proc::wait_ready`] on its port or a log line, read its logs.
 //! - [`require`] skips a test whose program is missing, except under
 //!   `CI` where a missing program is a failure.
 //!
 //! Ports come from [`free_port`]: the kernel picks a free one, which is
 //! released just before the server binds it (another process could take
 //! it in between; the readiness wait then fails with the server's log).
-
-#![expect(
-    dead_code,
-    reason = "the end-to-end tests of issue 11 use the rest once the agent is merged"
-)]
 
 pub mod etcd;
 pub mod haproxy;

@@ -27,8 +27,9 @@ pub struct Serve {
 impl Serve {
     /// Starts `rctl serve --artifact ARTIFACT` with SPOE on `DIR/run/spoe.sock`,
     /// the check endpoint on `http`, the control socket on
-    /// `DIR/run/agent.sock`, the log in `DIR/matched.log` (unless `extra`
-    /// names one with `--log`) and `extra` flags;
+    /// `DIR/run/agent.sock`, the log in `DIR/matched.log` (the check
+    /// endpoint and the log unless `extra` names its own with `--http`,
+    /// `--log`) and `extra` flags;
     /// waits until it says it is ready.
     pub fn start(dir: &Path, artifact: &Path, http: SocketAddr, extra: &[&str]) -> Serve {
         Serve::start_with(
@@ -64,11 +65,13 @@ impl Serve {
             artifact.display().to_string(),
             "--spoe".into(),
             format!("unix:{}", spoe.display()),
-            "--http".into(),
-            http.to_string(),
             "--control".into(),
             control.display().to_string(),
         ];
+        // A test that names its own check endpoint keeps it.
+        if !extra.contains(&"--http") {
+            args.extend(["--http".into(), http.to_string()]);
+        }
         // A test that names its own log keeps it.
         let log = match extra.iter().position(|a| *a == "--log") {
             Some(i) => PathBuf::from(extra.get(i + 1).copied().unwrap_or_default()),

@@ -17,6 +17,7 @@
 //! = `convergence` or `accuracy` runs one).
 
 #[path = "../../../tests/servers/mod.rs"]
+#[expect(dead_code, reason = "the bench starts a few of the tests' servers")]
 mod servers;
 
 use servers::etcd::Cluster;

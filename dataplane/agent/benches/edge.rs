@@ -37,6 +37,7 @@
 //! `RCTL_BENCH_CONFIGS=nginx,nginx+auth` measures only those.
 
 #[path = "../../../tests/servers/mod.rs"]
+#[expect(dead_code, reason = "the bench starts a few of the tests' servers")]
 mod servers;
 
 use servers::haproxy::{self, Haproxy};

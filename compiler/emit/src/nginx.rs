@@ -60,10 +60,10 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// `127.0.0.1:9781`, 100 ms.
+    /// `unix:/run/rctl/http.sock`, 100 ms.
     fn default() -> Options {
         Options {
-            agent: Agent::Tcp(([127, 0, 0, 1], 9781).into()),
+            agent: Agent::Unix("/run/rctl/http.sock".into()),
             timeout_ms: 100,
             source: "a ruleset".into(),
         }
@@ -284,7 +284,7 @@ rule c { when header("user-agent") absent deny 403 }
         assert_eq!(e.warnings.len(), 2, "{:?}", e.warnings);
         assert!(e.warnings[0].contains("content-length"));
         assert!(e.warnings[1].contains("x_under"));
-        assert!(e.files[0].text.contains("server 127.0.0.1:9781;"));
+        assert!(e.files[0].text.contains("server unix:/run/rctl/http.sock;"));
     }
 
     #[test]
