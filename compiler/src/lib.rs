@@ -1,9 +1,19 @@
 //! The rctl compiler: `.rctl` sources to a checked, planned, versioned
 //! ruleset.
 //!
-//! The stages each have their own types: text is parsed into the spanned
-//! [`ast`], lowered into the [`ir`], checked, planned, and encoded into an
-//! [`artifact`]. Diagnostics are data ([`diag`]) and rendered by the caller.
+//! The stages each have their own types, and a folder each:
+//!
+//! - [`front`]: text to the spanned [`ast`] (reading files safely,
+//!   parsing, formatting);
+//! - [`ir`]: the AST lowered into the checked, resolved [`ir::Ruleset`],
+//!   and its [`plan`] (which plane enforces each rule);
+//! - [`analysis`]: what the ruleset's conditions imply, the checks
+//!   (unreachable rules, exemption conflicts) and their exact proofs and
+//!   witnesses;
+//! - [`artifact`]: the versioned, checksummed encoding and its
+//!   validation.
+//!
+//! Diagnostics are data ([`diag`]) and rendered by the caller.
 //!
 //! ```
 //! let src = "rule r { when path == \"/x\" deny 403 }";
@@ -15,34 +25,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod addrs;
 pub mod analysis;
 pub mod artifact;
-pub mod ast;
-pub mod check;
-pub mod cidr;
 pub mod diag;
-pub mod files;
-pub mod fmt;
+pub mod front;
 pub mod ir;
-mod lists;
-pub mod load;
-mod lower;
-mod lower_action;
-mod lower_expr;
-mod lower_test;
-pub mod parse;
-pub mod plan;
-pub mod proof;
-pub mod scan;
-pub mod source;
-pub mod spec;
-pub mod strlang;
-mod summary;
-pub mod validate;
-pub mod value;
-mod wire;
-pub mod witness;
+
+// Each stage's modules, at the paths they have always had.
+pub use analysis::{check, proof, strlang, witness};
+pub use artifact::validate;
+pub use front::{ast, files, fmt, load, parse, source};
+pub use ir::{cidr, plan, scan, spec, value};
+
+use analysis::{addrs, summary};
+use artifact::wire;
+use ir::lower;
 
 /// A small deterministic generator (xorshift64) for randomized unit tests.
 #[cfg(test)]

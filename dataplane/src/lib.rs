@@ -15,6 +15,7 @@ pub mod carry;
 mod core;
 pub mod dryrun;
 pub mod engine;
+mod error;
 pub mod iptable;
 pub mod limiter;
 pub mod matcher;

@@ -8,7 +8,7 @@
 //! and tested directly.
 
 use crate::core::IndexError;
-use crate::engine::EngineError;
+use crate::error::EngineError;
 use crate::iptable::PrefixTable;
 use crate::request::{decode_component, Fields};
 use rctl_compiler::ir::{Atom, Proto, Ruleset, StrField, StrOp};

@@ -10,16 +10,19 @@
 //! | `rctl_shared_syncs_total` | `result` | syncs `ok`, `failed` |
 //! | `rctl_shared_offline_hits_total` | `rule` | requests a shared limit decided on this host alone (Redis away) |
 
-use crate::agent::Ctx;
+use crate::agent::progress::Progress;
 use crate::shared::Sync;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
+use rctl_agent::judge::Judge;
 use rctl_agent::metrics::{counter_family, gauge};
 use std::sync::Arc;
 
 /// The collector.
 pub struct FleetMetrics {
-    pub(crate) ctx: Arc<Ctx>,
+    pub(crate) progress: Arc<std::sync::Mutex<Progress>>,
+    pub(crate) host: String,
+    pub(crate) judge: Arc<Judge>,
     pub(crate) shared: Option<Arc<Sync>>,
 }
 
@@ -31,7 +34,11 @@ impl std::fmt::Debug for FleetMetrics {
 
 impl Collector for FleetMetrics {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let p = self.ctx.progress();
+        let p = self
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         gauge(
             &mut e,
             "rctl_fleet_generation",
@@ -55,12 +62,12 @@ impl Collector for FleetMetrics {
             "rctl_fleet_apply_failures",
             "Targets that could not be applied",
             "host",
-            [(self.ctx.config.host.as_str(), p.failures)],
+            [(self.host.as_str(), p.failures)],
         )?;
         let Some(s) = &self.shared else {
             return Ok(());
         };
-        let (online, ok, failed, offline) = s.counters(&self.ctx.judge);
+        let (online, ok, failed, offline) = s.counters(&self.judge);
         gauge(
             &mut e,
             "rctl_shared_online",

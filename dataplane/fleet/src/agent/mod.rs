@@ -13,6 +13,7 @@
 
 mod apply;
 pub mod local;
+pub mod progress;
 mod report;
 mod watch;
 
@@ -20,12 +21,12 @@ use crate::error::{ErrorKind, FleetError};
 use crate::etcd::{now_unix, EtcdConfig};
 use crate::shared::RedisConfig;
 use local::{Local, Record};
+pub use progress::Progress;
 use rctl_agent::control::Control;
 use rctl_agent::judge::Judge;
 use rctl_agent::serve::{Config as ServeConfig, Server};
 use rctl_dataplane::xdp::ClockMode;
 use rctl_loader::host::{self as xdp, Mode, Paths};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,47 +69,13 @@ pub struct AgentConfig {
     pub redis: Option<RedisConfig>,
 }
 
-/// What the agent knows of itself, for reports, status and metrics.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Progress {
-    /// The fleet generation it runs (0: from local disk or bootstrap).
-    pub generation: i64,
-    /// When it applied it.
-    pub applied_unix: u64,
-    /// `ok`, `applying`, `failed`, `waiting`.
-    pub state: String,
-    /// Why the target does not run.
-    pub last_error: Option<String>,
-    /// The generation that error is about.
-    pub error_generation: i64,
-    /// The target's generation and artifact, as last seen.
-    pub target_generation: i64,
-    /// The target's artifact.
-    pub target_sha256: Option<String>,
-    /// Whether the watch is established.
-    pub etcd_connected: bool,
-    /// Why etcd is not, if it is not.
-    pub etcd_error: Option<String>,
-    /// Why its report could not be written to etcd, if it could not (the
-    /// host is then missing from, or `down` in, `rctl fleet status`).
-    pub report_error: Option<String>,
-    /// The last etcd revision seen.
-    pub revision: i64,
-    /// Applies that failed.
-    pub failures: u64,
-    /// Times the watch was (re)established.
-    pub sessions: u64,
-    /// What happened at start.
-    pub started: String,
-}
-
 /// The state the agent's tasks share.
 pub(crate) struct Ctx {
     pub config: AgentConfig,
     pub judge: Arc<Judge>,
     pub control: Arc<Control>,
     pub local: Local,
-    pub progress: Mutex<Progress>,
+    pub progress: Arc<Mutex<Progress>>,
     /// Bumped on every change a report should carry.
     pub changed: tokio::sync::watch::Sender<u64>,
     pub started_unix: u64,
@@ -318,7 +285,7 @@ pub fn run(
             judge: Arc::clone(server.judge()),
             control: Arc::clone(server.control()),
             local,
-            progress: Mutex::new(progress),
+            progress: Arc::new(Mutex::new(progress)),
             changed,
             started_unix: now_unix(),
             config,
@@ -331,7 +298,9 @@ pub fn run(
             ))
         });
         server.add_collector(Arc::new(crate::metrics::FleetMetrics {
-            ctx: Arc::clone(&ctx),
+            progress: Arc::clone(&ctx.progress),
+            host: ctx.config.host.clone(),
+            judge: Arc::clone(&ctx.judge),
             shared: shared.clone(),
         }));
         {

@@ -46,21 +46,22 @@
 //!   kind (0 allow, 1 exempt, 2 drop, 3 throttle) and the XDP condition as
 //!   a list of terms, each a list of (atom index u32, negated flag).
 
+pub mod validate;
+pub(crate) mod wire;
+
 use crate::cidr::PrefixSet;
 use crate::ir::*;
-use crate::validate::{self, Item};
 use crate::wire::{ArtifactError, ArtifactErrorKind, Invalid, Reader, TagOf, Writer};
 use crate::Options;
 use sha2::{Digest, Sha256};
+use validate::Item;
 
 /// The magic number.
 pub const MAGIC: [u8; 8] = *b"RCTLC\0\r\n";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+pub use wire::{FORMAT_VERSION, MAX_COND_DEPTH};
+
 const ENDIAN: u32 = 0x0102_0304;
 const HEADER: usize = 56;
-/// Deepest condition tree the reader accepts.
-pub const MAX_COND_DEPTH: usize = 512;
 
 /// SHA-256 of some bytes.
 pub fn sha256(b: &[u8]) -> [u8; 32] {

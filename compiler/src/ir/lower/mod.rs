@@ -1,6 +1,10 @@
 //! AST to IR: name resolution, value checking and rule lowering.
 //! Expressions are in `lower_expr.rs`, tests in `lower_test.rs`.
 
+mod action;
+mod expr;
+mod test;
+
 use crate::ast::{self, IpblockEntry, Item, RuleProp, Word};
 use crate::cidr::{parse_cidr, Cidr, PrefixSet};
 use crate::diag::{code, Diagnostic, Diagnostics};

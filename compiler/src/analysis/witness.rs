@@ -32,7 +32,6 @@
 //! among all byte strings; the decision is the second's.
 
 use crate::addrs::{pick_addr, pick_port, within};
-use crate::analysis::Lit;
 use crate::ir::{Atom, Cond, IpSet, Proto, StrField, StrOp};
 use crate::strlang::{self, Dfa, Found, Langs};
 use crate::value::query_param;
@@ -41,6 +40,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
+
+/// A literal: an atom index, possibly negated.
+pub type Lit = (u32, bool);
 
 /// A concrete request or packet.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,13 @@
 //! predicates interned into one table, rules sorted into evaluation order.
 //! This is what the artifact stores and what every data plane executes.
 
+pub mod cidr;
+pub(crate) mod lower;
+pub mod plan;
+pub mod scan;
+pub mod spec;
+pub mod value;
+
 use crate::cidr::PrefixSet;
 use serde::Serialize;
 

@@ -82,13 +82,13 @@
 //! still whole for the user-space engine, and the packet plane's lowering
 //! reports it as such.
 
-use crate::artifact::MAX_COND_DEPTH;
 use crate::cidr::{Cidr, PrefixSet};
 use crate::diag::{code, Diagnostic};
 use crate::ir::{Action, Atom, Cond, Key, Rule, Ruleset, StrField, StrOp, Unit, XdpKind};
 use crate::source::Span;
 use crate::value::MAX_DURATION_MS;
 use crate::wire::Invalid;
+use crate::wire::MAX_COND_DEPTH;
 use crate::Options;
 use regex_automata::meta;
 use std::collections::{HashMap, HashSet};

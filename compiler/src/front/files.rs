@@ -6,7 +6,7 @@
 //! FIFO, or read `/dev/zero` until memory runs out.
 
 use crate::diag::{code, Diagnostic};
-use crate::load::LoadError;
+use crate::source::{SourceMap, Span};
 use std::collections::HashSet;
 use std::fs::{File, Metadata};
 use std::io::Read as _;
@@ -363,7 +363,7 @@ impl Walker<'_> {
         match follow(p, self.roots, is_rctl(p)) {
             Ok(m) => m,
             Err(LoadError::Outside { resolved, roots }) => {
-                let d = crate::load::outside_diagnostic(p, &resolved, &roots);
+                let d = outside_diagnostic(p, &resolved, &roots);
                 self.out.errors.push(d);
                 None
             }
@@ -447,6 +447,104 @@ pub fn read_binary(path: &Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// Why a source could not be read.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The OS said no.
+    Io(std::io::Error),
+    /// The bytes are not UTF-8; `valid_up_to` is the offset of the first bad one.
+    NotUtf8 {
+        /// Offset of the first invalid byte.
+        valid_up_to: usize,
+        /// The file's bytes.
+        bytes: Vec<u8>,
+    },
+    /// Larger than the limit (in bytes).
+    TooLarge(u64),
+    /// Not a regular file: what it is ("a FIFO", "a character device", ...).
+    NotRegular(&'static str),
+    /// The path resolves outside the ruleset's roots ([`Roots`]).
+    Outside {
+        /// Where the path leads, symlinks resolved.
+        resolved: PathBuf,
+        /// The roots, quoted, for the hint.
+        roots: String,
+    },
+}
+
+/// The diagnostic for a path that leads outside the ruleset's roots.
+pub(crate) fn outside_diagnostic(path: &Path, resolved: &Path, roots: &str) -> Diagnostic {
+    let leads = if path == resolved {
+        String::new()
+    } else {
+        format!(" (it leads to `{}`)", resolved.display())
+    };
+    Diagnostic::error(
+        code::OUTSIDE_ROOT,
+        format!("`{}` is outside the ruleset's root{leads}", path.display()),
+    )
+    .hint(format!(
+        "rules may read only below the directory named on the command line, or the \
+         directory of a file named there ({roots}); to read elsewhere, allow the \
+         directory with `--allow-path DIR`"
+    ))
+}
+
+impl LoadError {
+    /// Turns the error into a diagnostic. Non-UTF-8 files are added to the
+    /// map (lossily) so that the diagnostic can point at the bad byte.
+    pub fn into_diagnostic(
+        self,
+        map: &mut SourceMap,
+        from: Option<Span>,
+        path: &Path,
+    ) -> Diagnostic {
+        let d = match self {
+            LoadError::Io(e) => {
+                let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                    "paths in `include` and `file` are relative to the file that names them"
+                } else {
+                    "check the file's permissions"
+                };
+                Diagnostic::error(code::IO, format!("cannot read `{}`: {e}", path.display()))
+                    .hint(hint)
+            }
+            LoadError::TooLarge(n) => Diagnostic::error(
+                code::TOO_LARGE,
+                format!("`{}` is over the size limit of {n} bytes", path.display()),
+            )
+            .hint("split the file, or raise the limit"),
+            LoadError::NotRegular(kind) => Diagnostic::error(
+                code::NOT_REGULAR,
+                format!("`{}` is {kind}, not a regular file", path.display()),
+            )
+            .hint("rule and list files must be regular files; devices, FIFOs and sockets are never read"),
+            LoadError::Outside { resolved, roots } => outside_diagnostic(path, &resolved, &roots),
+            LoadError::NotUtf8 { valid_up_to, bytes } => {
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let id = map.add(path.to_path_buf(), text);
+                let span = map
+                    .get(id)
+                    .map(|f| f.span(id, valid_up_to, valid_up_to + 1))
+                    .unwrap_or_default();
+                return Diagnostic::error(
+                    code::NOT_UTF8,
+                    format!(
+                        "`{}` is not valid UTF-8 (byte offset {valid_up_to})",
+                        path.display()
+                    ),
+                )
+                .primary(span, "invalid byte here")
+                .hint("rule and list files must be UTF-8 text");
+            }
+        };
+        match from {
+            Some(s) => d.primary(s, "named here"),
+            None => d,
+        }
+    }
 }
 
 #[cfg(test)]

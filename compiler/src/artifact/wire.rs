@@ -1,6 +1,11 @@
 //! Little-endian primitives for the artifact: a writer, and a bounds-checked
 //! reader that never panics and reports the byte offset of any problem.
 
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// Deepest condition tree the reader accepts.
+pub const MAX_COND_DEPTH: usize = 512;
+
 use std::fmt;
 
 /// Why an artifact was rejected.
@@ -65,7 +70,7 @@ pub enum Invalid {
     /// A condition's postfix code is not one tree: a `not`, `and` or `or`
     /// without its operands, or operands left over.
     CondShape,
-    /// A condition nests deeper than [`crate::artifact::MAX_COND_DEPTH`].
+    /// A condition nests deeper than [`MAX_COND_DEPTH`].
     CondDepth,
     /// More rules than `Options::max_rules`.
     TooManyRules(usize),
@@ -188,11 +193,7 @@ impl fmt::Display for Invalid {
             Bool(b) => write!(f, "boolean byte {b}"),
             Tag(of, t) => write!(f, "unknown {of:?} tag {t}"),
             CondShape => write!(f, "condition does not form one tree"),
-            CondDepth => write!(
-                f,
-                "condition nests deeper than {}",
-                crate::artifact::MAX_COND_DEPTH
-            ),
+            CondDepth => write!(f, "condition nests deeper than {}", MAX_COND_DEPTH),
             TooManyRules(n) => write!(f, "{n} rules, more than the limit"),
             TooManyRegexes(n) => write!(f, "{n} regexes, more than the limit"),
             TooManyPrefixes(n) => write!(f, "{n} prefixes in ipblocks, more than the limit"),
@@ -274,7 +275,7 @@ impl fmt::Display for ArtifactError {
             ArtifactErrorKind::UnsupportedVersion(v) => write!(
                 f,
                 "artifact format version {v} is not supported (this rctl reads version {}); recompile the rules with this rctl",
-                crate::artifact::FORMAT_VERSION
+                FORMAT_VERSION
             ),
             ArtifactErrorKind::Truncated => write!(f, "artifact is truncated at byte {}", self.offset),
             ArtifactErrorKind::ChecksumMismatch => write!(f, "artifact content hash does not match; the file is corrupt"),

@@ -12,12 +12,18 @@
 //! different classes are never compared. Answers about atom pairs are
 //! cached: a ruleset asks about the same pairs over and over.
 
+pub(crate) mod addrs;
+pub mod check;
+pub mod proof;
+pub mod strlang;
+pub(crate) mod summary;
+pub mod witness;
+
 use crate::ir::{Atom, Cond, IpSet, StrField, StrOp};
 use crate::witness::{Solution, Solver, Witness};
 use std::collections::HashMap;
 
-/// A literal: an atom index, possibly negated.
-pub type Lit = (u32, bool);
+pub use witness::Lit;
 /// A conjunction of literals.
 pub type Term = Vec<Lit>;
 
@@ -789,9 +795,7 @@ pub fn l7_fields(c: &Cond, atoms: &[Atom]) -> Vec<String> {
 }
 
 #[cfg(test)]
-#[path = "analysis_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "analysis_oracle_tests.rs"]
 mod oracle_tests;
