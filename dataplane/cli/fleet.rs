@@ -265,7 +265,10 @@ pub fn agent(a: AgentArgs) -> Result<ExitCode> {
             r
         }),
     };
-    let serve = a.listen.config(PathBuf::from("(etcd)"))?;
+    let serve = a.listen.config(
+        PathBuf::from("(etcd)"),
+        Some(a.paths.paths().state.join("agent")),
+    )?;
     rctl_fleet::agent::run(config, serve, |server, started| {
         crate::serve::print_ready("rctl agent", server);
         let _ = writeln!(

@@ -14,6 +14,11 @@ pub struct ServeArgs {
     /// The compiled .rctlc artifact to start with (`rctl apply` switches it).
     #[arg(long)]
     artifact: PathBuf,
+    /// Keep bans and rate-limit buckets across restarts in DIR
+    /// (`DIR/limits.snapshot`, saved every --snapshot-every seconds and at
+    /// stop; a crash loses at most one interval).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     #[command(flatten)]
     listen: ListenArgs,
 }
@@ -103,6 +108,9 @@ pub struct ListenArgs {
     /// Most keys each rate limiter tracks.
     #[arg(long, default_value_t = 1 << 20)]
     max_keys: usize,
+    /// Seconds between saves of bans and buckets (with a state directory).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    snapshot_every: u64,
 }
 
 /// A file mode in octal (`0660`, `660`).
@@ -129,8 +137,9 @@ impl ListenArgs {
         self.site.as_deref()
     }
 
-    /// The agent's configuration, starting from `artifact`.
-    pub fn config(self, artifact: PathBuf) -> anyhow::Result<Config> {
+    /// The agent's configuration, starting from `artifact`, its bans and
+    /// buckets kept in `state_dir` if given.
+    pub fn config(self, artifact: PathBuf, state_dir: Option<PathBuf>) -> anyhow::Result<Config> {
         use rctl_agent::listen::Bind;
         use rctl_os::socket::Access;
         let a = self;
@@ -187,6 +196,10 @@ impl ListenArgs {
         c.shadow = a.shadow;
         c.site = a.site;
         c.max_keys_per_limiter = a.max_keys;
+        c.persist = state_dir.map(|dir| rctl_agent::persist::Config {
+            dir,
+            every: std::time::Duration::from_secs(a.snapshot_every.max(1)),
+        });
         Ok(c)
     }
 }
@@ -220,7 +233,7 @@ pub fn print_ready(name: &str, server: &rctl_agent::serve::Server) {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(a: ServeArgs) -> Result<()> {
-    let c = a.listen.config(a.artifact)?;
+    let c = a.listen.config(a.artifact, a.state_dir)?;
     rctl_agent::serve::run(c, |server| print_ready("rctl serve", server)).context("rctl serve")?;
     let _ = writeln!(std::io::stderr().lock(), "rctl serve: stopped");
     Ok(())

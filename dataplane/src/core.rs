@@ -272,6 +272,11 @@ impl Core {
         self.limiters.get(i).and_then(Option::as_ref)
     }
 
+    /// Rule `i`'s limiter, mutably.
+    pub fn limiter_mut(&mut self, i: usize) -> Option<&mut Limiter> {
+        self.limiters.get_mut(i).and_then(Option::as_mut)
+    }
+
     /// Takes over `old`'s limiter state rule by rule (see [`crate::carry`]).
     pub fn carry_limiters(&mut self, old: &Core) -> crate::carry::Carry {
         crate::carry::link(

@@ -139,6 +139,12 @@ impl Engine {
         self.core.limiter(i)
     }
 
+    /// Rule `i`'s limiter, to put saved state back into before the engine
+    /// decides anything ([`crate::snapshot::restore`]).
+    pub fn limiter_mut(&mut self, i: usize) -> Option<&mut crate::limiter::Limiter> {
+        self.core.limiter_mut(i)
+    }
+
     /// Makes this engine's throttle rules take over `old`'s buckets and
     /// bans, by rule name, where the keys are the same (see
     /// [`crate::carry`]); call it before this engine decides anything.

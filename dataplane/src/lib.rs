@@ -21,6 +21,7 @@ pub mod limiter;
 pub mod matcher;
 pub mod naive;
 pub mod request;
+pub mod snapshot;
 pub mod testing;
 pub mod topk;
 pub mod xdp;

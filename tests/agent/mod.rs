@@ -7,6 +7,7 @@
 mod endpoint;
 mod observe;
 mod planes;
+mod restart;
 mod swap;
 
 use crate::util::{root, tempdir};

@@ -26,6 +26,7 @@ pub mod judge;
 pub mod listen;
 pub mod metrics;
 pub mod peers;
+pub mod persist;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;

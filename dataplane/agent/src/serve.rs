@@ -58,6 +58,9 @@ pub struct Config {
     /// The artifact's bytes, if given here rather than read from
     /// `artifact` (which then only names it in messages).
     pub artifact_bytes: Option<Vec<u8>>,
+    /// Where bans and buckets are saved across restarts (`None`: they
+    /// are not).
+    pub persist: Option<crate::persist::Config>,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
             http_limits: Limits::default(),
             prepare_ttl: Duration::from_secs(60),
             artifact_bytes: None,
+            persist: None,
         }
     }
 }
@@ -144,6 +148,7 @@ pub struct Server {
     control_listener: Option<Listener>,
     collectors: Vec<Arc<dyn prometheus_client::collector::Collector>>,
     reopen: Option<tokio::signal::unix::Signal>,
+    persist: Option<Arc<crate::persist::Persist>>,
     bound: Vec<String>,
 }
 
@@ -159,7 +164,7 @@ impl Server {
             )
             .map_err(|e| fail(format!("reading {shown}: {e}")))?,
         };
-        let (first, _, warnings) = control::build(
+        let (mut first, _, warnings) = control::build(
             &bytes,
             config.site.as_deref(),
             config.max_keys_per_limiter,
@@ -171,6 +176,14 @@ impl Server {
             .into_iter()
             .map(|w| format!("warning {w}"))
             .collect::<Vec<_>>();
+        let persist = match &config.persist {
+            Some(c) => {
+                let (p, warning) = crate::persist::Persist::open(c, &mut first).map_err(fail)?;
+                bound.extend(warning.map(|w| format!("warning {w}")));
+                Some(Arc::new(p))
+            }
+            None => None,
+        };
         let judge = Arc::new(Judge::new(first, config.shadow));
         let metrics = Arc::new(Metrics::new(Arc::clone(&judge)));
         let bind = |what: &str, ep: &Endpoint, b: &Bind| {
@@ -262,6 +275,9 @@ impl Server {
             log.clone(),
             control_config,
         ));
+        if let Some(p) = &persist {
+            control.set_persist(Arc::clone(p));
+        }
         Ok(Server {
             judge,
             metrics,
@@ -275,6 +291,7 @@ impl Server {
             control_listener,
             collectors: Vec::new(),
             reopen,
+            persist,
             bound,
         })
     }
@@ -288,6 +305,11 @@ impl Server {
     /// The judge (the generation in force).
     pub fn judge(&self) -> &Arc<Judge> {
         &self.judge
+    }
+
+    /// The saver of bans and buckets, if `--state-dir` was given.
+    pub fn persist(&self) -> Option<&Arc<crate::persist::Persist>> {
+        self.persist.as_ref()
     }
 
     /// The agent's control: how an in-process client prepares and
@@ -364,9 +386,30 @@ impl Server {
         if let Some(l) = self.control_listener {
             tasks.spawn(control::serve(l, self.control, shutdown.clone()));
         }
+        if let Some(p) = self.persist.clone() {
+            let (judge, mut s) = (Arc::clone(&self.judge), shutdown.clone());
+            tasks.spawn(async move {
+                let mut tick = tokio::time::interval(p.every());
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            let (p, j) = (Arc::clone(&p), Arc::clone(&judge));
+                            let _ = tokio::task::spawn_blocking(move || p.save(&j)).await;
+                        }
+                        () = s.fired() => break,
+                    }
+                }
+            });
+        }
         until.await;
         trigger.fire();
         while tasks.join_next().await.is_some() {}
+        // The state as the drain left it: what a restart starts from.
+        if let Some(p) = &self.persist {
+            let (p, j) = (Arc::clone(p), Arc::clone(&self.judge));
+            let _ = tokio::task::spawn_blocking(move || p.save(&j)).await;
+        }
         if let Some(l) = &self.log {
             l.close();
         }

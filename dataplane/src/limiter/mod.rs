@@ -11,8 +11,9 @@
 //! Time is injected (nanoseconds on any monotonic clock), so replays of
 //! captured traffic see exactly what would have happened live.
 //!
-//! **Memory.** Keys are stored as 64-bit hashes (SipHash with a per-process
-//! random key, so clients cannot aim collisions at each other) in
+//! **Memory.** Keys are stored as 64-bit hashes (SipHash-1-3 with a
+//! random key of the limiter's, so clients cannot aim collisions at each
+//! other; the key is saved with the buckets, see [`SavedLimiter`]) in
 //! `SHARDS` independently locked tables, each holding at most
 //! `max_keys / SHARDS` keys: 24 bytes of state a key, plus the table's
 //! overhead (measured in the README). **When a shard is full**, a new key
@@ -40,13 +41,18 @@
 //! network client; the backend drains deltas and applies the site's
 //! state through [`Limiter::shared`].
 
+mod keyhash;
 mod shared;
+mod snapshot;
 pub mod vsthrottle;
 
 pub use shared::{Shared, SharedDelta, SharedStats, SharedUpdate};
+pub use snapshot::{Restored, SavedEntry, SavedKind, SavedLimiter};
+
+use keyhash::KeyHasher;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 /// Number of independently locked shards per limiter.
@@ -192,7 +198,7 @@ fn local_shards<S>() -> Vec<Mutex<Shard<S>>> {
 #[derive(Debug)]
 struct Table {
     /// Keys are stored as this hasher's 64-bit hashes.
-    hasher: RandomState,
+    hasher: KeyHasher,
     shards: Shards,
 }
 
@@ -275,7 +281,7 @@ impl Limiter {
             params,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             table: Arc::new(Table {
-                hasher: RandomState::new(),
+                hasher: KeyHasher::random(),
                 shards,
             }),
         }
@@ -382,7 +388,7 @@ impl Limiter {
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
         match (&self.table.shards, &self.params) {
             (Shards::Local(shards), Params::Gcra(g)) => {
-                let h = self.table.hasher.hash_one(key);
+                let h = self.table.hasher.hash(key);
                 let mut shard = lock(&shards[shard_of(h)]);
                 let st = self.entry(&mut shard, h, now_ns, |_| State {
                     tat: now_ns,
@@ -394,7 +400,7 @@ impl Limiter {
                 }
             }
             (Shards::Vsthrottle(shards), Params::Vsthrottle(v)) => {
-                let h = self.table.hasher.hash_one(key);
+                let h = self.table.hasher.hash(key);
                 let mut shard = lock(&shards[shard_of(h)]);
                 v.hit(
                     self.entry(&mut shard, h, now_ns, |_| v.fresh(now_ns)),

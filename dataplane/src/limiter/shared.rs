@@ -83,7 +83,6 @@ use super::{
     lock, shard_of, step, Gcra, Limiter, Outcome, Params, Shard, Slot, State, Step, SHARDS,
 };
 use std::collections::HashMap;
-use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -118,6 +117,16 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// Its state, id and weight (for saving).
+    pub(super) fn parts(&self) -> (State, u64, u32) {
+        (self.st, self.id, self.weight)
+    }
+
+    /// The entry saved as [`Entry::parts`].
+    pub(super) fn from_parts(st: State, id: u64, weight: u32) -> Entry {
+        Entry { st, id, weight }
+    }
+
     fn new(now_ns: u64, id: u64, weight: u32) -> Entry {
         Entry {
             st: State {
@@ -333,7 +342,7 @@ impl std::fmt::Debug for SharedTable {
 
 impl SharedTable {
     pub(super) fn hit(&self, l: &Limiter, g: &Gcra, key: &[u8], now_ns: u64) -> Outcome {
-        let h = l.table.hasher.hash_one(key);
+        let h = l.table.hasher.hash(key);
         let online = self.online.load(Relaxed);
         if !online {
             self.offline_hits.fetch_add(1, Relaxed);
@@ -815,7 +824,7 @@ impl<'a> Shared<'a> {
     /// The weight key `key` is charged with now (for tests and status).
     pub fn weight(&self, key: &[u8]) -> Option<f32> {
         let l = self.limiter;
-        let h = l.table.hasher.hash_one(key);
+        let h = l.table.hasher.hash(key);
         lock(&self.table.shards[shard_of(h)])
             .keys
             .get(&h)

@@ -452,7 +452,7 @@ fn a_new_generation_charges_its_own_interval_times_the_weight() {
 fn a_full_shared_table_evicts_refilled_keys_and_keeps_bans() {
     // 32 keys: two per shard.
     let l = Limiter::new_shared(1, 1_000, 2, 60_000, 32);
-    let shard = |k: &[u8]| shard_of(l.table.hasher.hash_one(k));
+    let shard = |k: &[u8]| shard_of(l.table.hasher.hash(k));
     let keys: Vec<[u8; 4]> = (0u32..)
         .map(u32::to_le_bytes)
         .filter(|k| shard(k) == 0)

@@ -145,7 +145,7 @@ fn eviction_keeps_keys_in_debt_over_refilled_ones() {
     // 32 keys: two per shard.
     let l = Limiter::new(1, 1_000, 2, 0, 32);
     assert!(matches!(l.table.shards, Shards::Local(_)));
-    let shard = |k: &[u8]| shard_of(l.table.hasher.hash_one(k));
+    let shard = |k: &[u8]| shard_of(l.table.hasher.hash(k));
     // Three keys of one shard.
     let keys: Vec<[u8; 4]> = (0u32..)
         .map(u32::to_le_bytes)

@@ -50,6 +50,22 @@ pub(super) struct State {
     tokens: u32,
 }
 
+impl State {
+    /// Last use, blocked until, tokens left (for saving).
+    pub(super) fn parts(&self) -> (u64, u64, u32) {
+        (self.last_used, self.block_until, self.tokens)
+    }
+
+    /// The state saved as [`State::parts`].
+    pub(super) fn from_parts(last_used: u64, block_until: u64, tokens: u32) -> State {
+        State {
+            last_used,
+            block_until,
+            tokens,
+        }
+    }
+}
+
 impl Params {
     /// `limit` per `period_ms`, block `ban_ms`.
     pub fn new(limit: u32, period_ms: u64, ban_ms: u64) -> Params {

@@ -164,6 +164,9 @@ pub struct AgentStatus {
     pub log: Option<LogTotals>,
     /// A prepare waiting for its commit.
     pub pending: Option<PendingInfo>,
+    /// The saved bans and buckets (`--state-dir`), if they are saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_state: Option<crate::persist::PersistStatus>,
     /// What the fleet agent adds (`rctl agent`: etcd, shared limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<serde_json::Value>,

@@ -59,6 +59,7 @@ pub struct Control {
     slot: Mutex<Slot>,
     next_conn: AtomicU64,
     extra: std::sync::OnceLock<StatusExtra>,
+    persist: std::sync::OnceLock<Arc<crate::persist::Persist>>,
 }
 
 /// Where a prepare's artifact comes from.
@@ -89,6 +90,7 @@ impl Control {
             slot: Mutex::new(Slot::Empty),
             next_conn: AtomicU64::new(1),
             extra: std::sync::OnceLock::new(),
+            persist: std::sync::OnceLock::new(),
         }
     }
 
@@ -307,6 +309,11 @@ impl Control {
         }
     }
 
+    /// Shows what the saver of bans and buckets did in every status.
+    pub fn set_persist(&self, p: Arc<crate::persist::Persist>) {
+        let _ = self.persist.set(p);
+    }
+
     /// Adds `fleet` to every status from now on (the first one set stays).
     pub fn set_status_extra(&self, extra: StatusExtra) {
         let _ = self.extra.set(extra);
@@ -346,6 +353,7 @@ impl Control {
             counts: self.metrics.counts(),
             log,
             pending,
+            limit_state: self.persist.get().map(|p| p.status()),
             fleet: self.extra.get().map(|f| f()),
         })
     }
