@@ -222,9 +222,12 @@ pub fn print_ready(name: &str, server: &rctl_agent::serve::Server) {
         }
     );
     for b in server.bound() {
-        let line = match b.strip_prefix("warning ") {
-            Some(w) => format!("rctl: warning: {w}"),
-            None => format!("{name}: listening: {b}"),
+        let line = if let Some(w) = b.strip_prefix("warning ") {
+            format!("rctl: warning: {w}")
+        } else if let Some(n) = b.strip_prefix("note ") {
+            format!("{name}: {n}")
+        } else {
+            format!("{name}: listening: {b}")
         };
         let _ = writeln!(err, "{}", crate::term::text(&line));
     }

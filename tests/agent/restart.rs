@@ -123,3 +123,51 @@ fn agent_status(a: &Serve) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["agent"]["status"].clone()
 }
+
+#[test]
+fn agent_a_restart_starts_from_the_artifact_last_applied() {
+    let dir = tempdir("agent-restart-artifact");
+    let art = compiled(&dir);
+    let newer_src = dir.join("newer.rctl");
+    std::fs::write(&newer_src, "rule x { when path == \"/x\" deny 451 }\n").unwrap();
+    let newer = dir.join("newer.rctlc");
+    assert!(rctl(&[
+        "compile",
+        newer_src.to_str().unwrap(),
+        "-o",
+        newer.to_str().unwrap()
+    ])
+    .status
+    .success());
+    let state = dir.join("state");
+    let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let state_flag = state.display().to_string();
+    let flags = ["--state-dir", state_flag.as_str()];
+    let mut agent = Serve::start(&dir, &art, http, &flags);
+    let control = agent.control.display().to_string();
+    let o = rctl(&["apply", newer.to_str().unwrap(), "--agent", &control]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let x = |http| {
+        crate::agent::Conn::open(http)
+            .send(
+                "GET",
+                "/check",
+                &[("X-Rctl-Target", b"/x"), ("X-Rctl-Client-Ip", b"192.0.2.1")],
+            )
+            .expect("answer")
+            .status
+    };
+    assert_eq!(x(http), 451);
+    agent.proc.stop();
+    // Started again as its unit would, with the first artifact named.
+    let agent = Serve::start(&dir, &art, http, &flags);
+    assert_eq!(x(http), 451, "the restart went back to --artifact");
+    assert!(
+        agent
+            .proc
+            .stderr()
+            .contains("starting from the artifact last applied"),
+        "{}",
+        agent.proc.stderr()
+    );
+}

@@ -6,6 +6,10 @@
 //! most one interval of what changed. A snapshot that cannot be read is
 //! reported and ignored, never fatal: the agent starts with empty buckets.
 //!
+//! The artifact in force is kept there too (`DIR/active.rctlc`, written
+//! at every commit): a restart starts from what was last applied, and
+//! `--artifact` is only the first start's.
+//!
 //! Times are saved on the wall clock, so a reboot (which restarts the
 //! monotonic clock) does not stretch or shorten a ban; a wall clock set
 //! back or forth by hand moves the saved bans by as much.
@@ -19,6 +23,15 @@ use std::time::Duration;
 
 /// The snapshot's file name in the state directory.
 pub const FILE: &str = "limits.snapshot";
+/// The artifact in force, in the state directory.
+pub const ARTIFACT: &str = "active.rctlc";
+
+/// The artifact kept in `dir` by the last commit, if there is one.
+pub fn kept_artifact(dir: &Path) -> Option<(PathBuf, Vec<u8>)> {
+    let path = dir.join(ARTIFACT);
+    let bytes = rctl_os::fs::read_private(&path).ok()?;
+    Some((path, bytes))
+}
 
 /// Where and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +51,8 @@ pub struct PersistStatus {
     pub restored_keys: usize,
     /// Why the snapshot found at start was not used, if it was not.
     pub restore_error: Option<String>,
+    /// Why the artifact last applied could not be kept, if it could not.
+    pub artifact_error: Option<String>,
     /// The last save (unix seconds; 0: none yet).
     pub saved_unix: u64,
     /// Keys it held.
@@ -118,6 +133,16 @@ impl Persist {
             }
             Err(e) => st.save_error = Some(e.to_string()),
         }
+    }
+
+    /// Keeps `artifact` as the one a restart starts from.
+    pub fn keep_artifact(&self, artifact: &[u8]) {
+        let path = self.path.with_file_name(ARTIFACT);
+        let r = rctl_os::fs::write_private(&path, artifact);
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .artifact_error = r.err().map(|e| e.to_string());
     }
 
     /// What it did.

@@ -155,6 +155,32 @@ pub struct Server {
 impl Server {
     /// Loads the artifact and binds every listener.
     pub async fn bind(config: Config) -> Result<Server, ServeError> {
+        // With a state directory, what was last applied wins over the
+        // artifact named at start (not over bytes a caller hands in: the
+        // fleet agent decides its own start).
+        let kept = config
+            .persist
+            .as_ref()
+            .filter(|_| config.artifact_bytes.is_none())
+            .and_then(|p| crate::persist::kept_artifact(&p.dir))
+            .filter(|(_, b)| rctl_compiler::artifact::decode(b).is_ok());
+        let (config, kept_note) = match kept {
+            Some((path, b)) => {
+                let note = format!(
+                    "starting from the artifact last applied, {}",
+                    path.display()
+                );
+                (
+                    Config {
+                        artifact: path,
+                        artifact_bytes: Some(b),
+                        ..config
+                    },
+                    Some(note),
+                )
+            }
+            None => (config, None),
+        };
         let shown = config.artifact.display().to_string();
         let bytes = match &config.artifact_bytes {
             Some(b) => b.clone(),
@@ -176,6 +202,7 @@ impl Server {
             .into_iter()
             .map(|w| format!("warning {w}"))
             .collect::<Vec<_>>();
+        bound.extend(kept_note.map(|n| format!("note {n}")));
         let persist = match &config.persist {
             Some(c) => {
                 let (p, warning) = crate::persist::Persist::open(c, &mut first).map_err(fail)?;
@@ -254,7 +281,7 @@ impl Server {
         let reopen = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let listeners = bound
             .iter()
-            .filter(|b| !b.starts_with("warning "))
+            .filter(|b| !b.starts_with("warning ") && !b.starts_with("note "))
             .cloned()
             .collect();
         let control_config = ControlConfig {
@@ -297,7 +324,7 @@ impl Server {
     }
 
     /// What it listens on (`http tcp:127.0.0.1:8080`, `control
-    /// unix:/run/rctl/agent.sock`, …), then `warning …` lines.
+    /// unix:/run/rctl/agent.sock`, …), and `warning …` and `note …` lines.
     pub fn bound(&self) -> &[String] {
         &self.bound
     }
@@ -321,6 +348,19 @@ impl Server {
     /// Adds metrics of its own to `/metrics` (the fleet agent's).
     pub fn add_collector(&mut self, c: Arc<dyn prometheus_client::collector::Collector>) {
         self.collectors.push(c);
+    }
+
+    /// Tells systemd (`Type=notify`) the agent is ready, with what it runs
+    /// as the unit's status line; nothing without `$NOTIFY_SOCKET`.
+    pub fn notify_ready(&self) {
+        let g = self.judge.current();
+        let status = format!(
+            "generation {}, artifact {}, {} rules",
+            g.number,
+            &g.sha256[..g.sha256.len().min(16)],
+            g.engine.ruleset().rules.len()
+        );
+        let _ = rctl_os::notify::ready(&status);
     }
 
     /// Serves until `until` completes, then drains and returns.
@@ -403,6 +443,7 @@ impl Server {
             });
         }
         until.await;
+        let _ = rctl_os::notify::stopping();
         trigger.fire();
         while tasks.join_next().await.is_some() {}
         // The state as the drain left it: what a restart starts from.
@@ -466,6 +507,7 @@ pub fn run(config: Config, ready: impl FnOnce(&Server)) -> Result<(), ServeError
         let signals = signalled();
         let server = Server::bind(config).await?;
         ready(&server);
+        server.notify_ready();
         server.run(signals).await;
         Ok(())
     })

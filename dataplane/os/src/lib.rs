@@ -9,7 +9,8 @@
 //! - [`users`]: user and group names to ids, and the effective user;
 //! - [`fs`]: state folders only their owner may change, files written
 //!   whole or not at all, locks;
-//! - [`errno`]: errors that keep the errno they carry.
+//! - [`errno`]: errors that keep the errno they carry;
+//! - [`notify`]: readiness for systemd (`sd_notify`).
 //!
 //! Every `unsafe` block here carries a SAFETY comment.
 
@@ -17,6 +18,7 @@
 
 pub mod errno;
 pub mod fs;
+pub mod notify;
 pub mod peer;
 pub mod socket;
 pub mod users;

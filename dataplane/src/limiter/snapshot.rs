@@ -216,8 +216,7 @@ impl Limiter {
             (Shards::Vsthrottle(_), p, SavedKind::Vsthrottle) => {
                 let shards: Vec<Mutex<Shard<vsthrottle::State>>> = super::local_shards();
                 for e in &saved.entries {
-                    let st =
-                        vsthrottle::State::from_parts(c.to_mono(e.t1), c.to_mono(e.t2), e.n);
+                    let st = vsthrottle::State::from_parts(c.to_mono(e.t1), c.to_mono(e.t2), e.n);
                     let keep = st.banned_until() > now_ns || !st.refilled(now_ns, p);
                     match place(&mut count, e.hash).filter(|_| keep) {
                         Some(i) => {

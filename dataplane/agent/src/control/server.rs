@@ -35,6 +35,8 @@ struct Pending {
     id: String,
     conn: u64,
     generation: Generation,
+    /// The artifact's bytes (kept in the state directory once committed).
+    bytes: Vec<u8>,
     /// The generation it was prepared against (and carried from).
     base: u64,
     carry: Carry,
@@ -241,6 +243,7 @@ impl Control {
             id,
             conn: 0,
             generation,
+            bytes,
             base: old.number,
             carry,
             at: Instant::now(),
@@ -280,6 +283,7 @@ impl Control {
         let Pending {
             mut generation,
             carry,
+            bytes,
             ..
         } = *p;
         generation.installed_unix = crate::now_unix();
@@ -287,6 +291,10 @@ impl Control {
         let old = self.judge.install(generation);
         drop(slot);
         self.metrics.reloaded(true);
+        // What a restart starts from (with a state directory).
+        if let Some(p) = self.persist.get() {
+            p.keep_artifact(&bytes);
+        }
         Ok(Committed {
             generation: number,
             artifact_sha256: sha,

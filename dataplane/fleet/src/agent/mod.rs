@@ -310,6 +310,7 @@ pub fn run(
                 .set_status_extra(Box::new(move || status_json(&ctx, shared.as_deref())));
         }
         ready(&server, &start.note);
+        server.notify_ready();
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(watch::run(Arc::clone(&ctx), stop.clone()));
