@@ -15,8 +15,8 @@
 #   engine   dataplane/src/core.rs, dataplane/src/matcher.rs (135, ~100 min)
 #   shared   dataplane/src/limiter/shared.rs alone, by the limiter's unit
 #            tests (the fleet's Redis tests need servers; 130, ~25 min)
-#   artifact compiler/src/artifact.rs, the encoder and decoder (61, ~40 min)
-#   analysis compiler/src/analysis.rs: overlap, exemptions, reachability,
+#   artifact compiler/src/artifact/mod.rs, the encoder and decoder (61, ~40 min)
+#   analysis compiler/src/analysis/mod.rs: overlap, exemptions, reachability,
 #            by the compiler's unit tests (its brute-force oracle among
 #            them; 197, ~10 min with MUTANTS_JOBS=2)
 #   program  ebpf/rctl-loader/src/program.rs, the loader, by the root XDP and
@@ -28,7 +28,7 @@
 # run are the unit tests of the mutated crate and the integration modules
 # that exercise it (no root, no servers: see $skip). Results land in
 # mutants.out/<group>/ (outcomes.json, caught.txt, missed.txt, timeout.txt,
-# unviable.txt); the README's "Mutation testing" section records the last
+# unviable.txt); .ci/README.md ("Mutation testing") records the last
 # run. Survivors judged equivalent are listed there.
 set -eu
 cd "$(dirname "$0")/.."
@@ -82,11 +82,11 @@ for g in $groups; do
         run shared 30 --file dataplane/src/limiter/shared.rs \
             --test-package rctl-dataplane -- --lib limiter ;;
     artifact)
-        run artifact 90 --file compiler/src/artifact.rs \
+        run artifact 90 --file compiler/src/artifact/mod.rs \
             --test-package rctl-compiler --test-package rctl \
             -- --lib --test integration -- artifact invariants:: $skip ;;
     analysis)
-        run analysis 30 --file compiler/src/analysis.rs \
+        run analysis 30 --file compiler/src/analysis/mod.rs \
             --test-package rctl-compiler -- --lib ;;
     program)
         # The loader: judged only by the root XDP and veth tests.

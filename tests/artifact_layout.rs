@@ -1,5 +1,5 @@
 //! The stored v1 artifact read by hand: a reader written here from the
-//! layout documented in `compiler/src/artifact.rs` (not the crate's
+//! layout documented in `compiler/src/artifact/mod.rs` (not the crate's
 //! decoder), whose fields are checked against the source text of
 //! `tests/data/artifact-v1.rctl` and a SHA-256 computed here. The golden
 //! file is the encoder's own output; this test says what its bytes mean.

@@ -2,7 +2,7 @@
 //! oracle: membership computed here, straight from the CIDRs written into
 //! the rules (an address is in a set when one of the set's CIDRs covers
 //! it; an IPv4-mapped IPv6 address is looked up as its IPv4 address, as
-//! the README says). Layouts are made to hit every edge of the tables:
+//! `grammar/README.md` says). Layouts are made to hit every edge of the tables:
 //! prefixes of every length at and around each root size's level split,
 //! the default route, overlapping prefixes of every length, crowded blocks
 //! (nodes of 4, 8 and 16 intervals, child tables), IPv6 clusters, and

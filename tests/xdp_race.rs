@@ -6,8 +6,8 @@
 //!
 //! The program's clock is fixed, so the expected admissions are exact
 //! whatever the machine's speed: GCRA with burst `B` admits exactly `B`
-//! packets of one key at one instant (README: "each key gets `burst`
-//! hits at once").
+//! packets of one key at one instant (`grammar/README.md`: "`burst` at
+//! once").
 
 use crate::util::Rng;
 use crate::xdp::object_path;

@@ -16,7 +16,7 @@ pub enum Severity {
     Warning,
 }
 
-/// Stable diagnostic codes. `rctl` documents each in the README.
+/// Stable diagnostic codes. `rctl` documents each in `compiler/README.md`.
 pub mod code {
     /// A syntax error.
     pub const SYNTAX: &str = "E0001";

@@ -77,7 +77,7 @@ fn kill_agent_under_load(front: Front) {
     // the agent was down (SPOE error 2; nginx 502), else after the
     // timeout (SPOE error 1, nginx 504). HAProxy 2.6.12 times out every
     // request of a thread that had requests queued when the agent died:
-    // see the README.
+    // see compiler/emit/README.md.
     let timeouts = count(&log, |l| l.error == "1" || l.error == "504");
     eprintln!("{front:?}: {unchecked} unchecked, {timeouts} of them after the timeout");
     // Checked before, and again after: the swarm is throttled again by

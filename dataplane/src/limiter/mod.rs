@@ -16,7 +16,7 @@
 //! other; the key is saved with the buckets, see [`SavedLimiter`]) in
 //! `SHARDS` independently locked tables, each holding at most
 //! `max_keys / SHARDS` keys: 24 bytes of state a key, plus the table's
-//! overhead (measured in the README). **When a shard is full**, a new key
+//! overhead (measured in `dataplane/benches/README.md`). **When a shard is full**, a new key
 //! evicts one of 16 sampled entries: first one whose bucket has refilled
 //! and that is not banned (forgetting it changes nothing), else the
 //! unbanned key closest to full; a banned key only when all 16 are banned.

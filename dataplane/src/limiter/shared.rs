@@ -42,7 +42,7 @@
 //! and, once the key is known everywhere (after its first sync),
 //! `B + N·T + (H − 1)·N·2s`. Those are worst cases: with the weights
 //! right, the mirrors follow the site's bucket and the error is a small
-//! fraction of that (measured in the README).
+//! fraction of that (measured in `dataplane/fleet/benches/README.md`).
 //!
 //! **Bans** are shared: a ban made here is handed to the backend at once
 //! (the waker, [`Shared::set_waker`]), which publishes it for every host

@@ -14,9 +14,10 @@ fn key_ids_are_siphash_2_4_with_the_reference_keys() {
     assert_eq!(key_id(&m), 0xa129_ca61_49be_45e5);
 }
 
-/// A site's bucket as the backend keeps it (the README's algorithm, in
-/// the test's own words): T moves one interval per admission from
-/// max(T, now); totals add up; a ban's end is the latest one published.
+/// A site's bucket as the backend keeps it (the algorithm of
+/// `dataplane/fleet/README.md`, in the test's own words): T moves one
+/// interval per admission from max(T, now); totals add up; a ban's end is
+/// the latest one published.
 #[derive(Default)]
 struct Site {
     keys: HashMap<u64, (u64, u64, u64, u64)>,
