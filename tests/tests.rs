@@ -35,6 +35,7 @@ mod native;
 mod neighbours;
 mod netns;
 mod shared_throttle;
+mod transcripts;
 mod witness;
 mod xdp;
 mod xdp_clock;
