@@ -31,6 +31,7 @@
 //! `http_req_cnt`), logged in the `option httplog` line as the third
 //! captured field, and the SPOE engine logs each failed event.
 
+use crate::coverage::Coverage;
 use crate::reads::Reads;
 use crate::{banner, check, is_tchar, Agent, Emitted, Error, ErrorKind, File};
 use rctl_compiler::ir::Ruleset;
@@ -48,6 +49,9 @@ pub const UNCHECKED_TABLE: &str = "rctl-unchecked";
 pub const ENGINE: &str = "rctl";
 /// The message the agent decides.
 pub const MESSAGE: &str = "rctl-req";
+/// The `spoe-message` that tells the agent what this configuration
+/// covers ([`Coverage`]), on about one request in 256.
+pub const CONFIG_MESSAGE: &str = "rctl-cfg";
 /// The longest header name the emitted configuration can hold: each
 /// `args` line carries it twice within HAProxy's 2,048-byte lines.
 pub const MAX_HEADER_NAME: usize = 900;
@@ -126,7 +130,13 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
             File {
                 name: SPOE_FILE.into(),
                 role: "the SPOE engine; the filter spoe line names it",
-                text: spoe_file(source, backend, timeout_ms, &headers),
+                text: spoe_file(
+                    source,
+                    backend,
+                    timeout_ms,
+                    &headers,
+                    &Coverage::of(&reads, &headers),
+                ),
             },
             File {
                 name: BACKENDS_FILE.into(),
@@ -143,7 +153,13 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     })
 }
 
-fn spoe_file(source: &str, backend: &str, timeout_ms: u64, headers: &[String]) -> String {
+fn spoe_file(
+    source: &str,
+    backend: &str,
+    timeout_ms: u64,
+    headers: &[String],
+    coverage: &Coverage,
+) -> String {
     let mut s = banner(
         "#",
         "rctl: the SPOE engine asking `rctl serve --spoe` about each request.",
@@ -159,7 +175,7 @@ fn spoe_file(source: &str, backend: &str, timeout_ms: u64, headers: &[String]) -
         s,
         "[{ENGINE}]
 spoe-agent rctl-agent
-    messages {MESSAGE}
+    messages {MESSAGE} {CONFIG_MESSAGE}
     # Variables are txn.rctl.<name> (the agent's name has a '-').
     option var-prefix rctl
     # On any error, txn.rctl.error holds its code (below 256: HAProxy's,
@@ -204,6 +220,19 @@ spoe-message {MESSAGE}
         let _ = writeln!(s, "    args {}", header_arg(h));
     }
     s.push_str("    event on-frontend-http-request\n");
+    let _ = write!(
+        s,
+        "
+spoe-message {CONFIG_MESSAGE}
+    # What this configuration sends and has deny lines for ({}), so that
+    # `rctl apply` can tell when a new ruleset needs it emitted again.
+    # About one request in 256 carries it.
+    args cfg=str({})
+    event on-frontend-http-request if {{ rand(256) -m int 0 }}
+",
+        coverage.to_text(),
+        coverage.to_hex()
+    );
     s
 }
 

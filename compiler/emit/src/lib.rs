@@ -36,6 +36,7 @@ pub mod reads;
 pub mod vcl;
 
 pub mod check;
+pub mod coverage;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -158,6 +158,7 @@ fn unchecked_error_page() -> String {
 }
 
 fn server_file(source: &str, timeout_ms: u64, reads: &Reads) -> String {
+    let coverage = crate::coverage::Coverage::every_header(reads).to_text();
     let unchecked = unchecked_error_page();
     let mut s = banner(
         "#",
@@ -201,6 +202,9 @@ location = /_rctl {{
     proxy_set_header X-Rctl-Dst-Ip    $server_addr;
     proxy_set_header X-Rctl-Port      $server_port;
     proxy_set_header X-Rctl-Mode      nginx;
+    # What this configuration covers, so that `rctl apply` can tell when a
+    # new ruleset needs it emitted again.
+    proxy_set_header X-Rctl-Config    \"{coverage}\";
     proxy_connect_timeout {timeout_ms}ms;
     proxy_send_timeout    {timeout_ms}ms;
     proxy_read_timeout    {timeout_ms}ms;

@@ -14,6 +14,9 @@
 //! | port | `X-Rctl-Port` | 443 |
 //! | headers | every other header, as itself (`X-Rctl-*` excepted) | |
 //!
+//! `X-Rctl-Config` says what the nginx configuration covers (see
+//! [`crate::proxies`]); it is not a request field.
+//!
 //! **The answer.** Pass and allow: `200`. A block (deny, throttle, drop):
 //! for Envoy the verdict's status (drop: `403`) with the reason as body;
 //! in nginx mode (`/check/nginx` or `X-Rctl-Mode: nginx`), since
@@ -244,6 +247,11 @@ fn check_parts(
             None => pq.to_string(),
         }
     });
+    if let Some(cfg) = header(headers, "x-rctl-config") {
+        judge
+            .proxies()
+            .saw(crate::proxies::Proxy::Nginx, cfg, false);
+    }
     let fields = match request_fields(method, headers, own_target.as_deref()) {
         Ok(f) => f,
         Err(why) => return refuse(observer, why),

@@ -141,6 +141,8 @@ pub struct Judge {
     /// The origin of the limiters' clock (monotonic, shared by every
     /// generation, so that carried buckets keep their meaning).
     epoch: Instant,
+    /// What the proxies in front say their configuration covers.
+    proxies: crate::proxies::Proxies,
 }
 
 impl Judge {
@@ -150,6 +152,7 @@ impl Judge {
             current: ArcSwap::from_pointee(first),
             shadow,
             epoch: Instant::now(),
+            proxies: crate::proxies::Proxies::default(),
         }
     }
 
@@ -161,6 +164,11 @@ impl Judge {
     /// Makes `next` the generation in force; returns the one it replaced.
     pub fn install(&self, next: Generation) -> Arc<Generation> {
         self.current.swap(Arc::new(next))
+    }
+
+    /// What the proxies in front say their configuration covers.
+    pub fn proxies(&self) -> &crate::proxies::Proxies {
+        &self.proxies
     }
 
     /// Whether the whole ruleset runs in shadow mode.

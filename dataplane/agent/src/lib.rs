@@ -27,6 +27,7 @@ pub mod listen;
 pub mod metrics;
 pub mod peers;
 pub mod persist;
+pub mod proxies;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;

@@ -434,7 +434,18 @@ impl Collector for Metrics {
             "rctl_start_time_seconds",
             "When the agent started (unix time)",
             as_i64(self.started_unix),
-        )
+        )?;
+        let mut m = e.encode_descriptor(
+            "rctl_proxy_config_stale",
+            "1 while a proxy's configuration lacks a header or status the ruleset in force needs (emit it again)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in self.judge.proxies().against(g.engine.ruleset()) {
+            let labels = [("proxy", p.proxy.as_str())];
+            ConstGauge::new(i64::from(!p.stale.is_empty())).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 

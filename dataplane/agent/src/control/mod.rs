@@ -95,6 +95,11 @@ pub struct Prepared {
     pub prepare_ms: u64,
     /// Things the operator should know (a site no rule names).
     pub warnings: Vec<String>,
+    /// What the proxies' configurations lack for this ruleset (a header
+    /// they do not send, a status they have no line for): emit them
+    /// again. `rctl apply` stops here unless told to go on.
+    #[serde(default)]
+    pub stale_proxies: Vec<String>,
 }
 
 /// The answer to a commit (or a load).
@@ -164,6 +169,9 @@ pub struct AgentStatus {
     pub log: Option<LogTotals>,
     /// A prepare waiting for its commit.
     pub pending: Option<PendingInfo>,
+    /// The proxies heard from, against the ruleset in force.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxies: Vec<crate::proxies::ProxyStatus>,
     /// The saved bans and buckets (`--state-dir`), if they are saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_state: Option<crate::persist::PersistStatus>,

@@ -237,6 +237,13 @@ impl Control {
             rules: generation.engine.ruleset().rules.len(),
             carried: carry.clone(),
             prepare_ms: 0,
+            stale_proxies: self
+                .judge
+                .proxies()
+                .against(generation.engine.ruleset())
+                .into_iter()
+                .flat_map(|p| p.stale)
+                .collect(),
             warnings,
         };
         let pending = Pending {
@@ -361,6 +368,7 @@ impl Control {
             counts: self.metrics.counts(),
             log,
             pending,
+            proxies: self.judge.proxies().against(g.engine.ruleset()),
             limit_state: self.persist.get().map(|p| p.status()),
             fleet: self.extra.get().map(|f| f()),
         })

@@ -42,6 +42,10 @@ use std::time::Instant;
 
 /// The name of the `spoe-message` the agent decides.
 pub const MESSAGE: &[u8] = b"rctl-req";
+/// The name of the `spoe-message` that says what HAProxy's configuration
+/// covers (`cfg`: `rctl_emit::coverage::Coverage` in hex; see
+/// [`crate::proxies`]).
+pub const CONFIG_MESSAGE: &[u8] = b"rctl-cfg";
 
 /// Decides the messages of NOTIFY frames for one connection.
 pub(crate) struct Decider<'c> {
@@ -73,6 +77,14 @@ impl<'c> Decider<'c> {
     ) {
         let mut e = Encoder::new(out, FrameType::Ack, stream_id, frame_id);
         let empty = e.len();
+        for msg in msgs.iter().filter(|m| m.name == CONFIG_MESSAGE) {
+            if let Some(cfg) = msg.args.get(b"cfg").and_then(|v| v.as_bytes()) {
+                self.ctx
+                    .judge
+                    .proxies()
+                    .saw(crate::proxies::Proxy::Haproxy, cfg, true);
+            }
+        }
         for msg in msgs.iter().filter(|m| m.name == MESSAGE) {
             let mut headers = Vec::with_capacity(msg.args.len());
             let Some(fields) = fields(msg.args.iter(), &mut headers) else {
