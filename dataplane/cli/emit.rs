@@ -48,6 +48,12 @@ pub enum Target {
         /// read it without a new configuration.
         #[arg(long = "header", value_name = "NAME")]
         headers: Vec<String>,
+        /// Take the client's address from this header's last address (set
+        /// by a TLS terminator or load balancer in front), else the
+        /// connection's; trust it only behind such a proxy: a client that
+        /// reaches the proxy directly could write any address there.
+        #[arg(long, value_name = "NAME")]
+        client_ip_header: Option<String>,
     },
     /// nginx 1.22+: auth_request asking `rctl serve --http`.
     Nginx {
@@ -62,6 +68,12 @@ pub enum Target {
         /// before it goes on unchecked, in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 100)]
         timeout_ms: u64,
+        /// Take the client's address from this header's last address (set
+        /// by a TLS terminator or load balancer in front), else the
+        /// connection's; trust it only behind such a proxy: a client that
+        /// reaches the proxy directly could write any address there.
+        #[arg(long, value_name = "NAME")]
+        client_ip_header: Option<String>,
     },
     /// Varnish 7.1+ with vmod_vsthrottle: the rules themselves in VCL, in
     /// requestctl's shape (one `if` per rule), no agent.
@@ -202,6 +214,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
             config_dir,
             timeout_ms,
             headers,
+            client_ip_header,
         } => {
             let Some((rs, inputs)) = load(&common)? else {
                 return Ok(ExitCode::from(1));
@@ -214,6 +227,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
                 timeout_ms,
                 extra_headers: rctl_emit::header_names(&headers)?,
                 source: source(&rs),
+                client_ip_header,
             };
             (common, (haproxy_spoe::emit(&rs, &o)?, inputs))
         }
@@ -221,6 +235,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
             common,
             agent,
             timeout_ms,
+            client_ip_header,
         } => {
             let Some((rs, inputs)) = load(&common)? else {
                 return Ok(ExitCode::from(1));
@@ -229,6 +244,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
                 agent,
                 timeout_ms,
                 source: source(&rs),
+                client_ip_header,
             };
             (common, (nginx::emit(&rs, &o)?, inputs))
         }

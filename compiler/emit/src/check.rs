@@ -78,6 +78,20 @@ pub fn header(option: &'static str, s: &str) -> Result<String, Error> {
     }
 }
 
+/// A header the client's address is taken from (`--client-ip-header`):
+/// letters, digits, `-` and `_` only, so that it goes into a sample
+/// fetch's argument and an nginx variable's name as it is.
+pub fn client_ip_header(option: &'static str, s: &str) -> Result<String, Error> {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(Error::new(option, ErrorKind::HeaderName(s.to_string())))
+    }
+}
+
 /// A backend's host (`--backend HOST:PORT`): an IP address, or a DNS name
 /// of letters, digits, `-` and `.`.
 pub fn host<'a>(option: &'static str, s: &'a str) -> Result<&'a str, Error> {

@@ -77,11 +77,18 @@ pub struct Options {
     /// What the configuration is for, for the files' headers (for
     /// example the artifact's hash).
     pub source: String,
+    /// Take the client's address from this header's last address (as a
+    /// TLS terminator or load balancer in front appends it), where the
+    /// header holds one; `None`: the connection's peer. Only a proxy in
+    /// front that sets the header may be trusted with it: a client that
+    /// reaches HAProxy directly can write any address there, and so
+    /// choose which limits and blocks apply to it.
+    pub client_ip_header: Option<String>,
 }
 
 impl Default for Options {
     /// `unix:/run/rctl/spoe.sock`, backend `rctl-agent`, files in
-    /// `/etc/haproxy/rctl`, 50 ms.
+    /// `/etc/haproxy/rctl`, 50 ms, the connection's peer as the client.
     fn default() -> Options {
         Options {
             agent: Agent::Unix("/run/rctl/spoe.sock".into()),
@@ -90,6 +97,7 @@ impl Default for Options {
             timeout_ms: 50,
             extra_headers: Vec::new(),
             source: "a ruleset".into(),
+            client_ip_header: None,
         }
     }
 }
@@ -102,6 +110,11 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     let dir = check::path("--config-dir", o.config_dir.trim_end_matches('/'))?;
     let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
     let source = check::text("source", &o.source)?;
+    let client = o
+        .client_ip_header
+        .as_deref()
+        .map(|h| check::client_ip_header("--client-ip-header", h))
+        .transpose()?;
     let mut extra = Vec::new();
     for h in &o.extra_headers {
         extra.push(check::header("--header", h)?);
@@ -136,6 +149,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
                     timeout_ms,
                     &headers,
                     &Coverage::of(&reads, &headers),
+                    client.as_deref(),
                 ),
             },
             File {
@@ -159,6 +173,7 @@ fn spoe_file(
     timeout_ms: u64,
     headers: &[String],
     coverage: &Coverage,
+    client: Option<&str>,
 ) -> String {
     let mut s = banner(
         "#",
@@ -211,6 +226,12 @@ spoe-message {MESSAGE}
     args dst_port=dst_port
 "
     );
+    if let Some(h) = client {
+        let _ = writeln!(
+            s,
+            "    # The client the agent judges: the last address of {h} where it\n    # holds one (set by the proxy in front: only it may be trusted with\n    # it), else src.\n    args client=req.hdr_ip({h},-1)"
+        );
+    }
     if headers.is_empty() {
         s.push_str("    # (the ruleset reads no header)\n");
     } else {

@@ -57,6 +57,12 @@ pub struct Options {
     pub timeout_ms: u64,
     /// What the configuration is for, for the files' headers.
     pub source: String,
+    /// Take the client's address from this header's last address (as a
+    /// TLS terminator or load balancer in front appends it), where the
+    /// header holds one; `None`: the connection's peer (`$remote_addr`).
+    /// Only a proxy in front that sets the header may be trusted with it:
+    /// a client that reaches nginx directly can write any address there.
+    pub client_ip_header: Option<String>,
 }
 
 impl Default for Options {
@@ -66,6 +72,7 @@ impl Default for Options {
             agent: Agent::Unix("/run/rctl/http.sock".into()),
             timeout_ms: 100,
             source: "a ruleset".into(),
+            client_ip_header: None,
         }
     }
 }
@@ -80,6 +87,11 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     };
     let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
     let source = check::text("source", &o.source)?;
+    let client = o
+        .client_ip_header
+        .as_deref()
+        .map(|h| check::client_ip_header("--client-ip-header", h))
+        .transpose()?;
     let mut warnings = Vec::new();
     for h in &reads.headers {
         if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -97,7 +109,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
             File {
                 name: HTTP_FILE.into(),
                 role: "include in the http block",
-                text: http_file(source, &server),
+                text: http_file(source, &server, client.as_deref()),
             },
             File {
                 name: SERVER_FILE.into(),
@@ -109,7 +121,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     })
 }
 
-fn http_file(source: &str, server: &str) -> String {
+fn http_file(source: &str, server: &str, client: Option<&str>) -> String {
     let mut s = banner(
         "#",
         "rctl: the agent's check endpoint and a log format; for the http block.",
@@ -134,6 +146,17 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
                 'rctl=$rctl_action rule=$rctl_rule tags=$rctl_tags check=$rctl_check';
 "
     );
+    s.push_str("\n# The client the agent judges: ");
+    match client {
+        None => s.push_str("the connection's peer.\nmap $remote_addr $rctl_client {\n    default $remote_addr;\n}\n"),
+        Some(h) => {
+            let var = h.replace('-', "_");
+            let _ = write!(
+                s,
+                "the last address of {h} where it holds one\n# (set by the proxy in front: only it may be trusted with it), else the\n# connection's peer.\nmap $http_{var} $rctl_client {{\n    \"~(?:^|,)\\s*(?<rctl_last>[0-9a-fA-F.:]+)\\s*$\" $rctl_last;\n    default $remote_addr;\n}}\n"
+            );
+        }
+    }
     s
 }
 
@@ -198,7 +221,7 @@ location = /_rctl {{
     proxy_set_header X-Rctl-Method    $request_method;
     proxy_set_header X-Rctl-Host      $http_host;
     proxy_set_header X-Rctl-Target    $request_uri;
-    proxy_set_header X-Rctl-Client-Ip $remote_addr;
+    proxy_set_header X-Rctl-Client-Ip $rctl_client;
     proxy_set_header X-Rctl-Dst-Ip    $server_addr;
     proxy_set_header X-Rctl-Port      $server_port;
     proxy_set_header X-Rctl-Mode      nginx;

@@ -9,6 +9,7 @@
 //! | `host` | `req.hdr(host)` | string | host |
 //! | `target` | `pathq` | string | path and query, as sent |
 //! | `src` | `src` | ipv4/ipv6 (or a string holding an address) | client address (required) |
+//! | `client` | `req.hdr_ip(H,-1)` (`emit --client-ip-header H`) | ipv4/ipv6; NULL when absent | the client address, when present, instead of `src` |
 //! | `dst` | `dst` | ipv4/ipv6 | destination address |
 //! | `dst_port` | `dst_port` | integer | destination port |
 //! | `h.<name>` | `req.fhdr(<name>)` | string; NULL when absent | header `<name>` |
@@ -135,13 +136,14 @@ fn fields<'a: 'h, 'h>(
         dst: None,
         port: 0,
     };
-    let mut src = None;
+    let (mut src, mut client) = (None, None);
     for (name, value) in args {
         match name {
             b"method" => f.method = value.as_bytes().unwrap_or_default(),
             b"host" => f.host = value.as_bytes().unwrap_or_default(),
             b"target" => f.target = value.as_bytes().unwrap_or_default(),
             b"src" => src = ip(value),
+            b"client" => client = ip(value),
             b"dst" => f.dst = ip(value),
             b"dst_port" => {
                 f.port = value
@@ -156,7 +158,7 @@ fn fields<'a: 'h, 'h>(
             }
         }
     }
-    f.ip = src?;
+    f.ip = client.or(src)?;
     f.headers = headers;
     Some(f)
 }
