@@ -290,13 +290,15 @@ fn host_status(r: HostReport, live: bool, target: Option<&Current>, now: u64) ->
 /// The status as text.
 pub fn text(s: &FleetStatus) -> String {
     use std::fmt::Write as _;
+    let now = rctl_os::clock::now_unix();
+    let short = |h: &str| h.get(..12).unwrap_or(h).to_string();
     let mut o = String::new();
     let line = |t: &PointerStatus| {
         format!(
-            "generation {}, artifact {}, pushed at {} (unix) by {}{}",
+            "generation {}, artifact {}, pushed {} by {}{}",
             t.generation,
-            t.sha256,
-            t.pushed_unix,
+            short(&t.sha256),
+            rctl_os::clock::when(t.pushed_unix, now),
             t.pushed_by,
             t.rollback
                 .map(|n| format!(", a rollback of {n}"))
@@ -319,40 +321,44 @@ pub fn text(s: &FleetStatus) -> String {
         let site = h.site.as_deref().unwrap_or("-");
         let what = match h.state.as_str() {
             "ok" => format!(
-                "generation {}, artifact {}",
-                h.generation, h.artifact_sha256
+                "generation {}, artifact {}, applied {}",
+                h.generation,
+                short(&h.artifact_sha256),
+                rctl_os::clock::when(h.applied_unix, now)
             ),
             _ => format!(
-                "runs generation {} (artifact {}), should run {} (artifact {}){}",
+                "runs generation {} (artifact {}), should run {} (artifact {}){}; reported {}",
                 h.generation,
-                h.artifact_sha256,
+                short(&h.artifact_sha256),
                 h.target_generation,
-                h.target_sha256,
+                short(&h.target_sha256),
                 if h.lag_s > 0 {
                     format!(", {} s behind", h.lag_s)
                 } else {
                     String::new()
-                }
+                },
+                rctl_os::clock::when(h.reported_unix, now)
             ),
         };
         let _ = writeln!(
             o,
-            "{:<8} {}  site {site}  {what}",
+            "{:<10} {}  site {site}  {what}",
             h.state.to_uppercase(),
             h.host
         );
         if let Some(e) = &h.last_error {
-            let _ = writeln!(o, "         {}", e);
+            let _ = writeln!(o, "           {}", e);
         }
     }
     for u in &s.unreadable {
         let _ = writeln!(o, "UNREADABLE {}: {}", u.key, u.error);
     }
     let counts: Vec<String> = s.counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let n = s.hosts.len();
     let _ = writeln!(
         o,
-        "\n{} hosts: {}",
-        s.hosts.len(),
+        "\n{n} host{}: {}",
+        if n == 1 { "" } else { "s" },
         if counts.is_empty() {
             "none reported".to_string()
         } else {

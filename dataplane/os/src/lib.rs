@@ -10,12 +10,14 @@
 //! - [`fs`]: state folders only their owner may change, files written
 //!   whole or not at all, locks;
 //! - [`errno`]: errors that keep the errno they carry;
-//! - [`notify`]: readiness for systemd (`sd_notify`).
+//! - [`notify`]: readiness for systemd (`sd_notify`);
+//! - [`clock`]: the wall clock, said for people.
 //!
 //! Every `unsafe` block here carries a SAFETY comment.
 
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod errno;
 pub mod fs;
 pub mod notify;

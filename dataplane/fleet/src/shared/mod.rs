@@ -300,11 +300,18 @@ pub async fn run(sync: Arc<Sync>, judge: Arc<Judge>, mut stop: Receiver<bool>) {
             &mut wait,
         )
         .await;
-        sync.online.store(false, Relaxed);
+        let was_online = sync.online.swap(false, Relaxed);
         set_online(&judge, false);
         match result {
             Ok(()) => return,
             Err(e) => {
+                if was_online {
+                    // One line an event, where the agent's messages go.
+                    eprintln!(
+                        "rctl agent: redis down: {}; shared limits count on each host alone until it answers",
+                        e.message
+                    );
+                }
                 sync.syncs_failed.fetch_add(1, Relaxed);
                 sync.set_error(Some(e.message));
             }
@@ -536,7 +543,13 @@ async fn session(
                 s.set_new_key_weight(sync.hosts.load(Relaxed));
             }
         }
-        sync.online.store(true, Relaxed);
+        if !sync.online.swap(true, Relaxed) {
+            eprintln!(
+                "rctl agent: redis up at {}: shared limits counted site-wide ({} hosts)",
+                redact(&sync.config.url),
+                sync.hosts.load(Relaxed)
+            );
+        }
         sync.set_error(None);
         sync.syncs_ok.fetch_add(1, Relaxed);
         sync.bans_published.fetch_add(published, Relaxed);
