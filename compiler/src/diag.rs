@@ -420,6 +420,68 @@ impl Diagnostics {
     }
 }
 
+/// Edit distance (optimal string alignment: insertions, deletions,
+/// substitutions and swaps of neighbours cost one each), for "did you
+/// mean" hints.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for i in 0..=a.len() {
+        d[i * w] = i;
+    }
+    for (j, cell) in d.iter_mut().enumerate().take(w) {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[(i - 1) * w + j] + 1)
+                .min(d[i * w + j - 1] + 1)
+                .min(d[(i - 1) * w + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[(i - 2) * w + j - 2] + 1);
+            }
+            d[i * w + j] = v;
+        }
+    }
+    d[a.len() * w + b.len()]
+}
+
+/// The candidate nearest to `word` (case-insensitive), if one is close
+/// enough to be what was meant: at most one edit for short words, a
+/// third of the word's length for longer ones. For "did you mean" hints.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let w = word.to_ascii_lowercase();
+    let max = (w.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&w, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= max && !c.eq_ignore_ascii_case(word))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// What a duration written in words means in the language: `minute` →
+/// `1m`, `30 seconds` → `30s`, `5min` → `5m`; `None` if it is not one.
+pub fn duration_in_words(s: &str) -> Option<String> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let n = if n.is_empty() { "1" } else { n };
+    let unit = match unit.trim() {
+        "millisecond" | "milliseconds" | "msec" | "msecs" => "ms",
+        "sec" | "secs" | "second" | "seconds" => "s",
+        "min" | "mins" | "minute" | "minutes" => "m",
+        "hr" | "hrs" | "hour" | "hours" => "h",
+        "day" | "days" => "d",
+        "w" | "week" | "weeks" => return n.parse::<u64>().ok().map(|n| format!("{}d", n * 7)),
+        _ => return None,
+    };
+    Some(format!("{n}{unit}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -566,21 +566,114 @@ fn syntax_diag(
     };
     Diagnostic::error(code::SYNTAX, msg)
         .primary(span, label)
-        .hint(hint_for(&src.text[start..]))
+        .hint(hint_for(&src.text[start..], &expected))
 }
 
-fn hint_for(rest: &str) -> &'static str {
+/// Every keyword of the language (the grammar's `^"…"` words; a test
+/// holds this list to the grammar), for "did you mean" hints.
+pub(crate) const KEYWORDS: &[&str] = &[
+    "absent",
+    "all",
+    "allow",
+    "allow_undecided",
+    "and",
+    "at",
+    "ban",
+    "bucket",
+    "burst",
+    "by",
+    "comment",
+    "contains",
+    "deny",
+    "drop",
+    "dst_ip",
+    "enabled",
+    "ends_with",
+    "expect",
+    "false",
+    "file",
+    "first",
+    "for",
+    "header",
+    "host",
+    "in",
+    "include",
+    "ip",
+    "ipblock",
+    "last",
+    "log",
+    "logged",
+    "method",
+    "none",
+    "not",
+    "or",
+    "over",
+    "packet",
+    "pass",
+    "path",
+    "pattern",
+    "per",
+    "port",
+    "prefix",
+    "present",
+    "priority",
+    "proto",
+    "query",
+    "reason",
+    "repeat",
+    "request",
+    "rule",
+    "shadow",
+    "shared",
+    "site",
+    "sites",
+    "starts_with",
+    "status",
+    "syn",
+    "test",
+    "throttle",
+    "true",
+    "url",
+    "when",
+];
+
+/// A hint about the construct being parsed where the parse stopped:
+/// `rest` is the input from there, `expected` what the grammar wanted.
+fn hint_for(rest: &str, expected: &[&str]) -> String {
     let word: String = rest
         .chars()
         .take_while(|c| c.is_alphanumeric() || *c == '_')
         .collect();
-    match word.to_ascii_lowercase().as_str() {
-        "action" => {
-            "requestctl's `action` is called `rule` here: `rule name { when … deny 403 \"…\" }`"
-        }
-        "" if rest.starts_with('}') => "is a `when` condition or a value missing before this `}`?",
-        _ => "see the language reference in README.md; strings need double quotes",
+    let wants = |s: &str| expected.iter().any(|e| e.contains(s));
+    if word.eq_ignore_ascii_case("action") {
+        return "requestctl's `action` is called `rule` here: `rule name { when … deny 403 \"…\" }`"
+            .into();
     }
+    if word.is_empty() && rest.starts_with('}') {
+        return "is a `when` condition or a value missing before this `}`?".into();
+    }
+    if rest.starts_with('=') && !rest.starts_with("==") && wants("operator") {
+        return "comparisons are written `==` (and `!=`); a single `=` is not an operator".into();
+    }
+    if !word.is_empty() && !KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word)) {
+        if let Some(k) = crate::diag::nearest(&word, KEYWORDS.iter().copied()) {
+            return format!("did you mean `{k}`?");
+        }
+    }
+    if wants("`scope/name`") {
+        return "ipblocks and patterns are named `scope/name`, such as `cloud/aws` or `ua/curl`"
+            .into();
+    }
+    if wants("\"string\"") && !word.is_empty() {
+        return format!("strings need double quotes: \"{word}\"");
+    }
+    if wants("a condition") {
+        return "a condition compares a field (`path == \"/x\"`), tests one (`header(\"x\") present`), or names a pattern (`pattern@ua/curl`)".into();
+    }
+    if wants("an item") {
+        return "a file holds `ipblock`, `pattern`, `rule`, `test` and `include` items".into();
+    }
+    "see the language reference, grammar/README.md".into()
 }
 
 fn friendly(r: Rule) -> Option<&'static str> {
@@ -795,5 +888,56 @@ mod tests {
         assert_eq!(*op, CmpOp::IMatch);
         assert_eq!(v.text, "^curl");
         assert_eq!((v.span.line, v.span.col), (2, 27));
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+
+    #[test]
+    fn the_keyword_list_is_the_grammars() {
+        let grammar = include_str!("../../../grammar/rctl.pest");
+        let mut words: Vec<&str> = grammar
+            .split("^\"")
+            .skip(1)
+            .filter_map(|s| s.split('"').next())
+            .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !w.is_empty())
+            .collect();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words, KEYWORDS);
+    }
+
+    fn hint(src: &str) -> String {
+        let c = crate::compile_str("t.rctl", src, &Default::default());
+        c.diagnostics
+            .iter()
+            .filter_map(|d| d.hint.clone())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    #[test]
+    fn syntax_errors_get_a_hint_about_what_was_being_written() {
+        assert_eq!(
+            hint("rule r { priorty 5 when path == \"/\" deny }"),
+            "did you mean `priority`?"
+        );
+        assert_eq!(
+            hint("rule r { whne path == \"/\" deny }"),
+            "did you mean `when`?"
+        );
+        assert!(hint("rule r { when path = \"/\" deny }").contains("`==`"));
+        assert!(hint("ipblock x { 10.0.0.0/8 }").contains("scope/name"));
+        assert!(hint("action a { }").contains("called `rule`"));
+        assert!(
+            hint("rule r { when path == \"/\" throttle 5 requests per minute }")
+                .contains("did you mean `1m`?")
+        );
+        assert!(hint(
+            "rule limit { when path == \"/\" deny }\ntest \"t\" { request a { path \"/\" } expect for a all deny by limt }"
+        )
+        .contains("did you mean `limit`?"));
     }
 }

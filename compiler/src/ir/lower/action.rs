@@ -290,13 +290,13 @@ impl Lowerer<'_> {
             }
             Ok(ms) => Some(ms),
             Err(e) => {
-                self.bad(
-                    code::BAD_DURATION,
-                    w,
-                    "invalid duration",
-                    e,
-                    "durations are like 500ms, 30s, 5m, 1h, 1d",
-                );
+                let hint = match crate::diag::duration_in_words(&w.text) {
+                    Some(d) => {
+                        format!("did you mean `{d}`? durations are like 500ms, 30s, 5m, 1h, 1d")
+                    }
+                    None => "durations are like 500ms, 30s, 5m, 1h, 1d".to_string(),
+                };
+                self.bad(code::BAD_DURATION, w, "invalid duration", e, &hint);
                 None
             }
         }

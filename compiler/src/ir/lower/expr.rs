@@ -181,7 +181,7 @@ impl Lowerer<'_> {
         };
         let best = names
             .iter()
-            .map(|n| (edit_distance(n, &w.text), *n))
+            .map(|n| (crate::diag::edit_distance(n, &w.text), *n))
             .filter(|(d, _)| *d <= 3)
             .min();
         let hint = match best {
@@ -621,20 +621,4 @@ fn too_deep(at: Span, label: &str, depth: usize) -> Diagnostic {
     )
     .primary(at, label.to_string())
     .hint("every `and`, `or` and `not` inside a pattern adds its levels to the condition that references it; flatten the patterns or split the rule")
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }

@@ -109,7 +109,24 @@ impl Lowerer<'_> {
             };
             if let Some(r) = &e.rule {
                 if !rules.contains(r.text.as_str()) {
-                    self.test_error(r, "unknown rule", "name a rule of this ruleset");
+                    let hint = match crate::diag::nearest(&r.text, rules.iter().copied()) {
+                        Some(n) => format!("did you mean `{n}`?"),
+                        None => {
+                            let mut names: Vec<&str> = rules.iter().copied().collect();
+                            names.sort_unstable();
+                            let shown = names
+                                .iter()
+                                .take(5)
+                                .map(|n| format!("`{n}`"))
+                                .collect::<Vec<_>>();
+                            format!(
+                                "name a rule of this ruleset ({}{})",
+                                shown.join(", "),
+                                if names.len() > 5 { ", …" } else { "" }
+                            )
+                        }
+                    };
+                    self.test_error(r, "unknown rule", &hint);
                 }
                 if outcome == Outcome::Pass {
                     self.test_error(r, "`pass` has no deciding rule", "drop the `by …`");
@@ -249,7 +266,7 @@ impl Lowerer<'_> {
                 };
                 let over_ms = match over {
                     Some(w) => crate::value::parse_duration(&w.text).unwrap_or_else(|e| {
-                        self.test_error(w, e, "durations are like 500ms, 30s, 5m");
+                        self.test_error(w, e, &duration_hint(&w.text));
                         0
                     }),
                     None => 0,
@@ -259,7 +276,7 @@ impl Lowerer<'_> {
         };
         let start_ms = match &s.at {
             Some(w) => crate::value::parse_duration(&w.text).unwrap_or_else(|e| {
-                self.test_error(w, e, "durations are like 500ms, 30s, 5m");
+                self.test_error(w, e, &duration_hint(&w.text));
                 0
             }),
             None => 0,
@@ -291,5 +308,13 @@ impl Lowerer<'_> {
             start_ms,
             over_ms,
         })
+    }
+}
+
+/// The hint for a duration that does not read.
+fn duration_hint(text: &str) -> String {
+    match crate::diag::duration_in_words(text) {
+        Some(d) => format!("did you mean `{d}`? durations are like 500ms, 30s, 5m"),
+        None => "durations are like 500ms, 30s, 5m".to_string(),
     }
 }
