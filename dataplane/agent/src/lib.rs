@@ -6,6 +6,9 @@
 //! - [`http`]: the HTTP check endpoint (nginx `auth_request`, Envoy
 //!   ext_authz).
 //! - [`control`]: the control socket `rctl apply` and `rctl status` use.
+//! - [`apply`]: one apply of both planes (prepare the agent, switch the
+//!   packet plane, commit the agent), for `rctl apply` and the fleet
+//!   agent; the packet plane is a trait, so this crate stays free of XDP.
 //! - [`metrics`], [`reqlog`]: Prometheus counters and the matched-request
 //!   log, both [`judge::Observer`]s.
 //! - [`serve`]: `rctl serve`: every listener, and the graceful drain.
@@ -19,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod apply;
 mod byrule;
 pub mod control;
 pub mod http;
