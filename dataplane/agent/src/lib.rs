@@ -15,6 +15,8 @@
 //! - [`listen`], [`peers`], [`shutdown`]: endpoints, who may connect and
 //!   how often, and the shutdown signal the listeners share.
 //! - [`spop`]: the HAProxy SPOE agent (SPOP 2.0).
+//! - [`haproxy_stats`]: HAProxy's stats socket, for the requests it let
+//!   through unchecked (`rctl status --haproxy-socket`).
 //!
 //! The engine library (`rctl-dataplane`) stays free of async runtimes and
 //! network clients; everything that listens on a socket lives here.
@@ -25,6 +27,7 @@
 pub mod apply;
 mod byrule;
 pub mod control;
+pub mod haproxy_stats;
 pub mod http;
 pub mod judge;
 pub mod listen;
