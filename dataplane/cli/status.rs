@@ -13,7 +13,7 @@ use crate::common::{warn, Format};
 use crate::hostargs::{clock_name, mode_name, HostPaths};
 use crate::term;
 use anyhow::Result;
-use rctl_agent::control::{AgentStatus, Client};
+use rctl_agent::control::{AgentStatus, Client, FleetStatus};
 use rctl_agent::haproxy_stats::{self, StatsError, Unchecked};
 use rctl_emit::haproxy_spoe::UNCHECKED_TABLE;
 use rctl_loader::host::{self, Status};
@@ -271,59 +271,55 @@ impl Agent {
 }
 
 /// The fleet agent's part of the agent's status, as text.
-fn fleet_text(f: &serde_json::Value, out: &mut impl Write) -> std::io::Result<()> {
-    let s = |v: &serde_json::Value| term::text(v.as_str().unwrap_or("-")).into_owned();
-    let etcd = &f["etcd"];
+fn fleet_text(f: &FleetStatus, out: &mut impl Write) -> std::io::Result<()> {
+    let s = |v: &Option<String>| term::text(v.as_deref().unwrap_or("-")).into_owned();
+    let etcd = &f.etcd;
     writeln!(
         out,
         "  fleet: host {}, site {}, {} generation {} ({}), target generation {}{}",
-        s(&f["host"]),
-        s(&f["site"]),
-        if etcd["connected"] == true {
+        term::text(&f.host),
+        s(&f.site),
+        if etcd.connected {
             "etcd connected,".to_string()
         } else {
-            format!("etcd NOT CONNECTED ({}),", s(&etcd["error"]))
+            format!("etcd NOT CONNECTED ({}),", s(&etcd.error))
         },
-        f["generation"],
-        s(&f["state"]),
-        f["target_generation"],
-        f["iface"]
-            .as_str()
+        f.generation,
+        term::text(&f.state),
+        f.target_generation,
+        f.iface
+            .as_ref()
             .map(|i| format!(", packet plane on {i}"))
             .unwrap_or_default()
     )?;
-    if let Some(e) = f["last_error"].as_str() {
+    if let Some(e) = &f.last_error {
         writeln!(out, "  fleet: {}", term::text(e))?;
     }
-    if let Some(e) = etcd["report_error"].as_str() {
+    if let Some(e) = &etcd.report_error {
         writeln!(
             out,
             "  fleet: this host's report is not in etcd: {}",
             term::text(e)
         )?;
     }
-    let sh = &f["shared"];
-    if sh.is_object() {
-        let offline: u64 = sh["limiters"]
-            .as_array()
-            .map(|l| l.iter().filter_map(|x| x["offline_hits"].as_u64()).sum())
-            .unwrap_or(0);
+    if let Some(sh) = &f.shared {
+        let offline: u64 = sh.limiters.iter().map(|l| l.offline_hits).sum();
         writeln!(
             out,
             "  shared limits: Redis {} {} ({} hosts live), sync every {} ms, {} syncs ok, {} \
              failed; {offline} requests decided per host while Redis was away{}",
-            s(&sh["redis"]),
-            if sh["online"] == true {
+            term::text(&sh.redis),
+            if sh.online {
                 "online"
             } else {
                 "AWAY: per-host limits"
             },
-            sh["hosts"],
-            sh["sync_ms"],
-            sh["syncs_ok"],
-            sh["syncs_failed"],
-            sh["last_error"]
-                .as_str()
+            sh.hosts,
+            sh.sync_ms,
+            sh.syncs_ok,
+            sh.syncs_failed,
+            sh.last_error
+                .as_ref()
                 .map(|e| format!(" (last error: {})", term::text(e)))
                 .unwrap_or_default()
         )?;

@@ -21,8 +21,10 @@
 //! failed prepare leaves the generation in force serving and says why.
 //! Without `site`, the agent's own `--site` applies.
 
+mod fleet;
 mod server;
 
+pub use fleet::{EtcdStatus, FleetStatus, SharedLimiter, SharedStatus};
 pub use server::{serve, Control, ControlConfig, StatusExtra};
 
 use crate::judge::Generation;
@@ -166,7 +168,7 @@ pub struct AgentStatus {
     pub pending: Option<PendingInfo>,
     /// What the fleet agent adds (`rctl agent`: etcd, shared limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<serde_json::Value>,
+    pub fleet: Option<FleetStatus>,
 }
 
 /// Why a generation could not be built.
