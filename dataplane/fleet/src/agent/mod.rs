@@ -7,7 +7,8 @@
 //! enforces its last good generation from local disk before etcd answers.
 //!
 //! - [`local`]: the last good and pending artifacts on disk.
-//! - `apply`: one apply of both planes.
+//! - `apply`: one apply of both planes ([`rctl_agent::apply`], as `rctl
+//!   apply` runs it), and the records on disk around it.
 //! - `watch`: following the pointers from a revision.
 //! - `report`: the host's report under its lease.
 
