@@ -119,10 +119,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some((s, c)) => (Some(s), Some(c)),
         None => (None, None),
     };
-    let at = || {
-        sock.as_deref()
-            .map_or_else(String::new, |s| s.display().to_string())
-    };
     match Apply::new(&bytes, a.site.as_deref(), client, xdp).run() {
         Ok(done) => {
             if let Some(s) = &done.packet {
@@ -134,18 +130,34 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             Ok(crate::common::exit(incomplete))
         }
-        Err(ApplyError::NoPlane) => bail!("{shown}: nothing to apply it to"),
-        Err(ApplyError::Prepare(e)) => {
-            Err(anyhow::Error::new(e)
-                .context(format!("{shown}: not applied: the agent at {}", at())))
+        Err(e) => {
+            let at = sock.map_or_else(String::new, |s| s.display().to_string());
+            failed(e, &shown, &at, iface)
         }
-        Err(ApplyError::Packet { error, agent: None }) => {
+    }
+}
+
+/// Renders an apply that failed (`at`: the agent's socket): an error
+/// when nothing changed, else exit 1 saying which plane runs what.
+fn failed(
+    e: ApplyError<LoaderError, XdpReport>,
+    shown: &str,
+    at: &str,
+    iface: &str,
+) -> Result<ExitCode> {
+    let uncertain = e.commit_uncertain();
+    match e {
+        ApplyError::NoPlane => bail!("{shown}: nothing to apply it to"),
+        ApplyError::Prepare(e) => {
+            Err(anyhow::Error::new(e).context(format!("{shown}: not applied: the agent at {at}")))
+        }
+        ApplyError::Packet { error, agent: None } => {
             Err(anyhow::Error::new(error).context(format!("{shown}: not applied")))
         }
-        Err(ApplyError::Packet {
+        ApplyError::Packet {
             error,
             agent: Some(kept),
-        }) => {
+        } => {
             let kept = match kept.abort_failed {
                 None => format!("the agent keeps generation {}", kept.generation),
                 Some(a) => format!(
@@ -155,45 +167,44 @@ pub fn run(a: Args) -> Result<ExitCode> {
             };
             Err(anyhow::Error::new(error).context(format!("{shown}: not applied ({kept})")))
         }
-        Err(e @ ApplyError::Commit { .. }) => {
-            let uncertain = e.commit_uncertain();
-            let ApplyError::Commit {
-                error, switched, ..
-            } = e
-            else {
-                unreachable!("matched above")
-            };
-            let Some(s) = switched else {
-                if !uncertain {
-                    bail!("{shown}: not applied: the agent at {}: {error}", at());
-                }
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "rctl: error: {}: the agent at {} may or may not have committed it ({}): \
-                     `rctl status` shows what it runs",
-                    term::text(&shown),
-                    at(),
-                    term::text(&error.message)
-                );
-                return Ok(ExitCode::from(1));
-            };
+        ApplyError::Commit {
+            error,
+            switched: None,
+            ..
+        } if !uncertain => bail!("{shown}: not applied: the agent at {at}: {error}"),
+        ApplyError::Commit {
+            error,
+            switched: None,
+            ..
+        } => {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "rctl: error: {}: the agent at {at} may or may not have committed it ({}): \
+                 `rctl status` shows what it runs",
+                term::text(shown),
+                term::text(&error.message)
+            );
+            Ok(ExitCode::from(1))
+        }
+        ApplyError::Commit {
+            error,
+            switched: Some(s),
+            ..
+        } => {
             print_xdp(iface, &s.report);
             report_incomplete(&s);
-            let what = if uncertain {
-                "may not have committed it"
+            let (what, keeps) = if uncertain {
+                (
+                    "may not have committed it",
+                    "`rctl status` shows what it runs",
+                )
             } else {
-                "did not commit it"
-            };
-            let keeps = if uncertain {
-                "`rctl status` shows what it runs"
-            } else {
-                "it keeps its generation"
+                ("did not commit it", "it keeps its generation")
             };
             let _ = writeln!(
                 std::io::stderr().lock(),
-                "rctl: error: the packet plane runs the new generation, but the agent at {} \
+                "rctl: error: the packet plane runs the new generation, but the agent at {at} \
                  {what} ({}): {keeps}; apply again",
-                at(),
                 term::text(&error.message)
             );
             Ok(ExitCode::from(1))
