@@ -5,7 +5,8 @@
 //! symbolic link is never written through: fmt names the file it points to,
 //! to be formatted instead.
 
-use crate::{report, term};
+use crate::common::{report, Limits};
+use crate::term;
 use anyhow::Result;
 use rctl_compiler::diag::{Diagnostic, Diagnostics};
 use rctl_compiler::files::{self, Roots};
@@ -14,9 +15,26 @@ use rctl_compiler::Options;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Formats `paths` (files, and every `.rctl` file below directories); with
-/// `check`, only reports which are not formatted.
-pub fn run(paths: &[PathBuf], check: bool, opts: &Options) -> Result<ExitCode> {
+/// `rctl fmt`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// .rctl files, or directories of them.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Do not write; exit 1 if any file is not formatted.
+    #[arg(long)]
+    check: bool,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// Formats the files named (and every `.rctl` file below directories);
+/// with `--check`, only reports which are not formatted.
+pub fn run(a: Args) -> Result<ExitCode> {
+    fmt(&a.paths, a.check, &a.limits.options())
+}
+
+fn fmt(paths: &[PathBuf], check: bool, opts: &Options) -> Result<ExitCode> {
     let mut map = SourceMap::new();
     let mut diags = Diagnostics::default();
     let (roots, errors) = Roots::new(paths, &opts.allow_paths);

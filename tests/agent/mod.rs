@@ -1,10 +1,12 @@
 //! `rctl serve`, the real binary on loopback and unix sockets in temp
 //! directories: the HTTP check endpoint's verdicts for the incidents'
-//! shapes, `rctl apply` switching it under load, metrics, the log, and a
-//! graceful stop. Outcomes are counted on the client side, with an HTTP
+//! shapes, `rctl apply` switching it under load (and failing at each step
+//! after the agent's prepare, against a fake agent), metrics, the log,
+//! and a graceful stop. Outcomes are counted on the client side, with an HTTP
 //! client and a Prometheus text parser written here, not rctl's own.
 
 mod endpoint;
+mod failures;
 mod observe;
 mod planes;
 mod restart;

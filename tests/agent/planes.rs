@@ -7,15 +7,19 @@ use crate::netns::{must, sh};
 use crate::xdp::object_path;
 
 /// A veth pair and a private bpffs, removed on drop.
-struct Veth {
-    near: String,
-    bpffs: PathBuf,
+pub(super) struct Veth {
+    pub(super) near: String,
+    pub(super) bpffs: PathBuf,
 }
 
 impl Veth {
-    fn new(dir: &Path) -> Veth {
+    /// A pair of its own (named after the process and a counter, so that
+    /// tests running at once do not share one), the bpffs in `dir`.
+    pub(super) fn new(dir: &Path) -> Veth {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = std::process::id() % 100_000;
-        let (near, far) = (format!("rag{id}a"), format!("rag{id}b"));
+        let (near, far) = (format!("rag{id}x{n}a"), format!("rag{id}x{n}b"));
         let bpffs = dir.join("bpffs");
         std::fs::create_dir_all(&bpffs).unwrap();
         must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);

@@ -389,3 +389,64 @@ fn an_xdp_agent_whose_packet_plane_fails_at_start_says_so_and_recovers() {
     converged(&etcd, std::slice::from_ref(&agent), &a.1, "/a");
     pair.runs(&agent, &a.1, BLOCKED_BY_A);
 }
+
+/// An XDP agent whose packet plane switches but cannot install the
+/// artifact (its place is taken by a directory): both planes run the new
+/// generation, and the host says so, but also that it is `failed`, and
+/// why, until a try finishes the install. (It used to say `ok` and
+/// leave the install undone until the next push.)
+#[test]
+fn an_xdp_agent_whose_install_fails_after_the_switch_says_so_until_it_is_done() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some((dir, c, object, [a, b])) = setup("fleet-xdp-install") else {
+        return;
+    };
+    let etcd = c.urls();
+    let pair = Veth::new(&dir, 5, &object);
+    let plane = pair.plane();
+    let plane: Vec<&str> = plane.iter().map(String::as_str).collect();
+    let agent = Agent::start_on(&dir, "cp0", "eqiad", &etcd, &plane, &[]);
+    let one = std::slice::from_ref(&agent);
+    converged(&etcd, one, &a.1, "/a");
+    pair.runs(&agent, &a.1, BLOCKED_BY_A);
+
+    let active = agent
+        .dir
+        .join("state")
+        .join(&pair.near)
+        .join("active.rctlc");
+    std::fs::remove_file(&active).unwrap();
+    std::fs::create_dir_all(active.join("in-the-way")).unwrap();
+    std::fs::set_permissions(&active, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(push(&etcd, &[b.0.to_str().unwrap()]).status.success());
+    let fleet = || agent.status()["fleet"].clone();
+    eventually(
+        Duration::from_secs(20),
+        || {
+            let f = fleet();
+            f["state"] == "failed" && f["generation"] == f["target_generation"]
+        },
+        || format!("{}", fleet()),
+    );
+    let f = fleet();
+    let why = f["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("applied") && why.contains("installing the artifact"),
+        "{f}"
+    );
+    // Both planes run B meanwhile; fleet status says failed.
+    assert_eq!(agent.serving(), b.1);
+    pair.runs(&agent, &b.1, BLOCKED_BY_B);
+    let (ok, v) = fleet_status(&etcd);
+    assert!(!ok, "{v}");
+    assert_eq!(v["hosts"][0]["state"], "failed", "{v}");
+
+    // Cleared: a try installs it, and the host is ok.
+    std::fs::remove_dir_all(&active).unwrap();
+    converged(&etcd, one, &b.1, "/b");
+    assert_eq!(
+        std::fs::read(&active).unwrap(),
+        std::fs::read(&b.0).unwrap()
+    );
+    pair.runs(&agent, &b.1, BLOCKED_BY_B);
+}

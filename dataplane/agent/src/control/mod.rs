@@ -21,8 +21,10 @@
 //! failed prepare leaves the generation in force serving and says why.
 //! Without `site`, the agent's own `--site` applies.
 
+mod fleet;
 mod server;
 
+pub use fleet::{EtcdStatus, FleetStatus, SharedLimiter, SharedStatus};
 pub use server::{serve, Control, ControlConfig, StatusExtra};
 
 use crate::judge::Generation;
@@ -177,7 +179,7 @@ pub struct AgentStatus {
     pub limit_state: Option<crate::persist::PersistStatus>,
     /// What the fleet agent adds (`rctl agent`: etcd, shared limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<serde_json::Value>,
+    pub fleet: Option<FleetStatus>,
 }
 
 /// Why a generation could not be built.

@@ -2,8 +2,8 @@
 //! prepare for the whole agent.
 
 use super::{
-    build, from_hex, AgentStatus, Committed, ControlRequest, Load, LogTotals, PendingInfo,
-    Prepared, MAX_LINE,
+    build, from_hex, AgentStatus, Committed, ControlRequest, FleetStatus, Load, LogTotals,
+    PendingInfo, Prepared, MAX_LINE,
 };
 use crate::judge::{Generation, Judge, Observer as _};
 use crate::listen::Listener;
@@ -74,7 +74,7 @@ enum Source {
 
 /// What a status adds, from whoever runs beside the agent (the fleet
 /// agent: etcd and the shared limits).
-pub type StatusExtra = Box<dyn Fn() -> Value + Send + Sync>;
+pub type StatusExtra = Box<dyn Fn() -> FleetStatus + Send + Sync>;
 
 impl Control {
     /// The control of the agent deciding with `judge`.
@@ -329,7 +329,8 @@ impl Control {
         let _ = self.persist.set(p);
     }
 
-    /// Adds `fleet` to every status from now on (the first one set stays).
+    /// Adds what `extra` says to every status from now on, as its `fleet`
+    /// (the first one set stays).
     pub fn set_status_extra(&self, extra: StatusExtra) {
         let _ = self.extra.set(extra);
     }

@@ -264,7 +264,7 @@ async fn evaluate(
         Err(e) => Err(e),
     };
     match result {
-        Ok(()) => {
+        Ok(apply::Outcome::Applied) => {
             *failed = None;
             ctx.update(|p| {
                 p.generation = generation;
@@ -272,6 +272,19 @@ async fn evaluate(
                 p.state = "ok".into();
                 p.last_error = None;
                 p.error_generation = 0;
+            });
+        }
+        Ok(apply::Outcome::Incomplete(why)) => {
+            // It runs the generation, but is not done with it: failed,
+            // with what did not happen, until a try finishes it.
+            *failed = Some((generation, Instant::now()));
+            ctx.update(|p| {
+                p.generation = generation;
+                p.applied_unix = crate::etcd::now_unix();
+                p.state = "failed".into();
+                p.failures += 1;
+                p.error_generation = generation;
+                p.last_error = Some(format!("generation {generation} applied: {why}"));
             });
         }
         Err(e) => fail(ctx, generation, &e, failed),

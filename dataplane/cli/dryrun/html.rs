@@ -111,8 +111,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}
         t.unsupported_link,
         t.malformed,
         t.unparsable_bytes,
-        crate::dryrun::mib(t.buffered_peak_bytes),
-        crate::dryrun::mib(t.max_buffered_bytes),
+        super::mib(t.buffered_peak_bytes),
+        super::mib(t.max_buffered_bytes),
         t.shed_flows,
         t.shed_bytes,
         t.evicted_flows

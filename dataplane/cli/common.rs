@@ -1,0 +1,174 @@
+//! What every command shares, and nothing else: the output format flag,
+//! the compiler's limits as flags, and writing to stdout and stderr
+//! (escaped for a terminal, a closed stream never a panic). A leaf: it
+//! uses no other command's module.
+
+use anyhow::{bail, Result};
+use clap::ValueEnum;
+use rctl_compiler::diag::{Diagnostics, Severity};
+use rctl_compiler::ir::Ruleset;
+use rctl_compiler::source::SourceMap;
+use rctl_compiler::Options;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A command's output format.
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// The compiler's limits, as flags; their defaults are the compiler's.
+#[derive(clap::Args, Clone)]
+pub struct Limits {
+    /// Deepest parenthesis nesting allowed in an expression.
+    #[arg(long, default_value_t = Options::default().max_depth)]
+    max_depth: usize,
+    /// Most rules allowed.
+    #[arg(long, default_value_t = Options::default().max_rules)]
+    max_rules: usize,
+    /// Most prefixes allowed across all ipblocks, after merging.
+    #[arg(long, default_value_t = Options::default().max_prefixes)]
+    max_prefixes: usize,
+    /// Also let `include` and `file` read below DIR (repeatable). Without
+    /// it they read only below the ruleset's root: the directory named, or
+    /// the directory of the file named.
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
+}
+
+impl Limits {
+    /// The compiler's options: these limits, the rest the defaults.
+    pub fn options(&self) -> Options {
+        Options {
+            max_depth: self.max_depth,
+            max_rules: self.max_rules,
+            max_prefixes: self.max_prefixes,
+            allow_paths: self.allow_paths.clone(),
+            ..Options::default()
+        }
+    }
+}
+
+/// Exit 1 when `failed`, else 0.
+pub fn exit(failed: bool) -> ExitCode {
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Prints diagnostics to stderr with a summary; returns whether the run fails.
+pub fn report(map: &SourceMap, diags: &Diagnostics, deny_warnings: bool) -> bool {
+    let mut err = std::io::stderr().lock();
+    for d in diags.sorted() {
+        let _ = writeln!(err, "{}", d.render(map));
+    }
+    let (e, w) = (diags.error_count(), diags.warning_count());
+    if e + w > 0 {
+        let _ = writeln!(
+            err,
+            "{e} error{}, {w} warning{}",
+            if e == 1 { "" } else { "s" },
+            if w == 1 { "" } else { "s" }
+        );
+    }
+    e > 0 || (deny_warnings && diags.iter().any(|d| d.severity == Severity::Warning))
+}
+
+/// Writes a command's output to stdout, escaped for a terminal.
+pub fn print(out: &str, format: Format) -> Result<()> {
+    let out = match format {
+        Format::Text => crate::term::text(out),
+        Format::Json => crate::term::json(out),
+    };
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// A warning on stderr; a closed stderr is ignored.
+pub fn warn(msg: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "rctl: warning: {}",
+        crate::term::text(msg)
+    );
+}
+
+/// The first 16 hex digits of a hash (all of it if shorter).
+pub fn short(hash: &str) -> &str {
+    hash.get(..16).unwrap_or(hash)
+}
+
+/// A ruleset that was read or compiled, with what a command shows of it.
+pub struct Loaded {
+    /// The ruleset.
+    pub ruleset: Ruleset,
+    /// Merged (IPv4, IPv6) prefix counts per ipblock.
+    pub ipblock_sizes: Vec<(String, usize, usize)>,
+    /// The files it was read from.
+    pub inputs: Vec<PathBuf>,
+}
+
+/// A ruleset from one compiled artifact or from sources, the sources'
+/// diagnostics printed; `None` if the sources have errors.
+pub fn load_ruleset(paths: &[PathBuf], opts: &Options) -> Result<Option<Loaded>> {
+    let input = rctl_compiler::input::load(paths, opts)?;
+    if report(&input.sources, &input.diagnostics, false) {
+        return Ok(None);
+    }
+    let Some(ruleset) = input.ruleset else {
+        bail!("no ruleset produced")
+    };
+    Ok(Some(Loaded {
+        ruleset,
+        ipblock_sizes: input.ipblock_sizes,
+        inputs: input.inputs,
+    }))
+}
+
+/// Warns when `--site` names a site no rule names.
+pub fn warn_site(rs: &Ruleset, site: Option<&str>) {
+    if let Some(w) = rs.site_warning(site) {
+        warn(&w);
+    }
+}
+
+/// Parses a size flag (`--max-buffered`, `--log-max-size`): bytes, or a
+/// number with KiB, MiB or GiB (also K, M, G, and the decimal kB, MB,
+/// GB); at least 1 MiB.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let unit_of = |u: &str| -> Option<u64> {
+        Some(match u.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            _ => return None,
+        })
+    };
+    let (Ok(n), Some(unit)) = (n.parse::<u64>(), unit_of(unit.trim())) else {
+        return Err(format!(
+            "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (like 256MiB)"
+        ));
+    };
+    let bytes = n
+        .checked_mul(unit)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 1 << 20 {
+        return Err(format!(
+            "`{s}` is too small: give at least 1MiB (one flow alone may hold a 64 KiB head or 256 KiB out of order)"
+        ));
+    }
+    Ok(bytes)
+}
