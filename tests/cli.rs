@@ -288,3 +288,145 @@ fn eval_traces_one_request() {
     let o = rctl(&["eval", rules, "--url", "nonsense"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// The command reference beside the CLI's code is what `rctl generate
+/// reference` writes from the flag definitions (RCTL_BLESS=1 rewrites it).
+#[test]
+fn the_command_reference_is_the_programs_own_help() {
+    let o = rctl(&["generate", "reference"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let now = String::from_utf8(o.stdout).unwrap();
+    let path = root().join("dataplane/cli/README.md");
+    if std::env::var_os("RCTL_BLESS").is_some() {
+        std::fs::write(&path, &now).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed == now,
+        "dataplane/cli/README.md is stale: run `RCTL_BLESS=1 cargo test --test integration \
+         cli::the_command_reference` (or `rctl generate reference > dataplane/cli/README.md`)"
+    );
+    for sub in [
+        "## `rctl check`",
+        "## `rctl serve`",
+        "### `rctl emit nginx`",
+        "### `rctl fleet status`",
+    ] {
+        assert!(now.contains(sub), "{sub} missing from the reference");
+    }
+    // Every subcommand `rctl --help` lists has its section.
+    let help = String::from_utf8(rctl(&["--help"]).stdout).unwrap();
+    let listed: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(listed.len() >= 18, "{listed:?}");
+    for c in listed {
+        assert!(
+            now.contains(&format!("## `rctl {c}`")),
+            "no section for {c}"
+        );
+    }
+}
+
+/// Man pages render without a warning from man(1), one a subcommand, and
+/// say what `--help` says.
+#[test]
+fn man_pages_for_every_subcommand_render_cleanly() {
+    let dir = tempdir("man");
+    let o = rctl(&["generate", "man", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for p in [
+        "rctl.1",
+        "rctl-check.1",
+        "rctl-serve.1",
+        "rctl-emit-haproxy-spoe.1",
+        "rctl-fleet-status.1",
+    ] {
+        assert!(pages.iter().any(|x| x == p), "{p} not in {pages:?}");
+    }
+    let o = std::process::Command::new("man")
+        .args(["--warnings", "-E", "UTF-8", "-l"])
+        .arg(dir.join("rctl-serve.1"))
+        .env("MANWIDTH", "100")
+        .env("MAN_KEEP_FORMATTING", "0")
+        .output()
+        .expect("man(1) runs");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.trim().is_empty(), "man warns: {err}");
+    assert!(out.contains("--spoe-group"), "{out}");
+}
+
+/// The bash completion completes subcommands and a subcommand's flags.
+#[test]
+fn bash_completion_completes_subcommands_and_flags() {
+    let o = rctl(&["generate", "completions", "bash"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let dir = tempdir("completion");
+    let script = dir.join("rctl.bash");
+    std::fs::write(&script, &o.stdout).unwrap();
+    let complete = |words: &str| {
+        let cmd = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+             _rctl rctl \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let o = std::process::Command::new("bash")
+            .args(["-c", &cmd])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{:?}", text(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let subs = complete("rctl st");
+    assert_eq!(subs.lines().collect::<Vec<_>>(), ["status"], "{subs}");
+    let flags = complete("rctl serve --spoe-");
+    for f in ["--spoe-group", "--spoe-mode"] {
+        assert!(flags.lines().any(|l| l == f), "{f} not in {flags}");
+    }
+}
+
+/// `rctl --version` names the commit, the artifact format and the XDP
+/// program built in.
+#[test]
+fn version_says_what_was_built() {
+    let o = rctl(&["--version"]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], format!("rctl {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        lines[2],
+        format!(
+            "artifact format: {}",
+            rctl_compiler::artifact::FORMAT_VERSION
+        )
+    );
+    let commit = lines[1].strip_prefix("commit: ").expect("a commit line");
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{commit}"
+    );
+    let xdp = lines[3].strip_prefix("XDP program: ").expect("an XDP line");
+    // With an object built in, its id is its SHA-256's first 16 digits.
+    if let Ok(object) = std::env::var("RCTL_XDP_OBJECT") {
+        use sha2::Digest as _;
+        let bytes = std::fs::read(object).unwrap();
+        let id: String = sha2::Sha256::digest(&bytes)[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(xdp, id);
+    }
+    assert_eq!(text(&rctl(&["-V"])).0.trim(), lines[0]);
+}

@@ -31,6 +31,7 @@ mod eval;
 mod explain;
 mod fleet;
 mod format;
+mod generate;
 mod hostargs;
 mod import;
 mod listen;
@@ -112,10 +113,32 @@ enum Command {
     },
     /// Show a compiler stage: the AST, the IR or the plan.
     Debug(debug::Args),
+    /// Write man pages, shell completions or the command reference from
+    /// rctl's own flag definitions.
+    Generate(generate::Args),
+}
+
+/// `rctl --version`: the version, the commit it was built from, the
+/// artifact format it reads and writes, and the XDP program built in.
+fn long_version() -> String {
+    format!(
+        "{}\ncommit: {}\nartifact format: {}\nXDP program: {}",
+        env!("CARGO_PKG_VERSION"),
+        env!("RCTL_COMMIT"),
+        rctl_compiler::artifact::FORMAT_VERSION,
+        env!("RCTL_XDP_BUILD_ID"),
+    )
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    // Built once, at start: clap keeps the text for the process's life.
+    let version: &'static str = Box::leak(long_version().into_boxed_str());
+    let matches = Cli::command().long_version(version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -156,5 +179,6 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Fleet(a) => fleet::run(a),
         Command::Emit { target } => emit::run(target),
         Command::Debug(a) => debug::run(a),
+        Command::Generate(a) => generate::run(a),
     }
 }

@@ -54,6 +54,7 @@ fn prepared() -> Prepared {
         carried: Carry::default(),
         prepare_ms: 1,
         warnings: Vec::new(),
+        stale_proxies: Vec::new(),
     }
 }
 

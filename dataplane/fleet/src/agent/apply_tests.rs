@@ -75,6 +75,7 @@ impl HttpPlane for FakeAgent {
             carried: Carry::default(),
             prepare_ms: 0,
             warnings: Vec::new(),
+            stale_proxies: Vec::new(),
         })
     }
 
