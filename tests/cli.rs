@@ -430,3 +430,169 @@ fn version_says_what_was_built() {
     }
     assert_eq!(text(&rctl(&["-V"])).0.trim(), lines[0]);
 }
+
+/// rctl with `env` in its environment (and no other RCTL_* setting).
+fn rctl_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RCTL_") && k != "RCTL_XDP_OBJECT" {
+            c.env_remove(k);
+        }
+    }
+    c.args(args).envs(env.iter().copied()).output().unwrap()
+}
+
+/// The configuration file sets a host command's flags; the environment
+/// wins over it and the command line over both; a misspelt name is
+/// pointed out, a bad line stops the run with its number, and the rule
+/// commands read none of it.
+#[test]
+fn the_configuration_file_is_read_and_overridden_in_order() {
+    let dir = tempdir("config");
+    let file = dir.join("rctl");
+    std::fs::write(
+        &file,
+        "# a host\nRCTL_AGENT=/nonexistent/from-file.sock\nRCTL_SPOE_GRUOP=haproxy\n\
+         RCTL_DENY_WARNINGS=true\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let agent_line = |o: &std::process::Output| {
+        text(o)
+            .0
+            .lines()
+            .find(|l| l.starts_with("agent at "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let o = rctl_env(&["status"], &[("RCTL_CONFIG", f)]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(
+        agent_line(&o).starts_with("agent at /nonexistent/from-file.sock: NOT SERVING"),
+        "{:?}",
+        text(&o)
+    );
+    assert!(
+        text(&o).1.contains(&format!(
+            "{f}:3: no flag reads RCTL_SPOE_GRUOP (did you mean RCTL_SPOE_GROUP?)"
+        )),
+        "{}",
+        text(&o).1
+    );
+    let o = rctl_env(
+        &["status"],
+        &[
+            ("RCTL_CONFIG", f),
+            ("RCTL_AGENT", "/nonexistent/from-env.sock"),
+        ],
+    );
+    assert!(
+        agent_line(&o).starts_with("agent at /nonexistent/from-env.sock:"),
+        "{:?}",
+        text(&o)
+    );
+    let o = rctl_env(
+        &["status", "--agent", "/nonexistent/flag.sock"],
+        &[
+            ("RCTL_CONFIG", f),
+            ("RCTL_AGENT", "/nonexistent/from-env.sock"),
+        ],
+    );
+    assert!(
+        agent_line(&o).starts_with("agent at /nonexistent/flag.sock:"),
+        "{:?}",
+        text(&o)
+    );
+
+    // `check` is a rule command: RCTL_DENY_WARNINGS is not its setting.
+    std::fs::write(
+        dir.join("w.rctl"),
+        "ipblock x/y { 10.0.0.1/8 }\nrule r { when ipblock@x/y drop }\n",
+    )
+    .unwrap();
+    let o = rctl_env(
+        &["check", dir.join("w.rctl").to_str().unwrap()],
+        &[("RCTL_CONFIG", f)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+
+    // A list is comma-separated; a boolean takes yes/no as well.
+    let o = rctl_env(
+        &["fleet", "status"],
+        &[
+            ("RCTL_CONFIG", "/dev/null"),
+            ("RCTL_ETCD", "http://127.0.0.1:1,http://127.0.0.1:2"),
+        ],
+    );
+    assert!(
+        text(&o).1.contains("none of 2 endpoints answered"),
+        "{:?}",
+        text(&o)
+    );
+    let serve = |shadow: &str| {
+        let o = rctl_env(
+            &[
+                "serve",
+                "--artifact",
+                "/nonexistent/r.rctlc",
+                "--no-control",
+            ],
+            &[("RCTL_CONFIG", "/dev/null"), ("RCTL_SHADOW", shadow)],
+        );
+        text(&o).1
+    };
+    assert!(
+        serve("yes").contains("reading /nonexistent/r.rctlc"),
+        "{}",
+        serve("yes")
+    );
+    assert!(
+        serve("maybe").contains("invalid value 'maybe' for '--shadow'"),
+        "{}",
+        serve("maybe")
+    );
+
+    std::fs::write(&file, "RCTL_AGENT=/x\nnot a setting\nRCTL_SITE='eqiad\n").unwrap();
+    let o = rctl_env(&["status"], &[("RCTL_CONFIG", f)]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o).1;
+    assert!(
+        err.contains(&format!("{f}:2: `not a setting` is not NAME=value")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{f}:3: the quote")), "{err}");
+    let o = rctl_env(&["status"], &[("RCTL_CONFIG", "/nonexistent/rctl")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o)
+        .1
+        .contains("reading the configuration file /nonexistent/rctl"));
+}
+
+/// Every setting the shipped /etc/default/rctl names, commented out or
+/// not, is one a flag reads.
+#[test]
+fn the_shipped_configuration_names_only_real_settings() {
+    let shipped = std::fs::read_to_string(root().join("dataplane/cli/debian/default")).unwrap();
+    let all: String = shipped
+        .lines()
+        .map(|l| {
+            l.strip_prefix('#')
+                .filter(|r| r.starts_with("RCTL_"))
+                .unwrap_or(l)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(all.matches("RCTL_").count() >= 15, "{all}");
+    let dir = tempdir("shipped");
+    std::fs::write(dir.join("rctl"), all).unwrap();
+    let o = rctl_env(
+        &["detach", "--help"],
+        &[("RCTL_CONFIG", dir.join("rctl").to_str().unwrap())],
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        text(&o).1,
+        "",
+        "the shipped file names a setting no flag reads"
+    );
+}

@@ -5,7 +5,7 @@
 //! (`dataplane/cli/README.md`; a test fails when it is stale).
 
 use anyhow::{Context, Result};
-use clap::{Command, CommandFactory};
+use clap::Command;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -37,9 +37,7 @@ enum What {
 const WIDTH: usize = 100;
 
 fn command() -> Command {
-    crate::Cli::command()
-        .term_width(WIDTH)
-        .max_term_width(WIDTH)
+    crate::cli_command().term_width(WIDTH).max_term_width(WIDTH)
 }
 
 /// Runs `rctl generate`.

@@ -22,6 +22,7 @@ mod apply;
 mod check;
 mod common;
 mod compile;
+mod config;
 mod debug;
 mod detach;
 mod dryrun;
@@ -130,11 +131,29 @@ fn long_version() -> String {
     )
 }
 
-fn main() -> ExitCode {
-    use clap::{CommandFactory as _, FromArgMatches as _};
-    // Built once, at start: clap keeps the text for the process's life.
+/// The command line as parsed and documented: the long version, and the
+/// host commands' flags readable from `RCTL_*` variables.
+fn cli_command() -> clap::Command {
+    use clap::CommandFactory as _;
+    // Built once a process: clap keeps the text for the process's life.
     let version: &'static str = Box::leak(long_version().into_boxed_str());
-    let matches = Cli::command().long_version(version).get_matches();
+    config::with_env(Cli::command().long_version(version))
+}
+
+fn main() -> ExitCode {
+    use clap::FromArgMatches as _;
+    // Before any thread: the file's settings go into the environment,
+    // and then the command is built again, as clap reads the environment
+    // when a flag is given its variable.
+    if let Err(e) = config::load(&cli_command()) {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "rctl: error: {}",
+            term::text(&format!("{e:#}"))
+        );
+        return ExitCode::from(2);
+    }
+    let matches = cli_command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
