@@ -5,8 +5,10 @@
 //!
 //! Exit 0 when every plane runs the new generation; 1 when one does but
 //! a step after its switch failed, or when whether the agent committed
-//! is not known (the message says which plane runs what); 2 (an error)
-//! when nothing changed.
+//! is not known (the message says which plane runs what), or when the
+//! ruleset was refused because the proxies' configuration is stale for
+//! it (nothing changed; `--allow-stale-proxy`); 2 (an error) when
+//! nothing changed otherwise.
 
 use crate::agent_socket::{self, ANSWER_TIMEOUT};
 use crate::common::{short, warn};
@@ -48,6 +50,12 @@ pub struct Args {
     /// The XDP object (default: RCTL_XDP_OBJECT, else the one built in).
     #[arg(long)]
     object: Option<PathBuf>,
+    /// Apply even when the agent says a proxy's configuration lacks what
+    /// the ruleset needs (a header it does not send, a status it has no
+    /// line for); without it, such a ruleset is refused and nothing
+    /// changes (exit 1).
+    #[arg(long)]
+    allow_stale_proxy: bool,
     #[command(flatten)]
     host: HostPaths,
 }
@@ -119,7 +127,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some((s, c)) => (Some(s), Some(c)),
         None => (None, None),
     };
-    match Apply::new(&bytes, a.site.as_deref(), client, xdp).run() {
+    let mut apply = Apply::new(&bytes, a.site.as_deref(), client, xdp);
+    if !a.allow_stale_proxy {
+        apply = apply.refuse_stale_proxies();
+    }
+    match apply.run() {
         Ok(done) => {
             if let Some(s) = &done.packet {
                 print_xdp(iface, &s.report);
@@ -150,6 +162,35 @@ fn failed(
         ApplyError::NoPlane => bail!("{shown}: nothing to apply it to"),
         ApplyError::Prepare(e) => {
             Err(anyhow::Error::new(e).context(format!("{shown}: not applied: the agent at {at}")))
+        }
+        ApplyError::StaleProxy {
+            stale,
+            abort_failed,
+        } => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "rctl: error: {}: not applied: the proxies in front of the agent at {at} are not \
+                 configured for it:",
+                term::text(shown)
+            );
+            for s in &stale {
+                let _ = writeln!(err, "  {}", term::text(s));
+            }
+            if let Some(e) = abort_failed {
+                let _ = writeln!(
+                    err,
+                    "  (its prepare could not be aborted: {}; it is dropped when this \
+                     connection closes)",
+                    term::text(&e.message)
+                );
+            }
+            let _ = writeln!(
+                err,
+                "  hint: write their configuration again with `rctl emit` and reload them, or \
+                 apply anyway with --allow-stale-proxy"
+            );
+            Ok(ExitCode::from(1))
         }
         ApplyError::Packet { error, agent: None } => {
             Err(anyhow::Error::new(error).context(format!("{shown}: not applied")))
@@ -308,6 +349,9 @@ fn print_agent(sock: &Path, a: &AgentApplied) {
     );
     for w in &p.warnings {
         warn(&format!("agent: {w}"));
+    }
+    for s in &p.stale_proxies {
+        warn(&format!("applied with a stale proxy configuration: {s}"));
     }
     let line = format!(
         "agent at {}: generation {} replaced generation {}, artifact {}, {} rules; \

@@ -10,6 +10,9 @@
 //!   and counted as unchecked.
 //! - `nginx_heads`: large heads through nginx are checked by the agent,
 //!   and every answer of the agent that is not a verdict fails open.
+//! - `wiring`: the client's address from a trusted header, and a
+//!   ruleset the proxy's configuration is stale for, refused by `rctl
+//!   apply` and shown by `rctl status`.
 //! - `differential`: HAProxy, Varnish and HAProxy with the agent, each
 //!   configured by `rctl emit`, answer every request of the corpus,
 //!   shipped and hostile rulesets as `rctl eval` decides it.
@@ -21,6 +24,7 @@ mod lifecycle;
 mod nginx_heads;
 mod parity;
 mod stack;
+mod wiring;
 
 use crate::servers::{self, haproxy, nginx};
 use crate::util::root;

@@ -128,6 +128,17 @@ pub enum ApplyError<E, R> {
     NoPlane,
     /// The agent did not prepare: nothing changed.
     Prepare(ControlError),
+    /// The agent prepared, but what the proxies in front were configured
+    /// with (`rctl emit`) lacks what the ruleset needs, and the apply was
+    /// told to refuse that ([`Apply::refuse_stale_proxies`]): the prepare
+    /// was aborted and nothing changed.
+    StaleProxy {
+        /// What each proxy's configuration lacks.
+        stale: Vec<String>,
+        /// Why the prepare could not be aborted, if it could not (it is
+        /// dropped when the connection closes).
+        abort_failed: Option<ControlError>,
+    },
     /// The packet plane did not switch: both planes keep their
     /// generation.
     Packet {
@@ -175,6 +186,12 @@ impl<E: fmt::Display, R> fmt::Display for ApplyError<E, R> {
         match self {
             ApplyError::NoPlane => f.write_str("neither an agent nor a packet plane to apply to"),
             ApplyError::Prepare(e) => write!(f, "the agent did not prepare it: {e}"),
+            ApplyError::StaleProxy { stale, .. } => write!(
+                f,
+                "the proxies in front are not configured for this ruleset: {}; nothing changed \
+                 (write their configuration again with `rctl emit` and reload them)",
+                stale.join("; ")
+            ),
             ApplyError::Packet { error, agent: None } => {
                 write!(f, "the packet plane: {error} (it keeps its generation)")
             }
@@ -232,6 +249,7 @@ pub struct Apply<'a, H, P> {
     site: Option<&'a str>,
     http: Option<H>,
     packet: Option<P>,
+    refuse_stale: bool,
 }
 
 impl<'a, H: HttpPlane, P: PacketPlane> Apply<'a, H, P> {
@@ -249,7 +267,18 @@ impl<'a, H: HttpPlane, P: PacketPlane> Apply<'a, H, P> {
             site,
             http,
             packet,
+            refuse_stale: false,
         }
+    }
+
+    /// Refuses the ruleset, before any plane switches, when the agent
+    /// says a proxy's configuration lacks what it needs
+    /// ([`Prepared::stale_proxies`]): [`ApplyError::StaleProxy`]. Without
+    /// this, the apply goes on and the prepare's answer says what is
+    /// stale.
+    pub fn refuse_stale_proxies(mut self) -> Self {
+        self.refuse_stale = true;
+        self
     }
 
     /// Runs the steps. The planes are dropped before this returns (a
@@ -260,6 +289,7 @@ impl<'a, H: HttpPlane, P: PacketPlane> Apply<'a, H, P> {
             site,
             http,
             packet,
+            refuse_stale,
         } = self;
         match (http, packet) {
             (None, None) => Err(ApplyError::NoPlane),
@@ -273,6 +303,13 @@ impl<'a, H: HttpPlane, P: PacketPlane> Apply<'a, H, P> {
             (Some(mut h), packet) => {
                 let started = Instant::now();
                 let prepared = h.prepare(artifact, site).map_err(ApplyError::Prepare)?;
+                if refuse_stale && !prepared.stale_proxies.is_empty() {
+                    let abort_failed = h.abort(&prepared.id).err();
+                    return Err(ApplyError::StaleProxy {
+                        stale: prepared.stale_proxies,
+                        abort_failed,
+                    });
+                }
                 let switched = match packet {
                     None => None,
                     Some(mut p) => match p.switch(artifact, site) {

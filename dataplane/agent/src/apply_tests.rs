@@ -32,6 +32,8 @@ struct FakeAgent {
     prepare: Option<ControlError>,
     commit: Option<ControlError>,
     abort: Option<ControlError>,
+    /// What the prepare says of the proxies' configuration.
+    stale: Vec<String>,
 }
 
 impl FakeAgent {
@@ -41,6 +43,7 @@ impl FakeAgent {
             prepare: None,
             commit: None,
             abort: None,
+            stale: Vec::new(),
         }
     }
 }
@@ -65,7 +68,16 @@ impl HttpPlane for FakeAgent {
             artifact.len(),
             site.unwrap_or("-")
         ));
-        self.prepare.take().map_or_else(|| Ok(prepared()), Err)
+        let stale = self.stale.clone();
+        self.prepare.take().map_or_else(
+            || {
+                Ok(Prepared {
+                    stale_proxies: stale,
+                    ..prepared()
+                })
+            },
+            Err,
+        )
     }
 
     fn commit(&mut self, id: &str) -> Result<Committed, ControlError> {
@@ -387,4 +399,34 @@ fn a_session_prepares_commits_and_its_drop_releases_what_it_prepared() {
     let e = s.prepare(&v1[..v1.len() - 1], None).unwrap_err();
     assert_eq!(e.kind, ControlErrorKind::Refused);
     assert!(e.message.contains("generation 2 keeps serving"), "{e}");
+}
+
+#[test]
+fn a_stale_proxy_refuses_the_apply_before_any_plane_switches_only_when_asked() {
+    let log = Log::default();
+    let mut agent = FakeAgent::new(&log);
+    agent.stale = vec!["the haproxy configuration has no line for status 418".into()];
+    let e = Apply::new(b"artifact", None, Some(agent), Some(FakeXdp::new(&log)))
+        .refuse_stale_proxies()
+        .run()
+        .unwrap_err();
+    assert_eq!(calls(&log), ["prepare 8 -", "abort p1", "agent closed"]);
+    assert!(matches!(&e, ApplyError::StaleProxy { stale, abort_failed: None } if stale.len() == 1));
+    assert!(e.to_string().contains("status 418; nothing changed"), "{e}");
+    assert!(!e.switched());
+
+    let log = Log::default();
+    let mut agent = FakeAgent::new(&log);
+    agent.stale = vec!["the nginx configuration has no line for status 418".into()];
+    let done = run(Some(agent), Some(FakeXdp::new(&log))).unwrap();
+    assert_eq!(
+        calls(&log),
+        [
+            "prepare 8 eqiad",
+            "switch 8 eqiad",
+            "commit p1",
+            "agent closed"
+        ]
+    );
+    assert_eq!(done.agent.unwrap().prepared.stale_proxies.len(), 1);
 }

@@ -154,6 +154,9 @@ fn failure<R>(e: &ApplyError<String, R>) -> String {
     match e {
         ApplyError::NoPlane => "nothing to apply it to".into(),
         ApplyError::Prepare(e) => format!("the agent: {e}"),
+        // Not asked for here: the fleet applies, and the agent's status
+        // and metrics say what is stale.
+        e @ ApplyError::StaleProxy { .. } => e.to_string(),
         ApplyError::Packet { error, agent } => {
             match agent.as_ref().and_then(|k| k.abort_failed.as_ref()) {
                 None => format!("{error} (both planes keep their generation)"),
