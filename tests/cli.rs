@@ -466,7 +466,12 @@ fn the_configuration_file_is_read_and_overridden_in_order() {
             .to_string()
     };
     let o = rctl_env(&["status"], &[("RCTL_CONFIG", f)]);
-    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "critical: no agent: {:?}",
+        text(&o)
+    );
     assert!(
         agent_line(&o).starts_with("agent at /nonexistent/from-file.sock: NOT SERVING"),
         "{:?}",

@@ -75,6 +75,7 @@ pub struct Args {
 
 /// `rctl agent`: runs until SIGTERM or SIGINT.
 pub fn run(a: Args) -> Result<ExitCode> {
+    rctl_agent::event::set_name("rctl agent");
     let etcd = a.etcd.config()?;
     let host = a.host.clone().unwrap_or_else(rctl_fleet::etcd::hostname);
     check_name("--host", &host)?;

@@ -96,6 +96,11 @@ pub struct ListenArgs {
     /// Most keys each rate limiter tracks.
     #[arg(long, default_value_t = 1 << 20)]
     max_keys: usize,
+    /// HAProxy's stats socket: its count of requests let through without
+    /// the agent's answer goes on /metrics (rctl_proxy_unchecked_*),
+    /// read every 10 s.
+    #[arg(long, value_name = "PATH")]
+    haproxy_socket: Option<PathBuf>,
     /// Seconds between saves of bans and buckets (with a state directory).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     snapshot_every: u64,
@@ -184,6 +189,13 @@ impl ListenArgs {
         c.shadow = a.shadow;
         c.site = a.site;
         c.max_keys_per_limiter = a.max_keys;
+        c.haproxy_stats = a
+            .haproxy_socket
+            .map(|socket| rctl_agent::proxy_stats::Config {
+                socket,
+                table: rctl_emit::haproxy_spoe::UNCHECKED_TABLE.to_string(),
+                every: std::time::Duration::from_secs(10),
+            });
         c.persist = state_dir.map(|dir| rctl_agent::persist::Config {
             dir,
             every: std::time::Duration::from_secs(a.snapshot_every.max(1)),

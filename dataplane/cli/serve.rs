@@ -26,6 +26,7 @@ pub struct Args {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(a: Args) -> Result<ExitCode> {
+    rctl_agent::event::set_name("rctl serve");
     let kept = a
         .state_dir
         .as_ref()

@@ -5,16 +5,19 @@
 //! unchecked (read by `rctl_agent::haproxy_stats`). This module asks and
 //! renders, as text or JSON.
 //!
-//! Exit 0 when rctl enforces on every interface shown and the agent and
-//! HAProxy shown (if any) answer, 1 when not (the output says why).
+//! The exit code is the monitoring plugins' (`rctl_agent::health`): 0
+//! all is checked, 1 a warning (enforced, not as meant), 2 critical
+//! (requests go, or may go, unchecked), 3 unknown (what would tell could
+//! not be read). `--check` prints only the one-line plugin output.
 
 use crate::agent_socket;
-use crate::common::{warn, Format};
+use crate::common::{short, warn, Format};
 use crate::hostargs::{clock_name, mode_name, HostPaths};
 use crate::term;
 use anyhow::Result;
-use rctl_agent::control::{AgentStatus, Client, FleetStatus};
+use rctl_agent::control::{AgentStatus, Client, ControlError, FleetStatus};
 use rctl_agent::haproxy_stats::{self, StatsError, Unchecked};
+use rctl_agent::health::{Health, Level};
 use rctl_emit::haproxy_spoe::UNCHECKED_TABLE;
 use rctl_loader::host::{self, Status};
 use std::io::Write;
@@ -39,6 +42,10 @@ pub struct Args {
     /// through unchecked (the table `rctl emit haproxy-spoe` writes).
     #[arg(long, value_name = "PATH")]
     haproxy_socket: Option<PathBuf>,
+    /// Print one line for a Nagios/Icinga check (`RCTL OK - …`), with the
+    /// same exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+    #[arg(long)]
+    check: bool,
     #[command(flatten)]
     host: HostPaths,
 }
@@ -48,15 +55,28 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let iface = a.iface.as_deref();
     let agent = Agent::ask(a.agent, iface);
     let proxy = a.haproxy_socket.map(Haproxy::ask);
+    let mut health = Health::default();
     let all = match host::status(&a.host.paths(), iface) {
         Ok(all) => all,
         // A host may run only the HTTP plane: the agent is still shown.
         Err(e) if (agent.is_some() || proxy.is_some()) && iface.is_none() => {
-            warn(&format!("packet plane: {e}"));
+            if !a.check {
+                warn(&format!("packet plane: {e}"));
+            }
+            Vec::new()
+        }
+        Err(e) if a.check => {
+            health.add(Level::Unknown, format!("the packet plane's state: {e}"));
             Vec::new()
         }
         Err(e) => return Err(e.into()),
     };
+    judge(&mut health, &all, agent.as_ref(), proxy.as_ref());
+    if a.check {
+        let line = health.check_line("RCTL", &ok_summary(&all, agent.as_ref(), proxy.as_ref()));
+        writeln!(std::io::stdout().lock(), "{}", term::text(&line))?;
+        return Ok(ExitCode::from(health.exit_code()));
+    }
     for s in &all {
         for p in &s.problems {
             warn(&format!("{}: {p}", s.iface));
@@ -68,6 +88,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "interfaces": all,
             "agent": agent.as_ref().map(Agent::json),
             "haproxy": proxy.as_ref().map(Haproxy::json),
+            "health": {
+                "state": health.level().to_string(),
+                "findings": health.findings,
+            },
         });
         writeln!(out, "{}", term::json(&serde_json::to_string_pretty(&v)?))?;
     } else {
@@ -83,12 +107,99 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(p) = &proxy {
             p.text(&mut out)?;
         }
+        writeln!(out, "state: {}", health.level())?;
+        for f in &health.findings {
+            writeln!(out, "  {}: {}", f.level, term::text(&f.what))?;
+        }
     }
-    let agent_ok = agent.as_ref().is_none_or(|a| a.status.is_ok());
-    let proxy_ok = proxy.as_ref().is_none_or(|p| p.result.is_ok());
-    Ok(crate::common::exit(
-        !(all.iter().all(|s| s.enforcing) && agent_ok && proxy_ok),
-    ))
+    Ok(ExitCode::from(health.exit_code()))
+}
+
+/// Grades what was read (`rctl_agent::health`): each interface here,
+/// the agent's and HAProxy's there.
+fn judge(h: &mut Health, all: &[Status], agent: Option<&Agent>, proxy: Option<&Haproxy>) {
+    for s in all {
+        if !s.enforcing {
+            let why = s.problems.first().map_or("see rctl status", String::as_str);
+            h.add(
+                Level::Critical,
+                format!(
+                    "XDP is not enforcing on {} where rctl's state says it should: {why}",
+                    s.iface
+                ),
+            );
+        } else if s.runs_installed == Some(false) {
+            h.add(
+                Level::Critical,
+                format!(
+                    "the packet plane on {} runs another generation than the one installed ({})",
+                    s.iface,
+                    s.artifact.display()
+                ),
+            );
+        } else {
+            for p in &s.problems {
+                h.add(Level::Warning, format!("{}: {p}", s.iface));
+            }
+        }
+    }
+    if let Some(a) = agent {
+        h.agent(&a.socket.display().to_string(), &a.status);
+        // Both planes are switched together: one that runs another
+        // ruleset is the rest of an apply that failed half-way.
+        if let Ok(st) = &a.status {
+            for s in all.iter().filter(|s| s.enforcing) {
+                if let Some(at) = &s.attached {
+                    if at.artifact_sha256 != st.artifact_sha256 {
+                        h.add(
+                            Level::Critical,
+                            format!(
+                                "the packet plane on {} runs artifact {}, the agent {}: apply \
+                                 one to both",
+                                s.iface,
+                                short(&at.artifact_sha256),
+                                short(&st.artifact_sha256)
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Some(p) = proxy {
+        h.unchecked(&p.socket.display().to_string(), &p.result);
+    }
+    if all.is_empty() && agent.is_none() && proxy.is_none() {
+        h.add(
+            Level::Critical,
+            "rctl enforces nothing here: no interface has its program and no agent was found",
+        );
+    }
+}
+
+/// What an OK line says.
+fn ok_summary(all: &[Status], agent: Option<&Agent>, proxy: Option<&Haproxy>) -> String {
+    let mut parts = Vec::new();
+    for s in all {
+        if let Some(a) = &s.attached {
+            parts.push(format!(
+                "XDP on {} runs generation {}",
+                s.iface, a.generation
+            ));
+        }
+    }
+    if let Some(Ok(st)) = agent.map(|a| &a.status) {
+        parts.push(format!(
+            "the agent runs generation {} ({}, {} rules)",
+            st.generation,
+            short(&st.artifact_sha256),
+            st.rules
+        ));
+    }
+    if proxy.is_some() {
+        parts.push("HAProxy let nothing through unchecked in the last minute".into());
+    }
+    parts.join("; ")
 }
 
 /// One interface, as text.
@@ -155,7 +266,7 @@ fn interface_text(out: &mut impl Write, s: &Status) -> std::io::Result<()> {
 /// What `rctl status` learned of the agent.
 struct Agent {
     socket: PathBuf,
-    status: Result<AgentStatus, String>,
+    status: Result<AgentStatus, ControlError>,
 }
 
 impl Agent {
@@ -167,9 +278,7 @@ impl Agent {
         if iface.is_some() && !named {
             return None;
         }
-        let status = Client::connect(&socket, Duration::from_secs(10))
-            .and_then(|mut c| c.status())
-            .map_err(|e| e.message);
+        let status = Client::connect(&socket, Duration::from_secs(10)).and_then(|mut c| c.status());
         Some(Agent { socket, status })
     }
 
@@ -177,7 +286,9 @@ impl Agent {
     fn json(&self) -> serde_json::Value {
         match &self.status {
             Ok(s) => serde_json::json!({"socket": self.socket, "serving": true, "status": s}),
-            Err(e) => serde_json::json!({"socket": self.socket, "serving": false, "error": e}),
+            Err(e) => {
+                serde_json::json!({"socket": self.socket, "serving": false, "error": e.message})
+            }
         }
     }
 
@@ -187,7 +298,11 @@ impl Agent {
         let s = match &self.status {
             Ok(s) => s,
             Err(e) => {
-                return writeln!(out, "agent at {sock}: NOT SERVING: {}", term::text(e));
+                return writeln!(
+                    out,
+                    "agent at {sock}: NOT SERVING: {}",
+                    term::text(&e.message)
+                );
             }
         };
         let site = s.site.as_deref().unwrap_or("all sites");

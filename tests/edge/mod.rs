@@ -21,6 +21,7 @@ mod differential;
 pub mod emit;
 mod incidents;
 mod lifecycle;
+mod monitoring;
 mod nginx_heads;
 mod parity;
 mod stack;

@@ -6,6 +6,7 @@
 
 mod etcd;
 mod hostile;
+mod monitor;
 mod pinned;
 mod redis;
 mod tls;

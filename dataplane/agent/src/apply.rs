@@ -395,6 +395,7 @@ pub struct Session {
     control: Arc<Control>,
     conn: u64,
     runtime: tokio::runtime::Handle,
+    number: Option<u64>,
 }
 
 impl Session {
@@ -406,7 +407,15 @@ impl Session {
             control,
             conn,
             runtime,
+            number: None,
         }
+    }
+
+    /// Its prepares make generation `number` when that is above the one
+    /// in force (the fleet's generation), else the next one.
+    pub fn numbered(mut self, number: u64) -> Session {
+        self.number = Some(number);
+        self
     }
 }
 
@@ -420,9 +429,12 @@ fn refused(message: String) -> ControlError {
 
 impl HttpPlane for Session {
     fn prepare(&mut self, artifact: &[u8], site: Option<&str>) -> Result<Prepared, ControlError> {
-        let prepare =
-            self.control
-                .prepare_artifact(self.conn, artifact.to_vec(), site.map(str::to_string));
+        let prepare = self.control.prepare_artifact(
+            self.conn,
+            artifact.to_vec(),
+            site.map(str::to_string),
+            self.number,
+        );
         self.runtime.block_on(prepare).map_err(refused)
     }
 

@@ -27,7 +27,9 @@
 pub mod apply;
 mod byrule;
 pub mod control;
+pub mod event;
 pub mod haproxy_stats;
+pub mod health;
 pub mod http;
 pub mod judge;
 pub mod listen;
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod peers;
 pub mod persist;
 pub mod proxies;
+pub mod proxy_stats;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;

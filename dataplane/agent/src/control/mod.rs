@@ -312,8 +312,15 @@ impl Client {
     pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ControlError> {
         let fail = |kind, message: String| ControlError { kind, message };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            rctl_os::fs::check_private_dir(dir)
-                .map_err(|e| fail(ControlErrorKind::Io, e.to_string()))?;
+            rctl_os::fs::check_private_dir(dir).map_err(|e| {
+                // No directory: no agent made its socket there.
+                let kind = if dir.exists() {
+                    ControlErrorKind::Io
+                } else {
+                    ControlErrorKind::NotRunning
+                };
+                fail(kind, e.to_string())
+            })?;
         }
         let stream = UnixStream::connect(path).map_err(|e| {
             let kind = match e.kind() {

@@ -61,7 +61,13 @@ pub(crate) async fn apply(
     let c = Arc::clone(ctx);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let agent = Agent(Session::new(Arc::clone(&c.control), runtime));
+        // One number names a generation on every plane that can carry it:
+        // the agent's is the fleet's.
+        let session = Session::new(Arc::clone(&c.control), runtime);
+        let agent = Agent(match u64::try_from(generation) {
+            Ok(n) if n > 0 => session.numbered(n),
+            _ => session,
+        });
         let packet = c.config.xdp.as_ref().map(Xdp);
         both(
             &c.local,

@@ -254,10 +254,25 @@ pub fn run(
         .map_err(|e| FleetError::new(ErrorKind::Io, e.to_string()))?;
         let start = start?;
         serve.artifact_bytes = Some(start.bytes);
+        serve.first_generation = start
+            .record
+            .as_ref()
+            .and_then(|r| u64::try_from(r.generation).ok());
         serve.site = config.site.clone();
         let mut server = Server::bind(serve)
             .await
             .map_err(|e| FleetError::new(ErrorKind::Io, e.message))?;
+        if let Some(x) = &config.xdp {
+            // rctl_up{plane="xdp"}: the program attached, read at scrape.
+            let (paths, iface) = (x.paths.clone(), x.iface.clone());
+            server.metrics().add_plane(
+                "xdp",
+                Arc::new(move || {
+                    rctl_loader::host::status(&paths, Some(&iface))
+                        .is_ok_and(|v| v.iter().all(|s| s.enforcing) && !v.is_empty())
+                }),
+            );
+        }
         let (changed, _) = tokio::sync::watch::channel(0);
         let generation = start.record.as_ref().map_or(0, |r| r.generation);
         let progress = Progress {

@@ -231,6 +231,13 @@ async fn evaluate(
         }
     };
     let (generation, sha) = (cur.generation, cur.pointer.sha256.clone());
+    let before = ctx.progress().target_generation;
+    if before != generation {
+        rctl_agent::event::line(&format!(
+            "target changed: generation {generation} (artifact {}), was {before}",
+            fetch::short(&sha)
+        ));
+    }
     ctx.update(|p| {
         p.target_generation = generation;
         p.target_sha256 = Some(sha.clone());
@@ -303,6 +310,10 @@ fn fail(ctx: &Ctx, generation: i64, e: &FleetError, failed: &mut Option<(i64, In
             e.message,
             p.generation,
             fetch::short(&running)
+        ));
+        rctl_agent::event::line(&format!(
+            "apply failed: {}",
+            p.last_error.as_deref().unwrap_or_default()
         ));
     });
 }
