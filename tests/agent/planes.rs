@@ -3,37 +3,30 @@
 //! and the agent switches, and `rctl status` shows both.
 
 use super::*;
-use crate::netns::{must, sh};
-use crate::xdp::object_path;
+use rctl_testkit::lab::{Link, Mount};
+use rctl_testkit::proc::sh;
+use rctl_testkit::xdp::object_path;
 
-/// A veth pair and a private bpffs, removed on drop.
+/// A veth pair (both ends here) and a private bpffs, removed on drop.
 struct Veth {
     near: String,
-    bpffs: PathBuf,
+    _link: Link,
+    bpffs: Mount,
 }
 
 impl Veth {
     fn new(dir: &Path) -> Veth {
         let id = std::process::id() % 100_000;
         let (near, far) = (format!("rag{id}a"), format!("rag{id}b"));
-        let bpffs = dir.join("bpffs");
-        std::fs::create_dir_all(&bpffs).unwrap();
-        must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
+        let bpffs = Mount::bpffs(&dir.join("bpffs"));
+        // One left by a test run that was killed.
         let _ = sh("ip", &["link", "del", &near]);
-        must(
-            "ip",
-            &["link", "add", &near, "type", "veth", "peer", "name", &far],
-        );
-        must("ip", &["link", "set", &near, "up"]);
-        must("ip", &["link", "set", &far, "up"]);
-        Veth { near, bpffs }
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh("ip", &["link", "del", &self.near]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
+        let link = Link::veth(&near, None, &far, None);
+        Veth {
+            near,
+            _link: link,
+            bpffs,
+        }
     }
 }
 

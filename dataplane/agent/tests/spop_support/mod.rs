@@ -1,13 +1,8 @@
 //! Shared by the SPOP tests: a judge from rule text, an observer that
 //! records, a peer that speaks SPOP over a real socket, and a running
-//! agent that stops on drop.
+//! agent that stops on drop; in [`wire`], what surrounds HAProxy.
 
-#![allow(
-    dead_code,
-    reason = "shared by several test crates; each uses a part (an `expect` would be unfulfilled in some)"
-)]
-
-pub mod haproxy;
+pub mod wire;
 
 use rctl_agent::judge::{Fields, Generation, Judge, Observer, Outcome};
 use rctl_agent::spop::data::Value;
