@@ -7,7 +7,7 @@
 
 use crate::edge::{emit_haproxy, emit_nginx, haproxy_config, nginx_http, origin};
 use crate::util::{rctl, serve, tempdir};
-use rctl_testkit::lab;
+use rctl_testkit::lab::{self, Mount};
 use rctl_testkit::proc::{free_port, Proc};
 use rctl_testkit::servers::haproxy::Haproxy;
 use rctl_testkit::servers::nginx::{self, Nginx};
@@ -45,17 +45,8 @@ fn chmod(p: &Path, mode: u32) {
 /// `python3 -c SCRIPT ARGS…` as nobody (uid and gid 65534, no groups),
 /// with Debian's python (one nobody may run).
 fn as_nobody(script: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "/usr/bin/python3",
-        "-c",
-        script,
-    ])
-    .args(args);
+    let mut c = crate::netns::as_nobody(Path::new("/usr/bin/python3"));
+    c.arg("-c").arg(script).args(args);
     c
 }
 
@@ -535,32 +526,6 @@ fn neighbours_the_log_is_never_written_through_a_link_or_in_a_shared_folder() {
     );
 }
 
-/// A tmpfs of 64 KiB, unmounted on drop.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(at: &Path) -> SmallDisk {
-        std::fs::create_dir_all(at).unwrap();
-        let o = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs"])
-            .arg(at)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "mount: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        SmallDisk(at.to_path_buf())
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// The log on a disk that fills up: the lines that did not fit are
 /// counted as failed, never as written, and once there is room again the
 /// file holds only whole lines.
@@ -572,11 +537,12 @@ fn neighbours_a_full_disk_tears_no_line_and_counts_the_lost_ones() {
     let dir = tempdir("neighbours-disk");
     chmod(&dir, 0o755);
     let art = compiled(&dir);
-    let disk = SmallDisk::mount(&dir.join("logs"));
+    // A tmpfs of 64 KiB.
+    let disk = Mount::tmpfs(&dir.join("logs"), "size=64k,mode=0755");
     // Most of the disk taken: the log fills the rest within a few lines.
-    let filler = disk.0.join("filler");
+    let filler = disk.join("filler");
     std::fs::write(&filler, vec![b'x'; 48 * 1024]).unwrap();
-    let log = disk.0.join("m.log");
+    let log = disk.join("m.log");
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let log_flag = log.display().to_string();
     let agent = serve(

@@ -78,6 +78,20 @@ pub(crate) fn compile_in(dir: &Path, name: &str, src: &str) -> PathBuf {
     out
 }
 
+/// rctl's flags for a host of its own: `--bpffs BPFFS` and the run and
+/// state directories under `dir`.
+pub(crate) fn host_args(bpffs: &Path, dir: &Path) -> Vec<String> {
+    let (run, state) = (dir.join("run"), dir.join("state"));
+    [
+        ("--bpffs", bpffs),
+        ("--run-dir", &run),
+        ("--state-dir", &state),
+    ]
+    .iter()
+    .flat_map(|(flag, p)| [flag.to_string(), p.display().to_string()])
+    .collect()
+}
+
 /// `bin` run as nobody, with no capabilities.
 pub(crate) fn as_nobody(bin: &Path) -> Command {
     let mut c = Command::new("setpriv");
@@ -132,14 +146,7 @@ impl Lab {
     }
 
     fn host_args(&self) -> Vec<String> {
-        vec![
-            "--bpffs".into(),
-            self.bpffs.display().to_string(),
-            "--run-dir".into(),
-            self.dir.join("run").display().to_string(),
-            "--state-dir".into(),
-            self.dir.join("state").display().to_string(),
-        ]
+        host_args(&self.bpffs, &self.dir)
     }
 
     fn rctl(&self, args: &[&str]) -> Output {

@@ -10,13 +10,9 @@ use rctl_dataplane::xdp::Tables;
 use rctl_dataplane::{Engine, EngineConfig, Packet, Verdict};
 use rctl_loader::XdpProgram;
 use rctl_testkit::frame::{default_dst, frame, frame_to};
-use rctl_testkit::xdp::object_path;
+use rctl_testkit::xdp::object;
 use rctl_testkit::Rng;
 use std::net::IpAddr;
-
-fn object() -> Option<Vec<u8>> {
-    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
-}
 
 fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
     match engine.decide_packet(p).verdict {

@@ -18,7 +18,7 @@ use rctl_dataplane::xdp::dir::DirConfig;
 use rctl_dataplane::xdp::Tables;
 use rctl_loader::XdpProgram;
 use rctl_testkit::frame::frame;
-use rctl_testkit::xdp::object_path;
+use rctl_testkit::xdp::object;
 use rctl_testkit::Rng;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -267,10 +267,6 @@ fn check(l: &Layout, cfg: &DirConfig, obj: Option<&[u8]>, r: &mut Rng, splits: &
         }
     }
     checked
-}
-
-fn object() -> Option<Vec<u8>> {
-    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
 }
 
 /// IPv4, for roots of 8 to 24 bits: every prefix length, every boundary

@@ -14,7 +14,7 @@ use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::Tables;
 use rctl_loader::XdpProgram;
 use rctl_testkit::frame::frame;
-use rctl_testkit::xdp::object_path;
+use rctl_testkit::xdp::object;
 use rctl_testkit::Rng;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Barrier;
@@ -38,7 +38,7 @@ fn cpus() -> Option<usize> {
 }
 
 fn load(src: &str) -> Option<XdpProgram> {
-    let obj = std::fs::read(object_path()?).expect("read the XDP object");
+    let obj = object()?;
     let c = rctl_compiler::compile_str("t.rctl", src, &Default::default());
     let rs = c.ruleset.expect("compiles");
     let tables = Tables::new(&rs, None).unwrap();

@@ -142,14 +142,7 @@ impl Lab {
     }
 
     pub fn host_args(&self) -> Vec<String> {
-        vec![
-            "--bpffs".into(),
-            self.bpffs.display().to_string(),
-            "--run-dir".into(),
-            self.run_dir().display().to_string(),
-            "--state-dir".into(),
-            self.state_dir().display().to_string(),
-        ]
+        crate::netns::host_args(&self.bpffs, &self.dir)
     }
 
     /// rctl inside the namespace, with this lab's state directories.

@@ -37,6 +37,7 @@
 //! `RCTL_BENCH_CONFIGS=nginx,nginx+auth` measures only those.
 
 use rctl_testkit::lab::{self, Inside};
+use rctl_testkit::median;
 use rctl_testkit::proc::{cpu_seconds, group, tail};
 use rctl_testkit::servers::haproxy::{self, Haproxy};
 use rctl_testkit::servers::nginx::{self, Nginx};
@@ -488,11 +489,6 @@ fn micros(v: &str) -> f64 {
         (v, 1.0)
     };
     num.parse::<f64>().unwrap_or(f64::NAN) * scale
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {

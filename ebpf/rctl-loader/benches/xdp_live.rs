@@ -44,6 +44,7 @@ use rctl_dataplane::xdp::{ClockMode, Tables};
 use rctl_loader::XdpProgram;
 use rctl_testkit::lab::{Link, NetNs};
 use rctl_testkit::median;
+use rctl_testkit::proc::thread_cpu;
 use rctl_testkit::xdp::{bench_object, bench_ruleset};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -168,17 +169,6 @@ impl Generator {
             (t.elapsed(), thread_cpu() - cpu)
         })
     }
-}
-
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// One run with `program` of `rx` attached to `vrx` in native mode: Mpps

@@ -228,6 +228,19 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / clock_ticks()
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): on a shared
+/// machine a benchmark's wall time depends on what else runs, its CPU
+/// time much less.
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// The kernel's clock ticks per second (`getconf CLK_TCK`).
 fn clock_ticks() -> f64 {
     Command::new("getconf")

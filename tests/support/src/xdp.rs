@@ -46,6 +46,11 @@ pub fn object_path() -> Option<PathBuf> {
     Some(path)
 }
 
+/// The bytes of [`object_path`]'s object, if there is one.
+pub fn object() -> Option<Vec<u8>> {
+    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
+}
+
 /// For a benchmark: the built XDP object, or `None` (said on stderr) when
 /// it is not built; `None` too when the benchmark harness only lists or
 /// tests benchmarks.
