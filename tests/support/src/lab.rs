@@ -54,7 +54,7 @@ impl Inside {
     /// whose `lo` is up and holds `addrs` (IPv4 or IPv6, without a prefix
     /// length) besides 127.0.0.1 and ::1.
     pub fn private(addrs: &[&str]) -> Inside {
-        let inside = Inside::from(|| {
+        let inside = Inside::from("unshare(CLONE_NEWNET)", || {
             // SAFETY: unshare(2) takes a flag word and touches no memory;
             // it changes only this thread's namespace.
             unsafe { libc::unshare(libc::CLONE_NEWNET) }
@@ -67,12 +67,12 @@ impl Inside {
         inside
     }
 
-    /// The calling thread in the namespace `move_thread` (a system call
-    /// returning 0 or -1) moves it to.
-    fn from(move_thread: impl FnOnce() -> i32) -> Inside {
+    /// The calling thread in the namespace `move_thread` (`what`: a
+    /// system call returning 0 or -1) moves it to.
+    fn from(what: &str, move_thread: impl FnOnce() -> i32) -> Inside {
         let back = File::open("/proc/thread-self/ns/net").expect("this thread's namespace");
         let rc = move_thread();
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        assert_eq!(rc, 0, "{what}: {}", std::io::Error::last_os_error());
         Inside {
             back,
             _thread: PhantomData,
@@ -150,7 +150,9 @@ impl NetNs {
         let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         // SAFETY: `ns` is an open namespace file; setns(2) moves only this
         // thread and touches no memory.
-        Inside::from(|| unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
+        Inside::from(&path, || unsafe {
+            libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET)
+        })
     }
 }
 
