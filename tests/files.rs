@@ -341,7 +341,7 @@ fn devices_and_fifos_are_refused_promptly() {
             r.err
         );
     } else {
-        crate::servers::skip_unless(false, "mknod (root), for the device node in the root");
+        rctl_testkit::skip::skip_unless(false, "mknod (root), for the device node in the root");
     }
 
     // The real ones, allowed explicitly.
@@ -471,7 +471,7 @@ fn outputs_replace_only_regular_files_that_are_not_inputs() {
     if made {
         refused.push((null, "is a character device, not a regular file"));
     } else {
-        crate::servers::skip_unless(false, "mknod (root), for the device-node case");
+        rctl_testkit::skip::skip_unless(false, "mknod (root), for the device-node case");
     }
     for (target, why) in &refused {
         let before = state(target);

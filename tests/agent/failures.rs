@@ -190,7 +190,7 @@ fn agent_a_commit_whose_answer_is_lost_is_claimed_neither_way() {
 
 #[test]
 fn agent_a_commit_refused_after_the_xdp_switch_says_which_plane_runs_what() {
-    let Some(object) = crate::xdp::object_path() else {
+    let Some(object) = rctl_testkit::xdp::object_path() else {
         return;
     };
     let dir = tempdir("agent-commit-after-xdp");

@@ -3,13 +3,16 @@
 //! and the agent switches, and `rctl status` shows both.
 
 use super::*;
-use crate::netns::{must, sh};
-use crate::xdp::object_path;
+use rctl_testkit::lab::{Link, Mount};
+use rctl_testkit::proc::sh;
+use rctl_testkit::xdp::object_path;
 
-/// A veth pair and a private bpffs, removed on drop.
+/// A veth pair (both ends here) and a private bpffs, removed on drop.
 pub(super) struct Veth {
     pub(super) near: String,
     pub(super) bpffs: PathBuf,
+    _link: Link,
+    _mount: Mount,
 }
 
 impl Veth {
@@ -21,23 +24,16 @@ impl Veth {
         let id = std::process::id() % 100_000;
         let (near, far) = (format!("rag{id}x{n}a"), format!("rag{id}x{n}b"));
         let bpffs = dir.join("bpffs");
-        std::fs::create_dir_all(&bpffs).unwrap();
-        must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
+        let mount = Mount::bpffs(&bpffs);
+        // One left by a test run that was killed.
         let _ = sh("ip", &["link", "del", &near]);
-        must(
-            "ip",
-            &["link", "add", &near, "type", "veth", "peer", "name", &far],
-        );
-        must("ip", &["link", "set", &near, "up"]);
-        must("ip", &["link", "set", &far, "up"]);
-        Veth { near, bpffs }
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh("ip", &["link", "del", &self.near]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
+        let link = Link::veth(&near, None, &far, None);
+        Veth {
+            near,
+            bpffs,
+            _link: link,
+            _mount: mount,
+        }
     }
 }
 

@@ -211,7 +211,7 @@ fn agent_apply_with_neither_an_agent_nor_an_interface_says_what_to_do() {
     let v1 = compile(&dir, "v1", "");
     if Path::new(rctl_agent_default()).exists() {
         // An agent runs on this host: the default socket would be used.
-        crate::servers::skip_unless(false, "no rctl-agent running on this host");
+        rctl_testkit::skip::skip_unless(false, "no rctl-agent running on this host");
         return;
     }
     let o = crate::util::rctl(&["apply", v1.to_str().unwrap()]);

@@ -110,9 +110,11 @@ fn kill_agent_under_load(front: Front) {
 fn front_cpu(s: &Stack) -> f64 {
     let pids: Vec<u32> = match &s.haproxy {
         Some(h) => vec![h.proc.pid()],
-        None => crate::servers::group(s.nginx.proc.pid()),
+        None => rctl_testkit::proc::group(s.nginx.proc.pid()),
     };
-    pids.iter().map(|p| crate::servers::cpu_seconds(*p)).sum()
+    pids.iter()
+        .map(|p| rctl_testkit::proc::cpu_seconds(*p))
+        .sum()
 }
 
 fn apply_under_load(front: Front) {

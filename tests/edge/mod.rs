@@ -1,6 +1,6 @@
 //! rctl in front of real edge proxies: the configuration `rctl emit`
 //! writes, checked by `haproxy -c` and `nginx -t` and run in Debian's
-//! HAProxy 2.6 and nginx 1.22 on loopback (see `tests/servers/`), with
+//! HAProxy 2.6 and nginx 1.22 on loopback (see `rctl_testkit::servers`), with
 //! `rctl serve` beside them. Outcomes are counted from the proxies' own
 //! logs, never from rctl's counters.
 //!
@@ -27,8 +27,9 @@ mod parity;
 mod stack;
 mod wiring;
 
-use crate::servers::{self, haproxy, nginx};
 use crate::util::root;
+use rctl_testkit::servers::{haproxy, nginx};
+use rctl_testkit::skip::require;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -153,7 +154,7 @@ pub fn nginx_check(dir: &Path, emitted: &Path) -> Result<String, String> {
 /// Whether HAProxy and nginx are installed (else the test is skipped,
 /// except under CI).
 pub fn have_proxies() -> bool {
-    servers::require(haproxy::BIN) && servers::require(nginx::BIN)
+    require(haproxy::BIN) && require(nginx::BIN)
 }
 
 /// The shipped rules directory.

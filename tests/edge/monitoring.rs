@@ -7,8 +7,8 @@
 
 use super::stack::{compile, Front, Stack};
 use crate::agent::{parse_metrics, Conn};
-use crate::servers::{free_port, serve::Serve};
 use crate::util::tempdir;
+use rctl_testkit::proc::free_port;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -125,7 +125,7 @@ fn status_goes_red_when_haproxy_serves_unchecked_and_says_so_on_metrics() {
     let metrics: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let m = metrics.to_string();
     let other = tempdir("monitoring-metrics");
-    let _watcher = Serve::start(
+    let _watcher = crate::util::serve(
         &other,
         &art,
         ([127, 0, 0, 1], free_port()).into(),

@@ -311,7 +311,7 @@ fn a_recreated_interface_is_reported_and_attached_afresh() {
     let i = lab.iface().to_string();
     lab.apply_ok(&v1);
     lab.ban(&i, BANNED);
-    must("ip", &["-n", &lab.ns, "link", "del", &i]);
+    lab.ns.ip(&["link", "del", &i]);
     let (o, v) = lab.status(&i);
     assert!(!o.status.success(), "status must not say enforcing");
     let v = v.expect("status JSON");

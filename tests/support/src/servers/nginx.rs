@@ -2,7 +2,7 @@
 //! master with its workers, everything (pid, logs, temporary files) in
 //! its directory.
 
-use super::Proc;
+use crate::proc::Proc;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,7 +47,7 @@ pub fn check(dir: &Path, name: &str) -> Result<String, String> {
     std::fs::create_dir_all(dir.join("tmp")).unwrap();
     let mut cmd = command(dir, name);
     cmd.arg("-t");
-    super::check(cmd)
+    crate::proc::check(cmd)
 }
 
 fn command(dir: &Path, name: &str) -> Command {
@@ -90,7 +90,7 @@ impl Nginx {
 
     /// A log file of its directory, once it has stopped growing.
     pub fn log(&self, name: &str) -> String {
-        super::settled(|| std::fs::read_to_string(self.path(name)).unwrap_or_default())
+        crate::proc::settled(|| std::fs::read_to_string(self.path(name)).unwrap_or_default())
     }
 
     /// A path in its directory.

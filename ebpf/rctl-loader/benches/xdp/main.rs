@@ -24,21 +24,16 @@ use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::dir::DirConfig;
 use rctl_dataplane::xdp::{ClockMode, Tables};
 use rctl_loader::XdpProgram;
+use rctl_testkit::lab::Mount;
+use rctl_testkit::xdp::{bench_object, bench_ruleset};
+use rctl_testkit::{median, Rng};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-#[path = "../../../tests/xdp_frame.rs"]
-mod xdp_frame;
-
-#[path = "support/xdp_probe.rs"]
-mod xdp_probe;
-
-#[path = "support/xdp_rules.rs"]
-mod xdp_rules;
-use xdp_rules::Rng;
+mod probe;
 
 fn frame(ip: IpAddr) -> Vec<u8> {
-    xdp_frame::frame(ip, Proto::Tcp, 443, false, false)
+    rctl_testkit::frame::frame(ip, Proto::Tcp, 443, false, false)
 }
 
 /// Best of 5 mean ns per run of `frame` through `program`.
@@ -187,7 +182,7 @@ fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
     let mut out = String::new();
     let mut r = Rng(0x009e_0be5);
     for &mb in sizes_mb {
-        let mut p = xdp_probe::Probe::load(obj, mb << 10);
+        let mut p = probe::Probe::load(obj, mb << 10);
         let progs = [
             "rctl_pass",
             "rctl_touch",
@@ -201,7 +196,7 @@ fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
                 m[i].push(p.cold(prog, &fresh(&mut r)));
             }
         }
-        let [floor, one, two, one_k, two_k] = m.map(xdp_rules::median);
+        let [floor, one, two, one_k, two_k] = m.map(median);
         let _ = writeln!(
             out,
             "| {mb} KiB | {floor:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
@@ -215,7 +210,7 @@ fn probes(obj: &[u8], sizes_mb: &[usize], rounds: usize) -> String {
 }
 
 fn main() {
-    let Some(obj) = xdp_rules::object() else {
+    let Some(obj) = bench_object() else {
         return;
     };
     if let Ok(v) = std::env::var("RCTL_BENCH_PROBE") {
@@ -251,13 +246,9 @@ fn main() {
         v6_filter_bits: env_bits("RCTL_DIR_FILTER6"),
         ..DirConfig::default()
     };
-    let bpffs = std::env::temp_dir().join(format!("rctl-bench-bpffs-{}", std::process::id()));
-    std::fs::create_dir_all(&bpffs).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "bpf", "bpf"])
-        .arg(&bpffs)
-        .status()
-        .is_ok_and(|s| s.success());
+    let bpffs_dir = std::env::temp_dir().join(format!("rctl-bench-bpffs-{}", std::process::id()));
+    let bpffs = Mount::try_bpffs(&bpffs_dir);
+    let mounted = bpffs.is_some();
     let mut warm = String::new();
     let mut cold = String::new();
     let mut tables_out = String::new();
@@ -270,7 +261,7 @@ fn main() {
             };
             let limited = clock.is_some();
             let mut r = Rng(0x8765_4321);
-            let (src, v4s, v6s) = xdp_rules::ruleset(n, limited);
+            let (src, v4s, v6s) = bench_ruleset(n, limited);
             let c = rctl_compiler::compile_str("bench.rctl", &src, &Default::default());
             let rs = c.ruleset.expect("bench ruleset compiles");
             let t = std::time::Instant::now();
@@ -317,7 +308,7 @@ fn main() {
                     &v6s,
                     limited,
                     mounted,
-                    &bpffs,
+                    &bpffs_dir,
                 );
                 let _ = writeln!(warm, "| {n} + {n} | {limit} | {row} {load:.2?} |");
             }
@@ -348,13 +339,7 @@ fn main() {
                         m[3].push(once(b, "rctl_lpm", &fresh()));
                     }
                 }
-                let [cf, cs, co, cl] = m.map(|v| {
-                    if v.is_empty() {
-                        f64::NAN
-                    } else {
-                        xdp_rules::median(v)
-                    }
-                });
+                let [cf, cs, co, cl] = m.map(|v| if v.is_empty() { f64::NAN } else { median(v) });
                 let _ = writeln!(
                     cold,
                     "| {n} + {n} | {limit} | {family} | {cf:.0} | {cs:.0} | {co:.0} | **+{:.0}** | {cl:.0} | {:.1}× |",
@@ -383,8 +368,6 @@ fn main() {
     println!("| prefixes (v4 + v6) | memory | v4 filter / root | v6 filter / root | kinds | build | load |");
     println!("|---|---|---|---|---|---|---|");
     print!("{tables_out}");
-    if mounted {
-        let _ = std::process::Command::new("umount").arg(&bpffs).status();
-    }
-    let _ = std::fs::remove_dir(&bpffs);
+    drop(bpffs);
+    let _ = std::fs::remove_dir(&bpffs_dir);
 }

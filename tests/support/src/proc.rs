@@ -1,81 +1,20 @@
-//! Real servers for end-to-end tests: the Debian binaries (HAProxy,
-//! nginx, Varnish, etcd, Redis) and `rctl serve`, each a child
-//! process on loopback with its own configuration, data and logs in a
-//! temporary directory.
-//!
-//! - [`Proc`] is the common part: a child in a process group of its own
-//!   (so that nginx's workers go with their master), its stdout and
-//!   stderr captured to files in its directory, a readiness wait that
-//!   fails with the logs if the process dies or times out, and a stop in
-//!   `Drop` (SIGTERM to the group, SIGKILL after 5 s) that runs when a
-//!   test panics too.
-//! - [`haproxy`], [`nginx`], [`varnish`], [`etcd`], [`redis`] and
-//!   [`serve`] start one kind of server each and give access to what it
-//!   logs. A new server is one more module of the same shape: write its
-//!   configuration into the directory, [`Proc::spawn`] it,
-//!   [`Proc::wait_ready`] on its port or a log line, read its logs.
-//! - [`require`] skips a test whose program is missing, except under
-//!   `CI` where a missing program is a failure.
+//! Child processes for tests: [`Proc`], a server in a process group of its
+//! own (so that nginx's workers go with their master) with its stdout and
+//! stderr captured to files in its directory, a readiness wait that fails
+//! with those logs if the process dies or times out, and a stop in `Drop`
+//! (SIGTERM to the group, SIGKILL after 5 s) that runs when a test panics
+//! too; and what tests ask of processes and ports around it.
 //!
 //! Ports come from [`free_port`]: the kernel picks a free one, which is
 //! released just before the server binds it (another process could take
 //! it in between; the readiness wait then fails with the server's log).
 
-pub mod etcd;
-pub mod haproxy;
-pub mod netns;
-pub mod nginx;
-pub mod pki;
-pub mod redis;
-pub mod serve;
-pub mod varnish;
-
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Whether `program` can be run; if not, panics under `CI` (the tests
-/// must never be skipped there) and otherwise says the test is skipped.
-pub fn require(program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    skip_unless(
-        found,
-        &format!("{program} is installed (apt-get install {program})"),
-    )
-}
-
-/// `ok`, after saying the test is skipped if not; under `CI` a test
-/// must never be skipped: panics instead.
-pub fn skip_unless(ok: bool, needs: &str) -> bool {
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "under CI: needs {needs}");
-        skipped(needs);
-    }
-    ok
-}
-
-/// Says that the running test skips (all or part of) its checks, where
-/// the test output shows it: libtest has no runtime skip and reports a
-/// test that returned early as `ok`, and it hides what a passing test
-/// prints with `eprintln!`, so this writes to the process's stderr
-/// directly, as `SKIPPED <test>: needs <needs>`. Callers check `CI`
-/// first (see [`skip_unless`]): under CI nothing may be skipped.
-pub fn skipped(needs: &str) {
-    use std::io::Write as _;
-    let name = std::thread::current()
-        .name()
-        .unwrap_or("a test")
-        .to_string();
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: needs {needs}");
-}
 
 /// Runs a program's configuration check (`haproxy -c`, `nginx -t`):
 /// `Ok(output)` if it accepts the configuration, else `Err(output)`.
@@ -289,6 +228,19 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / clock_ticks()
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): on a shared
+/// machine a benchmark's wall time depends on what else runs, its CPU
+/// time much less.
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// The kernel's clock ticks per second (`getconf CLK_TCK`).
 fn clock_ticks() -> f64 {
     Command::new("getconf")
@@ -337,4 +289,66 @@ pub fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     let from = lines.len().saturating_sub(60);
     lines[from..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Runs `cmd ARGS` to the end: its output (panics if it cannot start).
+pub fn sh(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
+}
+
+/// Runs `cmd ARGS` and asserts that it succeeds (the failure shows its
+/// stderr); its output.
+pub fn must(cmd: &str, args: &[&str]) -> Output {
+    let o = sh(cmd, args);
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// A directory of a test's own, removed with what is in it on drop (when
+/// the test fails too). Derefs to its path.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory `rctl-NAME-PID` in the system's
+    /// temporary directory, mode 0700.
+    pub fn new(name: &str) -> TempDir {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("rctl-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        TempDir(d)
+    }
+
+    /// Takes charge of `path`, a directory the caller made: removed on
+    /// drop.
+    pub fn adopt(path: PathBuf) -> TempDir {
+        TempDir(path)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -5,7 +5,7 @@
 //! other the same way (`--peer-client-cert-auth`), as operators run etcd.
 
 use super::pki::Leaf;
-use super::{free_port, Proc};
+use crate::proc::{free_port, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,4 +1,5 @@
-//! Builds test frames for the XDP program.
+//! Ethernet frames for the XDP program: IPv4 or IPv6, optionally behind
+//! a VLAN tag, then TCP, UDP or ICMP, padded to the minimum frame size.
 
 use rctl_compiler::ir::Proto;
 use std::net::IpAddr;

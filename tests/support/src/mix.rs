@@ -1,17 +1,21 @@
 //! The request mix of the benchmarks: browsers reading articles, API
-//! clients, crawlers and scrapers, with 4–5 headers each. Shared by the
-//! engine bench and the SPOE agent's bench (`dataplane/agent/benches`),
-//! which include it with `#[path]` beside `gen.rs` as `gen`.
+//! clients, crawlers and scrapers, with 4–5 headers each: what the engine
+//! bench, the SPOE agent's bench and the baselines' test decide.
 
-use super::gen;
+use crate::gen;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// One request of the mix, owned.
 pub struct Owned {
+    /// The method.
     pub method: &'static str,
+    /// The Host header.
     pub host: &'static str,
+    /// Path and query.
     pub target: String,
+    /// The other headers, in order.
     pub headers: Vec<(&'static str, String)>,
+    /// The client's address.
     pub ip: IpAddr,
 }
 

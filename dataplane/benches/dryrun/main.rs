@@ -15,7 +15,7 @@
 //! holds tens of thousands of flows.
 //!
 //! Then pcap-parser and etherparse against rctl's reader and decoder on
-//! the same capture, interleaved (`support/libs.rs`; only that, seven
+//! the same capture, interleaved (`libs.rs`; only that, seven
 //! times, with RCTL_BENCH_ONLY_LIBS=1).
 //!
 //! Then the same traffic with every request cut into 1-byte segments (as a
@@ -23,11 +23,9 @@
 //! 8 and 60 KiB heads, `RCTL_BENCH_TRICKLE_MB` megabytes each (default 10): the
 //! reassembler's cost per byte must not grow with the head's length.
 
-#[path = "support/capgen.rs"]
-mod capgen;
-#[path = "support/libs.rs"]
 mod libs;
 
+use rctl_testkit::capgen;
 use std::time::Instant;
 
 fn peak_rss_kb() -> u64 {

@@ -8,7 +8,7 @@
 //! rule, and health checks after all of them, which every enforcing rule
 //! excludes by its path. A few address rules go to XDP, within its limits.
 
-use super::gen::{self, Rng};
+use crate::gen::{self, Rng};
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! vsthrottle): `varnishd -C` and a foreground `varnishd -F`, its working
 //! directory (`-n`) and storage in its directory, no privilege dropping.
 
-use super::Proc;
+use crate::proc::Proc;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -19,8 +19,8 @@ pub fn require() -> bool {
     ]
     .iter()
     .any(|d| Path::new(d).join("libvmod_vsthrottle.so").exists());
-    super::require(BIN)
-        && super::skip_unless(vmod, "varnish-modules (apt-get install varnish-modules)")
+    crate::skip::require(BIN)
+        && crate::skip::skip_unless(vmod, "varnish-modules (apt-get install varnish-modules)")
 }
 
 /// `varnishd -C -f VCL`: `Ok(output)` if it compiles the VCL, else
@@ -32,7 +32,7 @@ pub fn check(vcl: &Path, dir: &Path) -> Result<String, String> {
         .arg(vcl)
         .arg("-n")
         .arg(dir.join("varnish-check"));
-    super::check(cmd).map(|_| String::new())
+    crate::proc::check(cmd).map(|_| String::new())
 }
 
 /// A running varnishd.

@@ -1,7 +1,9 @@
 //! `rctl serve`: the agent, with its SPOE socket, HTTP check endpoint,
-//! control socket and matched-request log in its directory.
+//! control socket and matched-request log in its directory. The binary
+//! is the caller's to give (`env!("CARGO_BIN_EXE_rctl")` in the root
+//! package's tests and benches).
 
-use super::Proc;
+use crate::proc::Proc;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,25 +27,14 @@ pub struct Serve {
 }
 
 impl Serve {
-    /// Starts `rctl serve --artifact ARTIFACT` with SPOE on `DIR/run/spoe.sock`,
-    /// the check endpoint on `http`, the control socket on
+    /// Starts `rctl serve --artifact ARTIFACT` with `command` (the rctl
+    /// binary, or a wrapper such as `taskset -c 0 rctl`, then `rctl
+    /// serve`'s arguments after it): SPOE on `DIR/run/spoe.sock`, the
+    /// check endpoint on `http`, the control socket on
     /// `DIR/run/agent.sock`, the log in `DIR/matched.log` (the check
     /// endpoint and the log unless `extra` names its own with `--http`,
-    /// `--log`) and `extra` flags;
-    /// waits until it says it is ready.
-    pub fn start(dir: &Path, artifact: &Path, http: SocketAddr, extra: &[&str]) -> Serve {
-        Serve::start_with(
-            dir,
-            artifact,
-            http,
-            extra,
-            Command::new(env!("CARGO_BIN_EXE_rctl")),
-        )
-    }
-
-    /// [`Serve::start`] with `command` (the rctl binary, or a wrapper such
-    /// as `taskset -c 0 rctl`) and `rctl serve`'s arguments after it.
-    pub fn start_with(
+    /// `--log`) and `extra` flags; waits until it says it is ready.
+    pub fn start(
         dir: &Path,
         artifact: &Path,
         http: SocketAddr,

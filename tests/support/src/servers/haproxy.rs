@@ -1,14 +1,15 @@
 //! HAProxy (`/usr/sbin/haproxy`, Debian's 2.6): `haproxy -c` and a
 //! foreground server (`-db`) logging to stdout, with an admin stats
-//! socket in its directory.
+//! socket in its directory (when the configuration asks for one, as
+//! [`base`] does). Whether it is installed: [`require`](crate::skip::require)`(BIN)`.
 
-use super::Proc;
+use crate::proc::Proc;
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The program.
 pub const BIN: &str = "haproxy";
@@ -62,7 +63,7 @@ pub fn check(files: &[PathBuf]) -> Result<String, String> {
     for f in files {
         cmd.arg("-f").arg(f);
     }
-    super::check(cmd)
+    crate::proc::check(cmd)
 }
 
 impl Haproxy {
@@ -106,7 +107,45 @@ impl Haproxy {
 
     /// The traffic log (stdout), once it has stopped growing.
     pub fn log(&self) -> String {
-        super::settled(|| self.proc.stdout())
+        crate::proc::settled(|| self.proc.stdout())
+    }
+
+    /// Everything it wrote so far: stdout (the traffic log), then stderr
+    /// (its alerts and warnings, such as a server going down).
+    pub fn output(&self) -> String {
+        self.proc.stdout() + &self.proc.stderr()
+    }
+
+    /// Waits (10 s at most) until a line of its output holds every one of
+    /// `parts`; returns that line.
+    pub fn wait_line(&self, parts: &[&str]) -> String {
+        let t0 = Instant::now();
+        loop {
+            let text = self.output();
+            if let Some(l) = text.lines().find(|l| parts.iter().all(|p| l.contains(p))) {
+                return l.to_string();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no log line with {parts:?} in:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A soft stop (SIGUSR1: HAProxy closes its connections, SPOE ones
+    /// with HAPROXY-DISCONNECT, and exits); waits 10 s at most for the
+    /// exit.
+    pub fn soft_stop(&mut self) {
+        self.proc.signal("USR1");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if self.proc.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("haproxy did not stop on SIGUSR1\n{}", self.proc.logs());
     }
 
     /// Runs one command on the stats socket and returns the answer.

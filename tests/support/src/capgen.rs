@@ -1,23 +1,11 @@
-//! Synthetic captures. [`write`] writes a large one: many keep-alive
+//! Synthetic captures. [`write()`] writes a large one: many keep-alive
 //! HTTP/1.1 flows, each a handshake, requests (some with bodies, some split
 //! across segments), responses and ACKs, interleaved across flows the way
 //! a busy edge interleaves them. [`Shape`] varies it (every request cut
 //! into tiny segments, long heads), and [`Pcap`] writes any other shape.
 
+use crate::Rng;
 use std::io::Write;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// An IPv4 endpoint.
 pub type Endpoint = ([u8; 4], u16);
@@ -125,7 +113,7 @@ pub fn write(path: &std::path::Path, bytes: u64) -> std::io::Result<(u64, u64)> 
     write_shaped(path, bytes, Shape::default())
 }
 
-/// Like [`write`], in another [`Shape`].
+/// Like [`write()`], in another [`Shape`].
 pub fn write_shaped(
     path: &std::path::Path,
     bytes: u64,
@@ -134,7 +122,7 @@ pub fn write_shaped(
     write_live(path, bytes, shape, FLOWS)
 }
 
-/// How many flows [`write`] keeps live at once.
+/// How many flows [`write()`] keeps live at once.
 pub const FLOWS: usize = 64;
 
 /// Like [`write_shaped`], with `live` flows live at once (a new flow takes

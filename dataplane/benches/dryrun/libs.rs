@@ -178,23 +178,14 @@ pub fn decode_etherparse(path: &Path) -> Digest {
     d
 }
 
-/// CPU time of the calling thread, in seconds: on a shared machine the
-/// wall time of a pass depends on what else runs, its CPU time much less.
-fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
-}
-
-/// The thread CPU time `f` takes, and its result.
+/// The thread CPU time `f` takes, in seconds, and its result.
 fn timed(f: impl Fn() -> Digest) -> (f64, Digest) {
-    let start = thread_cpu();
+    let start = rctl_testkit::proc::thread_cpu();
     let out = f();
-    (thread_cpu() - start, out)
+    (
+        (rctl_testkit::proc::thread_cpu() - start).as_secs_f64(),
+        out,
+    )
 }
 
 /// Runs every pass `runs` times, interleaved, and prints the comparison.

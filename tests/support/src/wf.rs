@@ -22,10 +22,11 @@
 //!   server builds it while parsing the request; the engine's figure
 //!   includes its own field extraction.
 
-use crate::Owned;
+use crate::mix::Owned;
 use rctl_compiler::ir::{Action, Atom, Cond, Ruleset, StrField, StrOp};
 use wirefilter::{ExecutionContext, Filter, Scheme};
 
+/// A ruleset's deciding rules as wirefilter filters.
 pub struct Wirefilter {
     scheme: &'static Scheme,
     /// The deciding rules' filters, in order, with their rule indexes.
@@ -139,6 +140,7 @@ fn cond(rs: &Ruleset, c: &Cond) -> String {
 }
 
 impl Wirefilter {
+    /// Translates and compiles the deciding rules of `rs`.
     pub fn new(rs: &Ruleset) -> Self {
         let scheme: &'static Scheme = Box::leak(Box::new(Scheme! {
             http.method: Bytes, http.host: Bytes, http.path: Bytes, http.query: Bytes, http.url: Bytes,

@@ -2,7 +2,7 @@
 //! stopped and started again on the same port; with a password, or TLS
 //! only, when a test asks.
 
-use super::{free_port, Proc};
+use crate::proc::{free_port, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -16,15 +16,18 @@ use std::path::Path;
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed` (0 counts as 1).
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
+    /// The next value.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
+    /// A value below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
