@@ -243,7 +243,10 @@ fn eval_traces_one_request() {
         out.contains("Retry-After: 600, by wdqs_generic_clients"),
         "{out}"
     );
-    assert!(out.contains("      10  pass (no rule decided)"), "{out}");
+    assert!(
+        out.contains("      10 requests  pass (no rule decided)"),
+        "{out}"
+    );
 
     let o = rctl(&[
         "eval",
@@ -599,5 +602,224 @@ fn the_shipped_configuration_names_only_real_settings() {
         text(&o).1,
         "",
         "the shipped file names a setting no flag reads"
+    );
+}
+
+/// rctl with `stdin` on its standard input.
+fn rctl_stdin(args: &[&str], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(stdin).unwrap();
+    c.wait_with_output().unwrap()
+}
+
+/// A path that is not there is an I/O error (exit 2, as a usage error),
+/// with a hint about the path named, not about `include`.
+#[test]
+fn a_missing_path_exits_2_with_a_hint_about_it() {
+    for cmd in ["check", "test", "explain", "fmt"] {
+        let o = rctl(&[cmd, "/nonexistent/rules.rctl"]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("hint: `/nonexistent` does not exist either"),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("include"), "{cmd}: {err}");
+    }
+    let rules = root().join("rules/wdqs.rct");
+    let o = rctl(&["check", rules.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("did you mean `"), "{err}");
+    assert!(err.contains("rules/wdqs.rctl`?"), "{err}");
+    // An `include` that is missing keeps the hint about where it is read.
+    let dir = tempdir("missing-include");
+    std::fs::write(dir.join("a.rctl"), "include \"nope.rctl\"\n").unwrap();
+    let o = rctl(&["check", dir.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("relative to the file that names them"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fmt_reads_standard_input_and_shows_a_diff() {
+    let messy = b"rule r {\nwhen path == \"/x\"   deny }\n";
+    let o = rctl_stdin(&["fmt", "-"], messy);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(text(&o).0, "rule r {\n  when path == \"/x\"\n  deny\n}\n");
+    let o = rctl_stdin(&["fmt", "--check", "-"], messy);
+    assert_eq!((o.status.code(), text(&o).0.as_str()), (Some(1), ""));
+    let o = rctl_stdin(
+        &["fmt", "--check", "-"],
+        b"rule r {\n  when true\n  deny\n}\n",
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let o = rctl_stdin(&["fmt", "-"], b"rule r { when path = \"/x\" deny }\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("--> <stdin>:1:20"), "{}", text(&o).1);
+
+    // --diff on a file: a unified diff that `patch` applies, and the file
+    // untouched.
+    let dir = tempdir("fmt-diff");
+    let f = dir.join("a.rctl");
+    std::fs::write(&f, messy).unwrap();
+    let o = rctl(&["fmt", "--diff", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let diff = text(&o).0;
+    assert!(
+        diff.starts_with(&format!(
+            "--- a/{}\n+++ b/{}\n@@ ",
+            f.display(),
+            f.display()
+        )),
+        "{diff}"
+    );
+    assert_eq!(std::fs::read(&f).unwrap(), messy);
+    let patched = dir.join("b.rctl");
+    std::fs::write(&patched, messy).unwrap();
+    let o = std::process::Command::new("patch")
+        .arg(&patched)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write as _;
+            c.stdin.take().unwrap().write_all(diff.as_bytes())?;
+            c.wait()
+        });
+    if let Ok(status) = o {
+        assert!(status.success());
+        assert_eq!(
+            std::fs::read_to_string(&patched).unwrap(),
+            "rule r {\n  when path == \"/x\"\n  deny\n}\n"
+        );
+    }
+}
+
+#[test]
+fn check_and_test_speak_json_and_junit_for_ci() {
+    let o = rctl(&[
+        "check",
+        "--format",
+        "json",
+        root().join("compiler/examples/conflict").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["ok"].as_bool(), v["errors"].as_u64()),
+        (Some(false), Some(1)),
+        "{v}"
+    );
+    let d = &v["diagnostics"][0];
+    assert_eq!(d["code"], "E0050");
+    assert_eq!(
+        d["file"],
+        "compiler/examples/conflict/wdqs.rctl"
+            .replace("compiler", &format!("{}/compiler", root().display()))
+    );
+    assert_eq!(
+        (d["line"].as_u64(), d["col"].as_u64()),
+        (Some(7), Some(8)),
+        "{d}"
+    );
+    assert!(
+        v["witnesses"][0].as_str().unwrap().starts_with("test "),
+        "{v}"
+    );
+    let o = rctl(&[
+        "check",
+        "--format",
+        "json",
+        root().join("rules").to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        o.status.success() && v["ok"] == true && v["ruleset"]["tests"].as_u64() >= Some(10),
+        "{v}"
+    );
+
+    let dir = tempdir("junit");
+    std::fs::write(
+        dir.join("t.rctl"),
+        "rule r { when true throttle 1 requests per 1m by ip }\n\
+         test \"too <strict>\" {\n  request { repeat 3 }\n  expect all pass\n}\n\
+         test \"fine\" {\n  request { }\n  expect all pass\n}\n",
+    )
+    .unwrap();
+    let xml = dir.join("report.xml");
+    let o = rctl(&[
+        "test",
+        "--format",
+        "json",
+        "--junit",
+        xml.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["passed"].as_u64(), v["failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["tests"][0]["failures"][0]["line"], 4);
+    // An XML parser that is not rctl's reads the report.
+    let script = "import sys, xml.etree.ElementTree as E\n\
+        s = E.parse(sys.argv[1]).getroot().find('testsuite')\n\
+        cases = s.findall('testcase')\n\
+        print(s.get('tests'), s.get('failures'), cases[0].get('name'), cases[0].get('line'))\n\
+        print(cases[0].find('failure').get('message'))\n\
+        print(cases[1].find('failure') is None)\n";
+    let o = std::process::Command::new("python3")
+        .args(["-c", script, xml.to_str().unwrap()])
+        .output()
+        .expect("python3 runs");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "2 1 too <strict> 2");
+    assert!(
+        lines[1].starts_with("expected all pass of 3, matched 1"),
+        "{out}"
+    );
+    assert_eq!(lines[2], "True");
+}
+
+#[test]
+fn eval_count_says_whose_verdict_it_shows_and_counts_read_as_english() {
+    let dir = tempdir("count");
+    std::fs::write(
+        dir.join("r.rctl"),
+        "rule r { when path == \"/x\" throttle 2 requests per 1m by ip }\n",
+    )
+    .unwrap();
+    let p = dir.to_str().unwrap();
+    let o = rctl(&["eval", p, "--url", "http://h/x", "--count", "5"]);
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("the trace above and the verdict below are the last of 5 requests'"),
+        "{out}"
+    );
+    assert!(out.contains("verdict of request 5:  throttle"), "{out}");
+    assert!(out.contains("       2 requests  pass"), "{out}");
+    assert!(out.contains("       3 requests  throttle"), "{out}");
+    let o = rctl(&["eval", p, "--url", "http://h/x"]);
+    assert!(text(&o).0.contains("\nverdict:  pass"), "{}", text(&o).0);
+    let o = rctl(&["check", p]);
+    assert_eq!(
+        text(&o).1.trim_end(),
+        "ok: 1 file, 1 rule, 1 predicate, 0 prefixes, 0 tests"
     );
 }

@@ -354,15 +354,15 @@ fn print_agent(sock: &Path, a: &AgentApplied) {
         warn(&format!("applied with a stale proxy configuration: {s}"));
     }
     let line = format!(
-        "agent at {}: generation {} replaced generation {}, artifact {}, {} rules; \
-         rate-limit state carried for {} rules{carried}, fresh for {}{fresh}; prepared in {} ms, \
+        "agent at {}: generation {} replaced generation {}, artifact {}, {}; \
+         rate-limit state carried for {}{carried}, fresh for {}{fresh}; prepared in {} ms, \
          switched in {:.2?}",
         sock.display(),
         p.generation,
         a.committed.replaced,
         short(&p.artifact_sha256),
-        p.rules,
-        p.carried.carried.len(),
+        crate::common::count(p.rules, "rule"),
+        crate::common::count(p.carried.carried.len(), "rule"),
         p.carried.fresh.len(),
         p.prepare_ms,
         a.took

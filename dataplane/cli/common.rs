@@ -52,6 +52,24 @@ impl Limits {
     }
 }
 
+/// `n` and the noun, pluralised: `1 rule`, `2 rules`, `0 prefixes`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let plural = if noun.ends_with('x') || noun.ends_with('s') || noun.ends_with("sh") {
+        format!("{noun}es")
+    } else if let Some(stem) = noun
+        .strip_suffix('y')
+        .filter(|s| !s.ends_with(['a', 'e', 'o', 'u']))
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{noun}s")
+    };
+    format!("{n} {plural}")
+}
+
 /// Exit 1 when `failed`, else 0.
 pub fn exit(failed: bool) -> ExitCode {
     if failed {
@@ -59,6 +77,70 @@ pub fn exit(failed: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// A run that failed after saying why: exit with this code, print
+/// nothing more (main maps it).
+#[derive(Debug)]
+pub struct Failed(pub u8);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "failed (exit {})", self.0)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+/// The exit code of a run whose diagnostics failed it: 2 when a file
+/// could not be read (an I/O error, as for a usage error), else 1.
+pub fn failure(diags: &Diagnostics) -> ExitCode {
+    ExitCode::from(failure_code(diags))
+}
+
+/// [`failure`]'s number.
+pub fn failure_code(diags: &Diagnostics) -> u8 {
+    use rctl_compiler::diag::code;
+    let io = diags
+        .iter()
+        .any(|d| d.severity == Severity::Error && [code::IO, code::NOT_REGULAR].contains(&d.code));
+    if io {
+        2
+    } else {
+        1
+    }
+}
+
+/// One diagnostic as JSON, for CI: `{severity, code, message, file,
+/// line, col, hint, notes, labels}` (file, line and col of its primary
+/// span; null without one).
+pub fn diagnostic_json(d: &rctl_compiler::diag::Diagnostic, map: &SourceMap) -> serde_json::Value {
+    let path = |s: &rctl_compiler::source::Span| {
+        map.get(s.file)
+            .map(|f| f.path.display().to_string())
+            .unwrap_or_default()
+    };
+    let at = d.location();
+    serde_json::json!({
+        "severity": match d.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        },
+        "code": d.code,
+        "message": d.message,
+        "file": at.as_ref().map(path),
+        "line": at.map(|s| s.line),
+        "col": at.map(|s| s.col),
+        "hint": d.hint,
+        "notes": d.notes,
+        "labels": d.labels.iter().map(|l| serde_json::json!({
+            "file": path(&l.span),
+            "line": l.span.line,
+            "col": l.span.col,
+            "message": l.message,
+            "primary": l.primary,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Prints diagnostics to stderr with a summary; returns whether the run fails.
@@ -118,6 +200,10 @@ pub struct Loaded {
 pub fn load_ruleset(paths: &[PathBuf], opts: &Options) -> Result<Option<Loaded>> {
     let input = rctl_compiler::input::load(paths, opts)?;
     if report(&input.sources, &input.diagnostics, false) {
+        let code = failure_code(&input.diagnostics);
+        if code != 1 {
+            return Err(Failed(code).into());
+        }
         return Ok(None);
     }
     let Some(ruleset) = input.ruleset else {
@@ -171,4 +257,18 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_are_pluralised() {
+        use super::count;
+        assert_eq!(count(1, "rule"), "1 rule");
+        assert_eq!(count(0, "rule"), "0 rules");
+        assert_eq!(count(2, "prefix"), "2 prefixes");
+        assert_eq!(count(3, "entry"), "3 entries");
+        assert_eq!(count(3, "key"), "3 keys");
+        assert_eq!(count(1, "host"), "1 host");
+    }
 }

@@ -29,7 +29,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     let c = rctl_compiler::compile_paths(&a.paths, &a.limits.options());
     if report(&c.sources, &c.diagnostics, a.deny_warnings) {
-        return Ok(ExitCode::from(1));
+        return Ok(crate::common::failure(&c.diagnostics));
     }
     let Some(rs) = c.ruleset else {
         bail!("no ruleset produced")
@@ -42,10 +42,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .unwrap_or_default();
     let _ = writeln!(
         std::io::stderr().lock(),
-        "wrote {} ({} bytes, {} rules, content sha256 {hash})",
+        "wrote {} ({}, {}, content sha256 {hash})",
         a.output.display(),
-        bytes.len(),
-        rs.rules.len()
+        crate::common::count(bytes.len(), "byte"),
+        crate::common::count(rs.rules.len(), "rule")
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -49,7 +49,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         Stage::Ir | Stage::Plan => {
             if report(&c.sources, &c.diagnostics, false) {
-                return Ok(ExitCode::from(1));
+                return Ok(crate::common::failure(&c.diagnostics));
             }
             let Some(rs) = c.ruleset else {
                 bail!("no ruleset produced")

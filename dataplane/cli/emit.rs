@@ -331,7 +331,10 @@ fn source(rs: &rctl_compiler::ir::Ruleset) -> String {
     let hash = artifact::content_hash(&artifact::encode(rs))
         .map(|h| artifact::hex(&h))
         .unwrap_or_default();
-    format!("ruleset sha256 {hash} ({} rules)", rs.rules.len())
+    format!(
+        "ruleset sha256 {hash} ({})",
+        crate::common::count(rs.rules.len(), "rule")
+    )
 }
 
 /// --config-dir, else the -o directory, else /etc/haproxy/rctl.

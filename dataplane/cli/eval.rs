@@ -240,6 +240,8 @@ fn decide(rs: Ruleset, a: &Args) -> Result<String> {
             "verdict": { "kind": d.verdict.kind(), "rule": d.verdict.rule().map(|i| rs.rules[i].name.clone()), "text": verdict_text(rs, &d.verdict) },
             "shadow": d.logged.iter().map(|(i, v)| serde_json::json!({"rule": rs.rules[*i].name, "would": v.kind()})).collect::<Vec<_>>(),
             "tally": tally,
+            "count": a.count.max(1),
+            "verdict_of": if a.count > 1 { "the last request" } else { "the request" },
         });
         return Ok(serde_json::to_string_pretty(&v)? + "\n");
     }
@@ -285,7 +287,21 @@ fn decide(rs: Ruleset, a: &Args) -> Result<String> {
         };
         let _ = writeln!(o, "  {:<28} priority {:<5} {what}", r.name, r.priority);
     }
-    let _ = writeln!(o, "\nverdict:  {}", verdict_text(rs, &d.verdict));
+    // The trace and verdict are the last copy's: say so when there are
+    // several (the first ones may have been decided otherwise).
+    if a.count > 1 {
+        let _ = writeln!(
+            o,
+            "\nthe trace above and the verdict below are the last of {} requests'",
+            a.count
+        );
+    }
+    let label = if a.count > 1 {
+        format!("verdict of request {}", a.count)
+    } else {
+        "verdict".to_string()
+    };
+    let _ = writeln!(o, "\n{label}:  {}", verdict_text(rs, &d.verdict));
     for (i, v) in &d.logged {
         let _ = writeln!(
             o,
@@ -295,9 +311,10 @@ fn decide(rs: Ruleset, a: &Args) -> Result<String> {
         );
     }
     if a.count > 1 {
-        let _ = writeln!(o, "\n{} identical requests at once:", a.count);
+        let _ = writeln!(o, "\nall {} identical requests, at once:", a.count);
         for (k, n) in &tally {
-            let _ = writeln!(o, "  {n:>6}  {k}");
+            let what = if *n == 1 { "request" } else { "requests" };
+            let _ = writeln!(o, "  {n:>6} {what:<8}  {k}");
         }
     }
     Ok(o)

@@ -136,10 +136,10 @@ fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) -> S
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "ruleset: {} rules, {} predicates, {} sources",
-        rs.rules.len(),
-        rs.atoms.len(),
-        rs.sources.len()
+        "ruleset: {}, {}, {}",
+        crate::common::count(rs.rules.len(), "rule"),
+        crate::common::count(rs.atoms.len(), "predicate"),
+        crate::common::count(rs.sources.len(), "source")
     );
     if !sizes.is_empty() {
         let _ = writeln!(o, "\nipblocks (prefixes after merging):");

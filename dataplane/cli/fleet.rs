@@ -62,7 +62,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let health = s.health();
     if check {
-        let ok = format!("{} hosts, every one on its target", s.hosts.len());
+        let ok = match s.hosts.len() {
+            1 => "1 host, on its target".to_string(),
+            n => format!("{n} hosts, every one on its target"),
+        };
         let line = health.check_line("RCTL FLEET", &ok);
         writeln!(std::io::stdout().lock(), "{}", crate::term::text(&line))?;
         return Ok(ExitCode::from(health.exit_code()));

@@ -89,10 +89,10 @@ pub fn run(src: ImportSource) -> Result<ExitCode> {
         match (&c.ruleset, bad) {
             (Some(rs), false) => writeln!(
                 err,
-                "wrote {}: {} files, {} rules; rctl check: ok",
+                "wrote {}: {}, {}; rctl check: ok",
                 dir.display(),
-                c.files.len(),
-                rs.rules.len()
+                crate::common::count(c.files.len(), "file"),
+                crate::common::count(rs.rules.len(), "rule")
             )?,
             _ => writeln!(
                 err,

@@ -211,10 +211,10 @@ pub fn print_ready(name: &str, server: &rctl_agent::serve::Server) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
-        "{name}: generation {}, artifact {}, {} rules{}",
+        "{name}: generation {}, artifact {}, {}{}",
         g.number,
         short(&g.sha256),
-        g.engine.ruleset().rules.len(),
+        crate::common::count(g.engine.ruleset().rules.len(), "rule"),
         if server.judge().shadow() {
             ", shadow mode"
         } else {

@@ -161,6 +161,10 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
+            // Said already (diagnostics): only the code is left.
+            if let Some(common::Failed(code)) = e.downcast_ref::<common::Failed>() {
+                return ExitCode::from(*code);
+            }
             // A closed pipe (`rctl status | head -1`) is not a failure.
             if e.chain().any(|c| {
                 c.downcast_ref::<std::io::Error>()

@@ -190,10 +190,10 @@ fn ok_summary(all: &[Status], agent: Option<&Agent>, proxy: Option<&Haproxy>) ->
     }
     if let Some(Ok(st)) = agent.map(|a| &a.status) {
         parts.push(format!(
-            "the agent runs generation {} ({}, {} rules)",
+            "the agent runs generation {} ({}, {})",
             st.generation,
             short(&st.artifact_sha256),
-            st.rules
+            crate::common::count(st.rules, "rule")
         ));
     }
     if proxy.is_some() {
@@ -308,13 +308,14 @@ impl Agent {
         let site = s.site.as_deref().unwrap_or("all sites");
         writeln!(
             out,
-            "agent at {sock}: serving{}: generation {}, artifact {}, installed at {} (unix), \
-             {} rules, {}, up {} s",
+            "agent at {sock}: serving{}: generation {}, artifact {}, installed {} ({}), {}, {}, \
+             up {} s",
             if s.shadow { " in shadow mode" } else { "" },
             s.generation,
-            s.artifact_sha256,
-            s.installed_unix,
-            s.rules,
+            short(&s.artifact_sha256),
+            rctl_os::clock::rfc3339(s.installed_unix),
+            rctl_os::clock::ago(s.installed_unix, rctl_os::clock::now_unix()),
+            crate::common::count(s.rules, "rule"),
             term::text(site),
             s.uptime_s
         )?;
