@@ -639,12 +639,14 @@ fn a_missing_path_exits_2_with_a_hint_about_it() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err.contains("did you mean `"), "{err}");
     assert!(err.contains("rules/wdqs.rctl`?"), "{err}");
-    // An `include` that is missing keeps the hint about where it is read.
+    // An `include` that is missing is the rule's error (exit 1, at its
+    // file:line:col), with the hint about where it is read.
     let dir = tempdir("missing-include");
     std::fs::write(dir.join("a.rctl"), "include \"nope.rctl\"\n").unwrap();
     let o = rctl(&["check", dir.to_str().unwrap()]);
     let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a.rctl:1:9"), "{err}");
     assert!(
         err.contains("relative to the file that names them"),
         "{err}"

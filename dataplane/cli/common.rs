@@ -92,8 +92,10 @@ impl std::fmt::Display for Failed {
 
 impl std::error::Error for Failed {}
 
-/// The exit code of a run whose diagnostics failed it: 2 when a file
-/// could not be read (an I/O error, as for a usage error), else 1.
+/// The exit code of a run whose diagnostics failed it: 2 when a path
+/// named on the command line could not be read (as for a usage error),
+/// else 1 (a file a rule names that is missing is a rule error, with its
+/// `file:line:col`).
 pub fn failure(diags: &Diagnostics) -> ExitCode {
     ExitCode::from(failure_code(diags))
 }
@@ -101,9 +103,11 @@ pub fn failure(diags: &Diagnostics) -> ExitCode {
 /// [`failure`]'s number.
 pub fn failure_code(diags: &Diagnostics) -> u8 {
     use rctl_compiler::diag::code;
-    let io = diags
-        .iter()
-        .any(|d| d.severity == Severity::Error && [code::IO, code::NOT_REGULAR].contains(&d.code));
+    let io = diags.iter().any(|d| {
+        d.severity == Severity::Error
+            && [code::IO, code::NOT_REGULAR].contains(&d.code)
+            && d.location().is_none()
+    });
     if io {
         2
     } else {

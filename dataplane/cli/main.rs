@@ -53,7 +53,15 @@ use std::process::ExitCode;
 #[command(
     name = "rctl",
     version,
-    about = "Rule compiler and edge-filter data plane for scraper blocking and rate limits"
+    about = "Rule compiler and edge-filter data plane for scraper blocking and rate limits",
+    after_long_help = "Exit status:\n  \
+        0  success\n  \
+        1  the command ran and found a failure: a rule error (at its file:line:col), \
+        a failing test, a refused apply\n  \
+        2  a usage error, a path named on the command line that cannot be read, \
+        or an error that stopped the command\n\
+        rctl status and rctl fleet status exit as monitoring plugins do: \
+        0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."
 )]
 struct Cli {
     #[command(subcommand)]

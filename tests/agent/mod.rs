@@ -131,13 +131,16 @@ impl Agent {
     pub fn status(&self) -> serde_json::Value {
         // Without --iface, the packet plane is read too; a host without a
         // bpffs (or an unprivileged run) warns about it.
+        // Its exit code is its health's: 0 OK, 1 WARNING (shadow mode).
         let o = self.rctl(&["status", "--format", "json"]);
-        assert!(
-            o.status.success(),
-            "status: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("status: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let want = match v["health"]["state"].as_str() {
+            Some("OK") => 0,
+            Some("WARNING") => 1,
+            other => panic!("status {other:?}: {v}"),
+        };
+        assert_eq!(o.status.code(), Some(want), "{v}");
         assert_eq!(v["agent"]["serving"], true, "{v}");
         v["agent"]["status"].clone()
     }

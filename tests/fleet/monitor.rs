@@ -40,10 +40,7 @@ fn fleet_status_goes_red_with_no_host_and_with_a_host_down() {
         || check(&etcd).1,
     );
     let (_, line) = check(&etcd);
-    assert_eq!(
-        line,
-        "RCTL FLEET OK - 1 hosts, every one on its target | hosts=1 ok=1"
-    );
+    assert_eq!(line, "RCTL FLEET OK - 1 host, on its target | hosts=1 ok=1");
     // One generation number: the agent's own is the fleet's.
     let (_, v) = fleet_status(&etcd);
     let fleet_gen = v["hosts"][0]["generation"].clone();
