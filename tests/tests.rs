@@ -30,6 +30,7 @@ mod limits;
 mod native;
 mod neighbours;
 mod netns;
+mod package;
 mod shared_throttle;
 mod transcripts;
 mod witness;
