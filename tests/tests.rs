@@ -32,6 +32,7 @@ mod neighbours;
 mod netns;
 mod package;
 mod shared_throttle;
+mod suggest;
 mod transcripts;
 mod witness;
 mod xdp;
