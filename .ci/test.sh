@@ -140,6 +140,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- -runs=0
   cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
+  mkdir -p fuzz/corpus/suggest
+  cargo +nightly fuzz run --sanitizer none suggest fuzz/corpus/suggest fuzz/seeds/suggest -- -runs=0
+  cargo +nightly fuzz run --sanitizer none suggest fuzz/corpus/suggest fuzz/seeds/suggest -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
   mkdir -p fuzz/corpus/capture
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- \

@@ -97,6 +97,13 @@ pub fn percentile(v: &mut [u64], p: f64) -> u64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
+/// Whether a request counts: the existing rules passed it, it is not
+/// from a trusted address, and its target is a path (origin form: a
+/// rule and a test can name it).
+fn usable(r: &Obs, existing: Existing, trusted: &dyn Fn(IpAddr) -> bool) -> bool {
+    existing == Existing::Pass && !trusted(r.ip) && r.target.starts_with(b"/")
+}
+
 /// Every finding in `traffic` (in time order), `existing[i]` what the
 /// existing ruleset did to request `i`, `trusted` the addresses never
 /// to limit.
@@ -122,7 +129,7 @@ pub fn find(
         .collect();
     let mut endpoints: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (i, r) in traffic.iter().enumerate() {
-        if existing[i] != Existing::Pass || trusted(r.ip) || looped.contains(&i) {
+        if !usable(r, existing[i], trusted) || looped.contains(&i) {
             continue;
         }
         let host = String::from_utf8_lossy(&r.host).to_lowercase();
@@ -420,7 +427,7 @@ fn rerenders(
 ) -> Vec<Finding> {
     let mut parents: BTreeMap<(String, String), BTreeMap<Vec<u8>, Vec<usize>>> = BTreeMap::new();
     for (i, r) in traffic.iter().enumerate() {
-        if existing[i] != Existing::Pass || trusted(r.ip) {
+        if !usable(r, existing[i], trusted) {
             continue;
         }
         let path = r.path();
