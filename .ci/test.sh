@@ -52,6 +52,8 @@ command -v systemd-analyze >/dev/null || missing="$missing systemd"
 command -v logrotate >/dev/null || missing="$missing logrotate"
 command -v man >/dev/null || missing="$missing man-db"
 command -v curl >/dev/null || missing="$missing curl"
+# rctl suggest's live test captures the edge's traffic with tcpdump.
+command -v tcpdump >/dev/null || missing="$missing tcpdump"
 # The fleet's TLS test makes its CA and certificates with openssl.
 command -v openssl >/dev/null || missing="$missing openssl"
 if [ -n "$missing" ]; then

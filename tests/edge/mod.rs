@@ -25,6 +25,7 @@ mod monitoring;
 mod nginx_heads;
 mod parity;
 mod stack;
+mod suggest;
 mod wiring;
 
 use crate::util::root;
