@@ -146,7 +146,16 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
                 'rctl=$rctl_action rule=$rctl_rule tags=$rctl_tags check=$rctl_check';
 "
     );
-    s.push_str("\n# The client the agent judges: ");
+    s.push_str(&client_map(client));
+    s
+}
+
+/// The `map` that sets `$rctl_client`, the client rctl judges: the
+/// connection's peer, or the last address of `client` (a header a proxy
+/// in front sets) where it holds one.
+pub(crate) fn client_map(client: Option<&str>) -> String {
+    let mut s = String::new();
+    s.push_str("\n# The client rctl judges: ");
     match client {
         None => s.push_str("the connection's peer.\nmap $remote_addr $rctl_client {\n    default $remote_addr;\n}\n"),
         Some(h) => {
