@@ -111,10 +111,18 @@ pub enum Target {
 #[derive(clap::Args)]
 pub struct NginxModule {
     /// With --module: the artifact every worker loads and watches.
-    #[arg(long, value_name = "PATH", default_value = "/var/lib/rctl/active.rctlc")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/rctl/active.rctlc"
+    )]
     artifact: String,
     /// With --module: the module's file, as load_module takes it.
-    #[arg(long, value_name = "PATH", default_value = "modules/ngx_http_rctl_module.so")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "modules/ngx_http_rctl_module.so"
+    )]
     module_path: String,
     /// With --module: the shared zone's size (nginx's sizes: 16m).
     #[arg(long, value_name = "SIZE", default_value = "16m")]

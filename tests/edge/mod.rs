@@ -18,6 +18,7 @@ mod differential;
 pub mod emit;
 mod incidents;
 mod lifecycle;
+mod module;
 mod nginx_heads;
 mod parity;
 mod stack;

@@ -168,8 +168,12 @@ rule b { when path == "/b" throttle 5 requests per 1m by ip }
         );
         let e = emit(&rs, &Options::default()).unwrap();
         assert_eq!(e.files.len(), 3);
-        assert!(e.files[0].text.ends_with("load_module modules/ngx_http_rctl_module.so;\n"));
-        assert!(e.files[1].text.contains("rctl_artifact /var/lib/rctl/active.rctlc;\n"));
+        assert!(e.files[0]
+            .text
+            .ends_with("load_module modules/ngx_http_rctl_module.so;\n"));
+        assert!(e.files[1]
+            .text
+            .contains("rctl_artifact /var/lib/rctl/active.rctlc;\n"));
         assert!(e.files[2].text.contains("rctl on;\n"));
         assert!(!e.files[2].text.contains("rctl_client_ip"));
         assert_eq!(e.warnings.len(), 1, "{:?}", e.warnings);
@@ -184,7 +188,9 @@ rule b { when path == "/b" throttle 5 requests per 1m by ip }
             ..Options::default()
         };
         let e = emit(&rs, &o).unwrap();
-        assert!(e.files[1].text.contains("map $http_x_forwarded_for $rctl_client"));
+        assert!(e.files[1]
+            .text
+            .contains("map $http_x_forwarded_for $rctl_client"));
         assert!(e.files[2].text.contains("rctl_client_ip $rctl_client;\n"));
         let bad = Options {
             artifact: "/x; rctl off".into(),
