@@ -28,6 +28,11 @@ fn socket(flag: Option<PathBuf>) -> Option<(PathBuf, bool)> {
     }
 }
 
+/// Whether the agent's default control socket exists.
+pub fn default_socket_exists() -> bool {
+    socket(None).is_some()
+}
+
 /// `rctl apply`: exit 0 when every plane runs the new generation, 1 when
 /// one does but a step after its switch failed (the message says which),
 /// 2 (an error) when nothing changed.

@@ -171,13 +171,14 @@ pub fn status(
     iface: Option<&str>,
     agent: Option<crate::agent::Seen>,
     proxy: Option<crate::haproxy::Seen>,
+    module: Option<crate::nginx::Seen>,
     json: bool,
     paths: &HostPaths,
 ) -> Result<ExitCode> {
     let all = match host::status(&paths.paths(), iface) {
         Ok(all) => all,
         // A host may run only the HTTP plane: the agent is still shown.
-        Err(e) if (agent.is_some() || proxy.is_some()) && iface.is_none() => {
+        Err(e) if (agent.is_some() || proxy.is_some() || module.is_some()) && iface.is_none() => {
             warn(&format!("packet plane: {e}"));
             Vec::new()
         }
@@ -194,6 +195,7 @@ pub fn status(
             "interfaces": all,
             "agent": agent.as_ref().map(crate::agent::Seen::json),
             "haproxy": proxy.as_ref().map(crate::haproxy::Seen::json),
+            "nginx": module.as_ref().map(crate::nginx::Seen::json),
         });
         writeln!(
             out,
@@ -213,14 +215,20 @@ pub fn status(
         if let Some(p) = &proxy {
             p.text(&mut out)?;
         }
+        if let Some(m) = &module {
+            m.text(&mut out)?;
+        }
     }
     let agent_ok = agent.as_ref().is_none_or(crate::agent::Seen::serving);
     let proxy_ok = proxy.as_ref().is_none_or(crate::haproxy::Seen::ok);
-    Ok(if all.iter().all(|s| s.enforcing) && agent_ok && proxy_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    let module_ok = module.as_ref().is_none_or(crate::nginx::Seen::ok);
+    Ok(
+        if all.iter().all(|s| s.enforcing) && agent_ok && proxy_ok && module_ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 fn text(out: &mut impl std::io::Write, s: &Status) -> std::io::Result<()> {

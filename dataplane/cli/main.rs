@@ -11,6 +11,7 @@ mod haproxy;
 mod host;
 mod html;
 mod import;
+mod nginx;
 mod output;
 mod serve;
 mod term;
@@ -241,6 +242,14 @@ enum Command {
         /// The XDP object (default: RCTL_XDP_OBJECT, else the one built in).
         #[arg(long)]
         object: Option<PathBuf>,
+        /// Also install the artifact here for rctl's nginx module (its
+        /// rctl_artifact), in one rename: its workers switch to it.
+        #[arg(long, value_name = "PATH")]
+        nginx_artifact: Option<PathBuf>,
+        /// With --nginx-artifact: wait until every worker at this status
+        /// page (rctl_status) runs it.
+        #[arg(long, value_name = "URL", requires = "nginx_artifact")]
+        nginx_status: Option<String>,
         #[command(flatten)]
         host: host::HostPaths,
     },
@@ -261,6 +270,10 @@ enum Command {
         /// through unchecked (the table `rctl emit haproxy-spoe` writes).
         #[arg(long, value_name = "PATH")]
         haproxy_socket: Option<PathBuf>,
+        /// rctl's nginx module: also show its status page
+        /// (http://HOST:PORT/PATH of a location with rctl_status).
+        #[arg(long, value_name = "URL")]
+        nginx_status: Option<String>,
         #[command(flatten)]
         host: host::HostPaths,
     },
@@ -713,8 +726,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             clock,
             site,
             object,
+            nginx_artifact,
+            nginx_status,
             host,
         } => {
+            if let Some(path) = &nginx_artifact {
+                let bytes = rctl_compiler::files::read_binary(
+                    &artifact,
+                    rctl_compiler::files::MAX_BINARY_BYTES,
+                )
+                .with_context(|| format!("reading {}", artifact.display()))?;
+                nginx::install(&bytes, path, nginx_status.as_deref())?;
+                // nginx alone: nothing else to switch.
+                if iface.is_none() && agent.is_none() && !agent::default_socket_exists() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
             let (mode, clock) = (mode.into(), clock.into());
             let xdp = iface.as_deref().map(|iface| host::XdpArgs {
                 iface,
@@ -729,11 +756,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             agent,
             format,
             haproxy_socket,
+            nginx_status,
             host,
         } => {
             let seen = agent::Seen::ask(agent, iface.as_deref());
             let proxy = haproxy_socket.map(haproxy::Seen::ask);
-            host::status(iface.as_deref(), seen, proxy, format == Format::Json, &host)
+            let module = nginx_status.as_deref().map(nginx::Seen::ask);
+            host::status(
+                iface.as_deref(),
+                seen,
+                proxy,
+                module,
+                format == Format::Json,
+                &host,
+            )
         }
         Command::Serve(args) => {
             serve::run(args)?;

@@ -7,6 +7,7 @@
 # NGINX_SOURCE_DIR and NGINX_BUILD_DIR; only `configure` is needed).
 #
 #   dataplane/nginx/build-module.sh [--release]   # -> target/{debug,release}/ngx_http_rctl_module.so
+#   dataplane/nginx/build-module.sh --clippy      # clippy -D warnings on the module's FFI side
 #
 # Needs: nginx-dev, libclang-dev (bindgen), libpcre2-dev, libssl-dev,
 # zlib1g-dev (configure checks them). CARGO_BUILD_JOBS is honoured.
@@ -16,7 +17,13 @@ src=/usr/share/nginx/src
 tree="${CARGO_TARGET_DIR:-$root/target}/nginx-debian"
 profile=debug
 args=()
-if [ "${1:-}" = "--release" ]; then profile=release; args=(--release); fi
+mode=build
+case "${1:-}" in
+  --release) profile=release; args=(--release) ;;
+  --clippy) mode=clippy ;;
+  "") ;;
+  *) echo "usage: $0 [--release|--clippy]" >&2; exit 2 ;;
+esac
 if [ ! -f "$src/conf_flags" ]; then
   echo "build-module.sh: $src/conf_flags is missing: apt-get install nginx-dev" >&2
   exit 1
@@ -37,6 +44,9 @@ if [ "$(cat "$tree/stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 export NGINX_SOURCE_DIR="$tree/src" NGINX_BUILD_DIR="$tree/objs"
 cd "$root"
+if [ "$mode" = clippy ]; then
+  exec cargo clippy --locked -p rctl-nginx --features module --all-targets -- -D warnings
+fi
 cargo build --locked -p rctl-nginx --features module "${args[@]}"
 out="${CARGO_TARGET_DIR:-$root/target}/$profile"
 cp "$out/libngx_http_rctl_module.so" "$out/ngx_http_rctl_module.so"

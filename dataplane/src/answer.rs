@@ -20,6 +20,26 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in the order of [`Action::index`].
+    pub const ALL: [Action; 5] = [
+        Action::Pass,
+        Action::Allow,
+        Action::Deny,
+        Action::Throttle,
+        Action::Drop,
+    ];
+
+    /// Its place in [`Action::ALL`] (for tables of counters).
+    pub fn index(self) -> usize {
+        match self {
+            Action::Pass => 0,
+            Action::Allow => 1,
+            Action::Deny => 2,
+            Action::Throttle => 3,
+            Action::Drop => 4,
+        }
+    }
+
     /// `pass`, `allow`, `deny`, `throttle` or `drop`.
     pub fn as_str(self) -> &'static str {
         match self {

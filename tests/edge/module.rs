@@ -6,10 +6,10 @@
 //! are counted from nginx's own access log and from what clients got.
 
 use super::stack::serial;
-use super::{emit_nginx, nginx_http, rctl_ok, shipped};
+use super::{emit_nginx, nginx_http, rctl_ok};
 use crate::servers::nginx::{self, Nginx};
 use crate::servers::{self, free_port};
-use crate::util::{root, tempdir};
+use crate::util::tempdir;
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -109,15 +109,7 @@ fn every_ruleset_emits_a_module_configuration_nginx_accepts() {
         return;
     };
     let dir = tempdir("module-check");
-    let mut rulesets = vec![
-        shipped(),
-        shipped().join("wdqs.rctl"),
-        shipped().join("restbase.rctl"),
-        shipped().join("general.rctl"),
-        root().join("tests/fixtures/rules"),
-    ];
-    rulesets.extend(crate::util::corpus_files());
-    for (i, rules) in rulesets.iter().enumerate() {
+    for (i, rules) in super::emit::rulesets_to_check().iter().enumerate() {
         let d = dir.join(i.to_string());
         std::fs::create_dir_all(d.join("tmp")).unwrap();
         let art = d.join("active.rctlc");
@@ -296,10 +288,19 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
         n.proc.signal("HUP");
     }
     std::thread::sleep(Duration::from_millis(1200));
-    let tmp = dir.join(".active.rctlc.tmp");
-    std::fs::copy(&two, &tmp).unwrap();
-    std::fs::rename(&tmp, &active).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // rctl apply installs it (one rename) and waits until every worker
+    // runs it, as the status page says.
+    let url = format!("http://{addr}/rctl-status");
+    let (out, _) = rctl_ok(&[
+        "apply",
+        two.to_str().unwrap(),
+        "--nginx-artifact",
+        active.to_str().unwrap(),
+        "--nginx-status",
+        &url,
+    ]);
+    assert!(out.contains("all 2 workers run it"), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
     n.proc.signal("HUP");
     let mut sent = 0;
     for c in clients {
@@ -339,6 +340,38 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
     assert!(gens.iter().rev().take(2).all(|g| g == "2"), "{gens:?}");
     let errors = n.log("error.log");
     assert!(!errors.contains("exited on signal"), "{errors}");
+    // rctl status shows the module: both workers on generation 2.
+    let empty = dir.join("host");
+    let (b, r, st) = (empty.join("bpf"), empty.join("run"), empty.join("state"));
+    for d in [&b, &r, &st] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args([
+            "status",
+            "--nginx-status",
+            &url,
+            "--agent",
+            "/nonexistent/agent.sock",
+        ])
+        .args([
+            "--bpffs",
+            b.to_str().unwrap(),
+            "--run-dir",
+            r.to_str().unwrap(),
+        ])
+        .args(["--state-dir", st.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!(
+            "nginx module at {url}: 2 workers, generation 2, artifact"
+        )),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("throttle 2"), "{text}");
 }
 
 const HEADERS: &str = r#"

@@ -87,11 +87,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     };
     let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
     let source = check::text("source", &o.source)?;
-    let client = o
-        .client_ip_header
-        .as_deref()
-        .map(|h| check::client_ip_header("--client-ip-header", h))
-        .transpose()?;
+    let client = check::client_ip_header_flag(o.client_ip_header.as_deref())?;
     let mut warnings = Vec::new();
     for h in &reads.headers {
         if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {

@@ -65,11 +65,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     let module = check::path("--module-path", &o.module)?;
     let zone = check::path("--zone", &o.zone)?;
     let source = check::text("source", &o.source)?;
-    let client = o
-        .client_ip_header
-        .as_deref()
-        .map(|h| check::client_ip_header("--client-ip-header", h))
-        .transpose()?;
+    let client = check::client_ip_header_flag(o.client_ip_header.as_deref())?;
     let mut warnings = Vec::new();
     for r in &rs.rules {
         let Action::Throttle(t) = &r.action else {
@@ -123,6 +119,8 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
             &format!("Include it in the server block: `include .../{SERVER_FILE};`. A location"),
             "with its own proxy_set_header must add `proxy_set_header X-Requestctl $rctl_tags;`;",
             "`rctl off;` leaves a location out, `rctl shadow;` decides without enforcing.",
+            "The proxy_set_header below replaces the http block's: set `Connection \"\"` again",
+            "here if the backend's connections are kept alive.",
         ],
     );
     server.push_str("rctl on;\n");

@@ -75,18 +75,6 @@ impl Default for Counters {
     }
 }
 
-fn action_index(a: Action) -> usize {
-    match a {
-        Action::Pass => 0,
-        Action::Allow => 1,
-        Action::Deny => 2,
-        Action::Throttle => 3,
-        Action::Drop => 4,
-    }
-}
-
-const ACTIONS: [&str; 5] = ["pass", "allow", "deny", "throttle", "drop"];
-
 /// What one worker says of itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerInfo {
@@ -105,7 +93,7 @@ pub struct WorkerInfo {
 impl Counters {
     /// Counts a decision (`shadowed`: a block that shadow mode served).
     pub fn decided(&self, action: Action, shadowed: bool) {
-        self.decided[action_index(action)].fetch_add(1, Ordering::Relaxed);
+        self.decided[action.index()].fetch_add(1, Ordering::Relaxed);
         if shadowed {
             self.shadowed.fetch_add(1, Ordering::Relaxed);
         }
@@ -208,8 +196,11 @@ impl Counters {
     /// The status page: JSON, the same for every worker that serves it.
     pub fn status_json(&self, workers: &[WorkerInfo], zone: &ZoneStats) -> String {
         let mut requests = serde_json::Map::new();
-        for (i, a) in ACTIONS.iter().enumerate() {
-            requests.insert((*a).into(), self.decided[i].load(Ordering::Relaxed).into());
+        for a in Action::ALL {
+            requests.insert(
+                a.as_str().into(),
+                self.decided[a.index()].load(Ordering::Relaxed).into(),
+            );
         }
         let mut failures = serde_json::Map::new();
         for (name, f) in FAILURES {
