@@ -1,9 +1,11 @@
 //! rctl's nginx module from the command line: `rctl status --nginx-status
-//! URL` reads its status page (`rctl_status;`), and `rctl apply
-//! --nginx-artifact PATH` installs an artifact where its workers watch
-//! for it (and, with `--nginx-status`, waits until every worker runs it).
+//! URL` reads its status page (`rctl_status;`) and grades it, and `rctl
+//! apply --nginx-artifact PATH` installs an artifact where its workers
+//! watch for it (and, with `--nginx-status`, waits until every worker
+//! runs it).
 
 use anyhow::{bail, Context, Result};
+use rctl_agent::health::{Health, Level};
 use serde_json::Value;
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -56,9 +58,68 @@ impl Seen {
         }
     }
 
-    /// Whether it answered.
-    pub fn ok(&self) -> bool {
-        self.status.is_ok()
+    /// Grades what the page says: not answering is unknown; no worker
+    /// with an artifact is critical (every request goes unchecked);
+    /// workers on different artifacts, or requests the module let
+    /// through unchecked (its own errors, counted since nginx started),
+    /// are warnings.
+    pub fn judge(&self, h: &mut Health) {
+        let url = &self.url;
+        let s = match &self.status {
+            Ok(s) => s,
+            Err(e) => {
+                return h.add(
+                    Level::Unknown,
+                    format!("rctl's nginx module at {url} did not answer: {e}"),
+                )
+            }
+        };
+        let shas = self.artifacts();
+        if shas.is_empty() {
+            h.add(
+                Level::Critical,
+                format!("no worker of rctl's nginx module at {url} runs an artifact"),
+            );
+        } else if shas.iter().any(|a| *a != shas[0]) {
+            h.add(
+                Level::Warning,
+                format!(
+                    "the workers of rctl's nginx module at {url} run different artifacts \
+                     (a switch under way, or one could not load it: see nginx's error log)"
+                ),
+            );
+        }
+        let unchecked: Vec<(String, u64)> = s["unchecked"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, n)| Some((k.clone(), n.as_u64()?)))
+                    .filter(|(_, n)| *n > 0)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let total: u64 = unchecked.iter().map(|(_, n)| n).sum();
+        h.figure("nginx_module_unchecked", total);
+        if total > 0 {
+            let why: Vec<String> = unchecked.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            h.add(
+                Level::Warning,
+                format!(
+                    "rctl's nginx module at {url} failed open since nginx started ({})",
+                    why.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// What an OK line says of it.
+    pub fn summary(&self) -> String {
+        let shas = self.artifacts();
+        format!(
+            "rctl's nginx module runs artifact {} in {} workers",
+            shas.first().map_or("-", |s| crate::common::short(s)),
+            shas.len()
+        )
     }
 
     /// The JSON form: `{"url", "serving", "status"|"error"}`.
@@ -89,7 +150,7 @@ impl Seen {
                 format!(
                     "generation {}, artifact {} ({} rules)",
                     w["generation"],
-                    crate::host::short(w["artifact_sha256"].as_str().unwrap_or_default()),
+                    crate::common::short(w["artifact_sha256"].as_str().unwrap_or_default()),
                     w["rules"]
                 )
             })
@@ -158,7 +219,7 @@ pub fn install(bytes: &[u8], path: &Path, status: Option<&str>) -> Result<()> {
         .with_context(|| format!("installing {}", path.display()))?;
     let mut line = format!(
         "nginx module: artifact {} installed at {}",
-        crate::host::short(&sha),
+        crate::common::short(&sha),
         path.display()
     );
     if let Some(url) = status {

@@ -7,9 +7,10 @@
 
 use super::stack::serial;
 use super::{emit_nginx, nginx_http, rctl_ok};
-use crate::servers::nginx::{self, Nginx};
-use crate::servers::{self, free_port};
 use crate::util::tempdir;
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::skip::require;
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 /// The module, if it is built and nginx is installed (never skipped
 /// under CI).
 fn module() -> Option<PathBuf> {
-    if !servers::require(nginx::BIN) {
+    if !require(nginx::BIN) {
         return None;
     }
     nginx::module()
@@ -340,38 +341,64 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
     assert!(gens.iter().rev().take(2).all(|g| g == "2"), "{gens:?}");
     let errors = n.log("error.log");
     assert!(!errors.contains("exited on signal"), "{errors}");
-    // rctl status shows the module: both workers on generation 2.
-    let empty = dir.join("host");
-    let (b, r, st) = (empty.join("bpf"), empty.join("run"), empty.join("state"));
-    for d in [&b, &r, &st] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .args([
-            "status",
-            "--nginx-status",
-            &url,
-            "--agent",
-            "/nonexistent/agent.sock",
-        ])
-        .args([
-            "--bpffs",
-            b.to_str().unwrap(),
-            "--run-dir",
-            r.to_str().unwrap(),
-        ])
-        .args(["--state-dir", st.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
+    // rctl status shows the module: both workers on generation 2, all
+    // well (exit 0); the check line says so.
+    let (code, text) = status(&dir, &url, &[]);
     assert!(
         text.contains(&format!(
             "nginx module at {url}: 2 workers, generation 2, artifact"
         )),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
+        "{text}"
     );
     assert!(text.contains("throttle 2"), "{text}");
+    let (check, line) = status(&dir, &url, &["--check"]);
+    if !Path::new(AGENT_SOCKET).exists() {
+        assert_eq!(code, Some(0), "{text}");
+        assert_eq!(check, Some(0), "{line}");
+        assert!(
+            line.starts_with("RCTL OK - rctl's nginx module runs artifact")
+                && line.contains("in 2 workers"),
+            "{line}"
+        );
+    }
+    // nginx stopped: what the module does cannot be known (exit 3).
+    drop(n);
+    let (code, text) = status(&dir, &url, &[]);
+    assert!(text.contains("NOT ANSWERING"), "{text}");
+    assert_eq!(code, Some(3), "{text}");
+}
+
+/// The agent's default control socket (`rctl status` asks it when it
+/// exists, which would change the outcome).
+const AGENT_SOCKET: &str = "/run/rctl/agent.sock";
+
+/// `rctl status --nginx-status URL FLAGS` with empty host directories
+/// under `dir` (no packet plane): its exit code, and stdout then stderr.
+fn status(dir: &Path, url: &str, flags: &[&str]) -> (Option<i32>, String) {
+    let host = dir.join("host");
+    let (b, r, st) = (host.join("bpf"), host.join("run"), host.join("state"));
+    for d in [&b, &r, &st] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args(["status", "--nginx-status", url])
+        .args(flags)
+        .arg("--bpffs")
+        .arg(&b)
+        .arg("--run-dir")
+        .arg(&r)
+        .arg("--state-dir")
+        .arg(&st)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
 }
 
 const HEADERS: &str = r#"

@@ -95,7 +95,7 @@ pub extern "C" fn zone_init(
     }
     // Every free page, in one allocation (the pool is new: they are
     // contiguous), less one for the allocator's own use.
-    let pages = (sp.pfree as usize).saturating_sub(1);
+    let pages = sp.pfree.saturating_sub(1);
     let bytes = pages * 4096;
     // SAFETY: the pool is the zone's; the master alone runs now.
     let region = unsafe { ngx_slab_alloc(sp, bytes) } as *mut u8;
