@@ -140,6 +140,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=65536 -timeout=10 -rss_limit_mb=2048
+  mkdir -p fuzz/corpus/zone
+  cargo +nightly fuzz run --sanitizer none zone fuzz/corpus/zone fuzz/seeds/zone -- -runs=0
+  cargo +nightly fuzz run --sanitizer none zone fuzz/corpus/zone fuzz/seeds/zone -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
 )
 
 (
