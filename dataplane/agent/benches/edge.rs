@@ -316,10 +316,21 @@ const KEEP_ALIVE: &str =
 /// nginx with rctl's module in front of `origin` on port 8006 (`None`,
 /// said on stderr, when the module is not built).
 fn module_front(dir: &Path, artifact: &Path, origin: SocketAddr) -> Option<Nginx> {
-    let Some(module) = nginx::module() else {
-        eprintln!("edge bench: no nginx module (dataplane/nginx/build-module.sh --release): nginx+module is not measured");
+    // The release build (a debug one would measure the debug engine),
+    // unless RCTL_NGINX_MODULE names another.
+    let module = std::env::var_os("RCTL_NGINX_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/ngx_http_rctl_module.so")
+        });
+    if !module.is_file() {
+        eprintln!(
+            "edge bench: no nginx module at {} (dataplane/nginx/build-module.sh --release): \
+             nginx+module is not measured",
+            module.display()
+        );
         return None;
-    };
+    }
     let d = sub(dir, "nginx-module");
     let active = d.join("active.rctlc");
     std::fs::copy(artifact, &active).unwrap();
