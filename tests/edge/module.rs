@@ -401,6 +401,88 @@ fn status(dir: &Path, url: &str, flags: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+const BY_CLIENT: &str = r#"
+rule banned_net {
+  when ip in { 198.51.100.0/24 }
+  deny 403 "banned"
+}
+"#;
+
+#[test]
+fn the_client_from_a_trusted_header_and_shadow_and_off_locations() {
+    let Some(module) = module() else {
+        return;
+    };
+    let _turn = serial();
+    let dir = tempdir("module-client");
+    let art = compile_text(&dir, "c", BY_CLIENT);
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("www/s")).unwrap();
+    std::fs::create_dir_all(dir.join("www/o")).unwrap();
+    for f in ["x", "s/x", "o/x"] {
+        std::fs::write(dir.join("www").join(f), "ok\n").unwrap();
+    }
+    let http = format!(
+        "    rctl_artifact {a};
+    log_format t '$status $rctl_action $rctl_shadow $rctl_check $request_uri';
+    server {{
+        listen {addr};
+        access_log {d}/access.log t;
+        rctl on;
+        rctl_client_ip $http_x_forwarded_for;
+        location / {{ root {d}/www; }}
+        location /s/ {{ rctl shadow; root {d}/www; }}
+        location /o/ {{ rctl off; root {d}/www; }}
+        location = /rctl-status {{ rctl off; rctl_status; }}
+    }}
+",
+        a = art.display()
+    );
+    let conf = nginx::conf_with_module(&module, &dir, 2, &http);
+    let n = Nginx::start(&dir, &conf, &[addr]);
+    let with = |path: &str, xff: &str| {
+        request(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: {xff}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    // The last address of the header is the client's (the peer is 127.0.0.1).
+    assert_eq!(with("/x", "203.0.113.5, 198.51.100.7"), Some(403));
+    assert_eq!(with("/x", "198.51.100.7, 203.0.113.5"), Some(200));
+    assert_eq!(get(addr, "/x"), Some(200));
+    // No address in it: the peer is judged, and the bad value counted.
+    assert_eq!(with("/x", "unknown"), Some(200));
+    // Shadow: decided, served, and said; off: not decided at all.
+    assert_eq!(with("/s/x", "198.51.100.7"), Some(200));
+    assert_eq!(with("/o/x", "198.51.100.7"), Some(200));
+    let page = status_page(addr);
+    // Counted twice: "unknown", and the request with no header at all.
+    assert_eq!(page["unchecked"]["client-ip-value"], 2, "{page}");
+    assert_eq!(page["requests"]["deny"], 1, "{page}");
+    assert_eq!(page["shadowed"], 1, "{page}");
+    let lines: Vec<String> = n
+        .log("access.log")
+        .lines()
+        .filter(|l| !l.ends_with("/rctl-status"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "403 deny - ok /x",
+            "200 pass - ok /x",
+            "200 pass - ok /x",
+            "200 pass - ok /x",
+            "200 pass deny ok /s/x",
+            "200 - - - /o/x",
+        ],
+        "{}",
+        n.proc.logs()
+    );
+}
+
 const HEADERS: &str = r#"
 rule bad_agent {
   when header("user-agent") contains "evil" or header("x-odd") ~* "^\\xff"
