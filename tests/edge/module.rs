@@ -457,6 +457,22 @@ fn the_client_from_a_trusted_header_and_shadow_and_off_locations() {
     // Shadow: decided, served, and said; off: not decided at all.
     assert_eq!(with("/s/x", "198.51.100.7"), Some(200));
     assert_eq!(with("/o/x", "198.51.100.7"), Some(200));
+    // rctl apply checks an artifact before installing it: a corrupt one
+    // leaves the workers' file as it was.
+    let bad = dir.join("bad.rctlc");
+    std::fs::write(&bad, b"not an artifact").unwrap();
+    let before = std::fs::read(&art).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .arg("apply")
+        .arg(&bad)
+        .arg("--nginx-artifact")
+        .arg(&art)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not installed for nginx"), "{err}");
+    assert_eq!(std::fs::read(&art).unwrap(), before);
     let page = status_page(addr);
     // Counted twice: "unknown", and the request with no header at all.
     assert_eq!(page["unchecked"]["client-ip-value"], 2, "{page}");
