@@ -343,7 +343,8 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
     assert!(!errors.contains("exited on signal"), "{errors}");
     // rctl status shows the module: both workers on generation 2, all
     // well (exit 0); the check line says so.
-    let (code, text) = status(&dir, &url, &[]);
+    let (code, text, err) = status(&dir, &url, &[]);
+    let text = format!("{text}{err}");
     assert!(
         text.contains(&format!(
             "nginx module at {url}: 2 workers, generation 2, artifact"
@@ -351,7 +352,16 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
         "{text}"
     );
     assert!(text.contains("throttle 2"), "{text}");
-    let (check, line) = status(&dir, &url, &["--check"]);
+    let (check, line, _) = status(&dir, &url, &["--check"]);
+    let (_, json, _) = status(&dir, &url, &["--format", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(v["nginx"]["serving"], true, "{json}");
+    assert_eq!(
+        v["nginx"]["status"]["workers"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
     if !Path::new(AGENT_SOCKET).exists() {
         assert_eq!(code, Some(0), "{text}");
         assert_eq!(check, Some(0), "{line}");
@@ -363,7 +373,7 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
     }
     // nginx stopped: what the module does cannot be known (exit 3).
     drop(n);
-    let (code, text) = status(&dir, &url, &[]);
+    let (code, text, _) = status(&dir, &url, &[]);
     assert!(text.contains("NOT ANSWERING"), "{text}");
     assert_eq!(code, Some(3), "{text}");
 }
@@ -373,8 +383,8 @@ fn reloads_and_a_new_artifact_under_load_fail_no_request_and_keep_bans() {
 const AGENT_SOCKET: &str = "/run/rctl/agent.sock";
 
 /// `rctl status --nginx-status URL FLAGS` with empty host directories
-/// under `dir` (no packet plane): its exit code, and stdout then stderr.
-fn status(dir: &Path, url: &str, flags: &[&str]) -> (Option<i32>, String) {
+/// under `dir` (no packet plane): its exit code, stdout and stderr.
+fn status(dir: &Path, url: &str, flags: &[&str]) -> (Option<i32>, String, String) {
     let host = dir.join("host");
     let (b, r, st) = (host.join("bpf"), host.join("run"), host.join("state"));
     for d in [&b, &r, &st] {
@@ -391,13 +401,11 @@ fn status(dir: &Path, url: &str, flags: &[&str]) -> (Option<i32>, String) {
         .arg(&st)
         .output()
         .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
     (
         o.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
+        out,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
 
