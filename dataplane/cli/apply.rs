@@ -12,7 +12,8 @@
 //!
 //! With `--nginx-artifact`, the artifact is also installed where rctl's
 //! nginx module watches for it (see `nginx`): alone when there is no
-//! other plane, else last, once the others run it.
+//! other plane, else last, once the others run it; exit 1 when it is
+//! installed but (`--nginx-status`) not every worker runs it.
 
 use crate::agent_socket::{self, ANSWER_TIMEOUT};
 use crate::common::{short, warn};
@@ -124,8 +125,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // nginx's module alone: nothing else to switch.
     if let Some(path) = &a.nginx_artifact {
         if a.iface.is_none() && agent_socket::find(a.agent.clone()).is_none() {
-            crate::nginx::install(&bytes, path, a.nginx_status.as_deref())?;
-            return Ok(ExitCode::SUCCESS);
+            let all = crate::nginx::install(&bytes, path, a.nginx_status.as_deref())?;
+            return Ok(crate::common::exit(!all));
         }
     }
     let agent = connect(&a, &shown)?;
@@ -161,16 +162,20 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             // The module last, once the other planes run it.
             let nginx_failed = match &a.nginx_artifact {
-                Some(path) => crate::nginx::install(&bytes, path, a.nginx_status.as_deref())
-                    .map_err(|e| {
-                        let _ = writeln!(
+                Some(path) => {
+                    match crate::nginx::install(&bytes, path, a.nginx_status.as_deref()) {
+                        Ok(all) => !all,
+                        Err(e) => {
+                            let _ = writeln!(
                             std::io::stderr().lock(),
                             "rctl: error: the other planes run the new generation, but nginx's \
                              module does not: {}; apply again",
                             term::text(&format!("{e:#}"))
                         );
-                    })
-                    .is_err(),
+                            true
+                        }
+                    }
+                }
                 None => false,
             };
             Ok(crate::common::exit(incomplete || nginx_failed))

@@ -206,8 +206,10 @@ impl Seen {
 
 /// `rctl apply --nginx-artifact PATH`: checks that `bytes` decode, then
 /// puts them at `path` in one rename (workers never read half a file);
-/// with `status`, waits until every worker runs them.
-pub fn install(bytes: &[u8], path: &Path, status: Option<&str>) -> Result<()> {
+/// with `status`, waits until every worker runs them. An error when
+/// nothing was installed; `Ok(false)` (said on stderr) when it was, but
+/// not every worker runs it after 30 s.
+pub fn install(bytes: &[u8], path: &Path, status: Option<&str>) -> Result<bool> {
     use rctl_compiler::artifact;
     artifact::decode(bytes).context("not installed for nginx")?;
     let sha =
@@ -232,7 +234,14 @@ pub fn install(bytes: &[u8], path: &Path, status: Option<&str>) -> Result<()> {
                 break;
             }
             if Instant::now() > deadline {
-                bail!("{line}, but after 30 s not every worker at {url} runs it (its error log says why)");
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "rctl: error: {}, but after 30 s not every worker at {} runs it (nginx's \
+                     error log says why)",
+                    crate::term::text(&line),
+                    crate::term::text(url)
+                );
+                return Ok(false);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -240,5 +249,5 @@ pub fn install(bytes: &[u8], path: &Path, status: Option<&str>) -> Result<()> {
         line.push_str("; workers switch at their next look (rctl_watch, 1 s)");
     }
     let _ = writeln!(std::io::stdout().lock(), "{}", crate::term::text(&line));
-    Ok(())
+    Ok(true)
 }
