@@ -33,6 +33,14 @@ command -v nginx >/dev/null || missing="$missing nginx"
 command -v varnishd >/dev/null || missing="$missing varnish"
 [ -e /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_vsthrottle.so ] || missing="$missing varnish-modules"
 command -v wrk >/dev/null || missing="$missing wrk"
+# rctl's nginx module is built against Debian's nginx: nginx-dev has its
+# sources and configure flags, bindgen (the ngx crate) needs libclang,
+# and nginx's configure checks PCRE2, OpenSSL and zlib.
+[ -f /usr/share/nginx/src/conf_flags ] || missing="$missing nginx-dev"
+dpkg -s libclang-dev >/dev/null 2>&1 || missing="$missing libclang-dev"
+for p in libpcre2-dev libssl-dev zlib1g-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
 python3 -c 'import requests' 2>/dev/null || missing="$missing python3-requests"
 # The requestctl round trip runs conftool's own reqconfig code (fetched
 # from PyPI by `pip download`), which needs sympy and PyYAML.
@@ -84,6 +92,10 @@ fi
 (cd ebpf/rctl-xdp && cargo +nightly build --locked -Z build-std=core --target bpfel-unknown-none --release)
 export RCTL_XDP_OBJECT="$PWD/ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp"
 test -s "$RCTL_XDP_OBJECT"
+
+step "rctl's nginx module (against Debian's nginx)"
+dataplane/nginx/build-module.sh
+dataplane/nginx/build-module.sh --clippy
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -150,6 +162,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=65536 -timeout=10 -rss_limit_mb=2048
+  mkdir -p fuzz/corpus/zone
+  cargo +nightly fuzz run --sanitizer none zone fuzz/corpus/zone fuzz/seeds/zone -- -runs=0
+  cargo +nightly fuzz run --sanitizer none zone fuzz/corpus/zone fuzz/seeds/zone -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
 )
 
 (

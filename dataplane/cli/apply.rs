@@ -9,6 +9,11 @@
 //! ruleset was refused because the proxies' configuration is stale for
 //! it (nothing changed; `--allow-stale-proxy`); 2 (an error) when
 //! nothing changed otherwise.
+//!
+//! With `--nginx-artifact`, the artifact is also installed where rctl's
+//! nginx module watches for it (see `nginx`): alone when there is no
+//! other plane, else last, once the others run it; exit 1 when it is
+//! installed but (`--nginx-status`) not every worker runs it.
 
 use crate::agent_socket::{self, ANSWER_TIMEOUT};
 use crate::common::{short, warn};
@@ -56,6 +61,14 @@ pub struct Args {
     /// changes (exit 1).
     #[arg(long)]
     allow_stale_proxy: bool,
+    /// Also install the artifact here for rctl's nginx module (its
+    /// rctl_artifact), in one rename: its workers switch to it.
+    #[arg(long, value_name = "PATH")]
+    nginx_artifact: Option<PathBuf>,
+    /// With --nginx-artifact: wait until every worker at this status
+    /// page (rctl_status) runs it.
+    #[arg(long, value_name = "URL", requires = "nginx_artifact")]
+    nginx_status: Option<String>,
     #[command(flatten)]
     host: HostPaths,
 }
@@ -109,6 +122,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         rctl_compiler::files::read_binary(&a.artifact, rctl_compiler::files::MAX_BINARY_BYTES)
             .with_context(|| format!("reading {}", a.artifact.display()))?;
     let shown = a.artifact.display().to_string();
+    // nginx's module alone: nothing else to switch.
+    if let Some(path) = &a.nginx_artifact {
+        if a.iface.is_none() && agent_socket::find(a.agent.clone()).is_none() {
+            let all = crate::nginx::install(&bytes, path, a.nginx_status.as_deref())?;
+            return Ok(crate::common::exit(!all));
+        }
+    }
     let agent = connect(&a, &shown)?;
     // The object is read before anything changes: a missing one aborts
     // nothing.
@@ -140,7 +160,25 @@ pub fn run(a: Args) -> Result<ExitCode> {
             if let (Some(sock), Some(agent)) = (&sock, &done.agent) {
                 print_agent(sock, agent);
             }
-            Ok(crate::common::exit(incomplete))
+            // The module last, once the other planes run it.
+            let nginx_failed = match &a.nginx_artifact {
+                Some(path) => {
+                    match crate::nginx::install(&bytes, path, a.nginx_status.as_deref()) {
+                        Ok(all) => !all,
+                        Err(e) => {
+                            let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "rctl: error: the other planes run the new generation, but nginx's \
+                             module does not: {}; apply again",
+                            term::text(&format!("{e:#}"))
+                        );
+                            true
+                        }
+                    }
+                }
+                None => false,
+            };
+            Ok(crate::common::exit(incomplete || nginx_failed))
         }
         Err(e) => {
             let at = sock.map_or_else(String::new, |s| s.display().to_string());

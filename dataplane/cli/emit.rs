@@ -56,10 +56,17 @@ pub enum Target {
         #[arg(long, value_name = "NAME")]
         client_ip_header: Option<String>,
     },
-    /// nginx 1.22+: auth_request asking `rctl serve --http`.
+    /// nginx 1.22+: auth_request asking `rctl serve --http`, or with
+    /// `--module` rctl's own nginx module (no agent).
     Nginx {
         #[command(flatten)]
         common: Common,
+        /// Write the configuration of rctl's nginx module
+        /// (ngx_http_rctl_module.so) instead of auth_request's.
+        #[arg(long)]
+        module: bool,
+        #[command(flatten)]
+        nginx_module: NginxModule,
         /// The agent's check endpoint: unix:PATH (`rctl serve --http
         /// unix:PATH --http-group www-data`), or ADDR:PORT, tcp:ADDR:PORT (a
         /// TCP endpoint is reachable by every local user).
@@ -99,6 +106,28 @@ pub enum Target {
         #[arg(long, value_name = "DIR")]
         config_dir: Option<PathBuf>,
     },
+}
+
+/// `rctl emit nginx --module`'s values.
+#[derive(clap::Args)]
+pub struct NginxModule {
+    /// With --module: the artifact every worker loads and watches.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/rctl/active.rctlc"
+    )]
+    artifact: String,
+    /// With --module: the module's file, as load_module takes it.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "modules/ngx_http_rctl_module.so"
+    )]
+    module_path: String,
+    /// With --module: the shared zone's size (nginx's sizes: 16m).
+    #[arg(long, value_name = "SIZE", default_value = "16m")]
+    zone: String,
 }
 
 /// What the targets that decide by themselves (vcl, haproxy) take.
@@ -234,6 +263,8 @@ pub fn run(target: Target) -> Result<ExitCode> {
         }
         Target::Nginx {
             common,
+            module,
+            nginx_module,
             agent,
             timeout_ms,
             client_ip_header,
@@ -241,6 +272,17 @@ pub fn run(target: Target) -> Result<ExitCode> {
             let Some((rs, inputs)) = load(&common)? else {
                 return Ok(ExitCode::from(1));
             };
+            if module {
+                let o = rctl_emit::nginx_module::Options {
+                    artifact: nginx_module.artifact,
+                    module: nginx_module.module_path,
+                    zone: nginx_module.zone,
+                    source: source(&rs),
+                    client_ip_header,
+                };
+                let e = rctl_emit::nginx_module::emit(&rs, &o)?;
+                return finish(&common, &e, &inputs);
+            }
             let o = nginx::Options {
                 agent,
                 timeout_ms,

@@ -37,6 +37,7 @@ mod hostargs;
 mod import;
 mod listen;
 mod log;
+mod nginx;
 mod output;
 mod push;
 mod serve;

@@ -2,8 +2,9 @@
 //! packet plane's state says (read by `rctl_loader::host::status`); the
 //! agent's status over its control socket, with the fleet agent's part;
 //! and, with `--haproxy-socket`, the requests HAProxy let through
-//! unchecked (read by `rctl_agent::haproxy_stats`). This module asks and
-//! renders, as text or JSON.
+//! unchecked (read by `rctl_agent::haproxy_stats`); with
+//! `--nginx-status`, rctl's nginx module's status page (see `nginx`).
+//! This module asks and renders, as text or JSON.
 //!
 //! The exit code is the monitoring plugins' (`rctl_agent::health`): 0
 //! all is checked, 1 a warning (enforced, not as meant), 2 critical
@@ -42,6 +43,10 @@ pub struct Args {
     /// through unchecked (the table `rctl emit haproxy-spoe` writes).
     #[arg(long, value_name = "PATH")]
     haproxy_socket: Option<PathBuf>,
+    /// rctl's nginx module: also show its status page
+    /// (http://HOST:PORT/PATH of a location with rctl_status).
+    #[arg(long, value_name = "URL")]
+    nginx_status: Option<String>,
     /// Print one line for a Nagios/Icinga check (`RCTL OK - …`), with the
     /// same exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
     #[arg(long)]
@@ -55,11 +60,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let iface = a.iface.as_deref();
     let agent = Agent::ask(a.agent, iface);
     let proxy = a.haproxy_socket.map(Haproxy::ask);
+    let module = a.nginx_status.as_deref().map(crate::nginx::Seen::ask);
     let mut health = Health::default();
     let all = match host::status(&a.host.paths(), iface) {
         Ok(all) => all,
         // A host may run only the HTTP plane: the agent is still shown.
-        Err(e) if (agent.is_some() || proxy.is_some()) && iface.is_none() => {
+        Err(e) if (agent.is_some() || proxy.is_some() || module.is_some()) && iface.is_none() => {
             if !a.check {
                 warn(&format!("packet plane: {e}"));
             }
@@ -71,9 +77,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    judge(&mut health, &all, agent.as_ref(), proxy.as_ref());
+    judge(
+        &mut health,
+        &all,
+        agent.as_ref(),
+        proxy.as_ref(),
+        module.as_ref(),
+    );
     if a.check {
-        let line = health.check_line("RCTL", &ok_summary(&all, agent.as_ref(), proxy.as_ref()));
+        let mut ok = ok_summary(&all, agent.as_ref(), proxy.as_ref());
+        if let Some(m) = &module {
+            if !ok.is_empty() {
+                ok.push_str("; ");
+            }
+            ok.push_str(&m.summary());
+        }
+        let line = health.check_line("RCTL", &ok);
         writeln!(std::io::stdout().lock(), "{}", term::text(&line))?;
         return Ok(ExitCode::from(health.exit_code()));
     }
@@ -88,6 +107,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "interfaces": all,
             "agent": agent.as_ref().map(Agent::json),
             "haproxy": proxy.as_ref().map(Haproxy::json),
+            "nginx": module.as_ref().map(crate::nginx::Seen::json),
             "health": {
                 "state": health.level().to_string(),
                 "findings": health.findings,
@@ -107,6 +127,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(p) = &proxy {
             p.text(&mut out)?;
         }
+        if let Some(m) = &module {
+            m.text(&mut out)?;
+        }
         writeln!(out, "state: {}", health.level())?;
         for f in &health.findings {
             writeln!(out, "  {}: {}", f.level, term::text(&f.what))?;
@@ -116,8 +139,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 /// Grades what was read (`rctl_agent::health`): each interface here,
-/// the agent's and HAProxy's there.
-fn judge(h: &mut Health, all: &[Status], agent: Option<&Agent>, proxy: Option<&Haproxy>) {
+/// the agent's and HAProxy's there, the nginx module's in `nginx`.
+fn judge(
+    h: &mut Health,
+    all: &[Status],
+    agent: Option<&Agent>,
+    proxy: Option<&Haproxy>,
+    module: Option<&crate::nginx::Seen>,
+) {
     for s in all {
         if !s.enforcing {
             let why = s.problems.first().map_or("see rctl status", String::as_str);
@@ -169,7 +198,10 @@ fn judge(h: &mut Health, all: &[Status], agent: Option<&Agent>, proxy: Option<&H
     if let Some(p) = proxy {
         h.unchecked(&p.socket.display().to_string(), &p.result);
     }
-    if all.is_empty() && agent.is_none() && proxy.is_none() {
+    if let Some(m) = module {
+        m.judge(h);
+    }
+    if all.is_empty() && agent.is_none() && proxy.is_none() && module.is_none() {
         h.add(
             Level::Critical,
             "rctl enforces nothing here: no interface has its program and no agent was found",

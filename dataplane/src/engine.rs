@@ -153,6 +153,35 @@ impl Engine {
         self.core.carry_limiters(&old.core)
     }
 
+    /// Makes every GCRA throttle rule count its hits in `zone` (memory
+    /// several processes share: see [`crate::limiter::zone`]) under its
+    /// identity (name, unit, keys, kind of bucket), so that those
+    /// processes share one bucket per key, and a later engine's rule of
+    /// the same identity finds the buckets and bans this one left. Call it
+    /// before the engine decides anything. Returns the names of the rules
+    /// that keep buckets of their own (`bucket vsthrottle`).
+    pub fn count_in_zone(&mut self, zone: crate::limiter::zone::Zone) -> Vec<String> {
+        let mut own = Vec::new();
+        for i in 0..self.core.ruleset.rules.len() {
+            let r = self.core.rule(i);
+            let rctl_compiler::ir::Action::Throttle(t) = &r.action else {
+                continue;
+            };
+            let what = format!(
+                "{:?} {:?} {:?} shared={}",
+                t.unit, t.keys, t.bucket, t.shared
+            );
+            let id = crate::limiter::zone::identity(&r.name, &what);
+            let name = r.name.clone();
+            if let Some(l) = self.core.limiter_mut(i) {
+                if !l.count_in_zone(zone, id) {
+                    own.push(name);
+                }
+            }
+        }
+        own
+    }
+
     /// Fresh working memory.
     pub fn scratch(&self) -> Scratch {
         Scratch {

@@ -65,7 +65,9 @@ fn retry_after_within(g: &Value, range: std::ops::RangeInclusive<u64>) {
 }
 
 fn wdqs(front: Front) {
-    if !super::stack::available() {
+    if !super::stack::available()
+        || (front == Front::NginxModule && !super::stack::module_available())
+    {
         return;
     }
     let dir = tempdir("wdqs");
@@ -180,7 +182,9 @@ fn wdqs(front: Front) {
 }
 
 fn rerender(front: Front) {
-    if !super::stack::available() {
+    if !super::stack::available()
+        || (front == Front::NginxModule && !super::stack::module_available())
+    {
         return;
     }
     let dir = tempdir("rerender");
@@ -258,4 +262,14 @@ fn rerender_loop_throttled_by_host_and_path_through_haproxy() {
 #[test]
 fn rerender_loop_throttled_by_host_and_path_through_nginx() {
     rerender(Front::Nginx);
+}
+
+#[test]
+fn wdqs_scrapers_throttled_updater_served_through_the_nginx_module() {
+    wdqs(Front::NginxModule);
+}
+
+#[test]
+fn rerender_loop_throttled_by_host_and_path_through_the_nginx_module() {
+    rerender(Front::NginxModule);
 }

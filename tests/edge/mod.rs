@@ -13,6 +13,10 @@
 //! - `wiring`: the client's address from a trusted header, and a
 //!   ruleset the proxy's configuration is stale for, refused by `rctl
 //!   apply` and shown by `rctl status`.
+//! - `module`: rctl's nginx module in nginx (`rctl emit nginx
+//!   --module`): every emitted configuration passes `nginx -t`, one key's
+//!   limit holds across two workers, reloads and a new artifact under
+//!   load fail no request, hostile requests are answered.
 //! - `differential`: HAProxy, Varnish and HAProxy with the agent, each
 //!   configured by `rctl emit`, answer every request of the corpus,
 //!   shipped and hostile rulesets as `rctl eval` decides it.
@@ -21,6 +25,7 @@ mod differential;
 pub mod emit;
 mod incidents;
 mod lifecycle;
+mod module;
 mod monitoring;
 mod nginx_heads;
 mod parity;

@@ -109,7 +109,7 @@ fn replay(dir: &Path, spec: &serde_json::Value) -> Vec<u16> {
 
 /// Replays every fixture capture through HAProxy and the agent and
 /// compares with `rctl dry-run`; returns the verdicts seen.
-fn parity(rules: &Path, name: &str) -> std::collections::BTreeSet<String> {
+fn parity(front: Front, rules: &Path, name: &str) -> std::collections::BTreeSet<String> {
     let mut seen = std::collections::BTreeSet::new();
     let dir = tempdir(&format!("parity-{name}"));
     let art = compile(&dir, "rules", &[rules.to_path_buf()]);
@@ -118,7 +118,7 @@ fn parity(rules: &Path, name: &str) -> std::collections::BTreeSet<String> {
         let (total, want) = dry_run_counts(&art, &pcap);
         // A fresh agent per capture: its limiters start empty, as the
         // dry-run's do.
-        let s = Stack::start(Front::Haproxy, &art, &[], &["--timeout-ms", "1000"]);
+        let s = Stack::start(front, &art, &[], &["--timeout-ms", "1000"]);
         let spec = replay_spec(&pcap, s.front);
         let statuses = replay(&dir, &spec);
         assert_eq!(statuses.len() as u64, total, "{f}: requests");
@@ -171,7 +171,11 @@ fn agent_verdicts_equal_dry_run_on_the_fixture_captures() {
     if !super::stack::available() {
         return;
     }
-    let seen = parity(&root().join("tests/fixtures/rules"), "fixture");
+    let seen = parity(
+        Front::Haproxy,
+        &root().join("tests/fixtures/rules"),
+        "fixture",
+    );
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         ["allow", "log", "throttle"]
@@ -204,11 +208,8 @@ rule wrk_pages {
 }
 "#;
 
-#[test]
-fn agent_verdicts_equal_dry_run_for_every_action() {
-    if !super::stack::available() {
-        return;
-    }
+/// The fixture rules and [`EVERY_ACTION`] in one directory.
+fn every_action_rules() -> std::path::PathBuf {
     let dir = tempdir("parity-rules");
     let rules = dir.join("rules");
     std::fs::create_dir(&rules).unwrap();
@@ -218,7 +219,29 @@ fn agent_verdicts_equal_dry_run_for_every_action() {
     )
     .unwrap();
     std::fs::write(rules.join("more.rctl"), EVERY_ACTION).unwrap();
-    let seen = parity(&rules, "every-action");
+    rules
+}
+
+#[test]
+fn agent_verdicts_equal_dry_run_for_every_action() {
+    if !super::stack::available() {
+        return;
+    }
+    let seen = parity(Front::Haproxy, &every_action_rules(), "every-action");
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["allow", "deny", "drop", "log", "throttle"]
+    );
+}
+
+/// The same through nginx with rctl's module, two workers sharing the
+/// zone: per rule the verdicts `rctl dry-run` reports, from nginx's log.
+#[test]
+fn module_verdicts_equal_dry_run_for_every_action() {
+    if !super::stack::module_available() {
+        return;
+    }
+    let seen = parity(Front::NginxModule, &every_action_rules(), "module");
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         ["allow", "deny", "drop", "log", "throttle"]

@@ -34,6 +34,9 @@ pub enum Front {
     Haproxy,
     /// nginx with auth_request.
     Nginx,
+    /// nginx with rctl's module (`rctl emit nginx --module`), two
+    /// workers sharing the zone; the agent runs beside it, never asked.
+    NginxModule,
 }
 
 /// A running edge host.
@@ -129,6 +132,30 @@ impl Stack {
                 let ngx = Nginx::start(&dir, &nginx::conf(&dir, 1, &http), &[edge, app]);
                 (ngx, None)
             }
+            Front::NginxModule => {
+                let module = nginx::module().expect("the nginx module");
+                let active = dir.join("active.rctlc");
+                std::fs::copy(artifact, &active).unwrap();
+                let a = active.display().to_string();
+                let mut flags = vec!["--module", "--artifact", a.as_str()];
+                // The module asks no agent: its timeout does not apply.
+                let mut rest = emit_flags.iter();
+                while let Some(f) = rest.next() {
+                    if *f == "--timeout-ms" {
+                        rest.next();
+                    } else {
+                        flags.push(f);
+                    }
+                }
+                let emitted = emit_nginx(artifact, &dir, &flags);
+                let http = nginx_http(&dir, &emitted, edge, app);
+                let ngx = Nginx::start(
+                    &dir,
+                    &nginx::conf_with_module(&module, &dir, 2, &http),
+                    &[edge, app],
+                );
+                (ngx, None)
+            }
         };
         let s = Stack {
             dir,
@@ -193,7 +220,7 @@ impl Stack {
         text.lines()
             .filter_map(|l| match self.kind {
                 Front::Haproxy => parse_haproxy(l),
-                Front::Nginx => parse_nginx(l),
+                Front::Nginx | Front::NginxModule => parse_nginx(l),
             })
             .collect()
     }
@@ -314,7 +341,9 @@ fn parse_nginx(l: &str) -> Option<Line> {
     let (method, uri) = (r.next()?, r.next()?);
     let status = q.next()?.split_whitespace().next()?.parse().ok()?;
     let check = field(l, "check=");
-    let error = if check == "200" || check == "403" {
+    // auth_request: the agent's answer (200 served, 403 blocked); the
+    // module: ok, or error:KIND when it failed open.
+    let error = if check == "200" || check == "403" || check == "ok" {
         ""
     } else {
         check
@@ -339,6 +368,11 @@ pub fn compile(dir: &Path, name: &str, sources: &[PathBuf]) -> PathBuf {
 /// the proxies installed); under CI they must.
 pub fn available() -> bool {
     lab::available() && super::have_proxies()
+}
+
+/// [`available`], and rctl's nginx module is built (under CI it must be).
+pub fn module_available() -> bool {
+    available() && nginx::module().is_some()
 }
 
 /// Requests in `lines` matching `f`.

@@ -92,6 +92,12 @@ pub fn client_ip_header(option: &'static str, s: &str) -> Result<String, Error> 
     }
 }
 
+/// [`client_ip_header`] of `--client-ip-header` when one is given.
+pub fn client_ip_header_flag(s: Option<&str>) -> Result<Option<String>, Error> {
+    s.map(|h| client_ip_header("--client-ip-header", h))
+        .transpose()
+}
+
 /// A backend's host (`--backend HOST:PORT`): an IP address, or a DNS name
 /// of letters, digits, `-` and `.`.
 pub fn host<'a>(option: &'static str, s: &'a str) -> Result<&'a str, Error> {

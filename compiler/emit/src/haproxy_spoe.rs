@@ -110,11 +110,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     let dir = check::path("--config-dir", o.config_dir.trim_end_matches('/'))?;
     let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
     let source = check::text("source", &o.source)?;
-    let client = o
-        .client_ip_header
-        .as_deref()
-        .map(|h| check::client_ip_header("--client-ip-header", h))
-        .transpose()?;
+    let client = check::client_ip_header_flag(o.client_ip_header.as_deref())?;
     let mut extra = Vec::new();
     for h in &o.extra_headers {
         extra.push(check::header("--header", h)?);

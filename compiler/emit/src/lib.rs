@@ -31,6 +31,7 @@
 pub mod haproxy;
 pub mod haproxy_spoe;
 pub mod nginx;
+pub mod nginx_module;
 pub mod pcre;
 pub mod reads;
 pub mod vcl;

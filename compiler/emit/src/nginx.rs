@@ -87,11 +87,7 @@ pub fn emit(rs: &Ruleset, o: &Options) -> Result<Emitted, Error> {
     };
     let timeout_ms = check::timeout("--timeout-ms", o.timeout_ms)?;
     let source = check::text("source", &o.source)?;
-    let client = o
-        .client_ip_header
-        .as_deref()
-        .map(|h| check::client_ip_header("--client-ip-header", h))
-        .transpose()?;
+    let client = check::client_ip_header_flag(o.client_ip_header.as_deref())?;
     let mut warnings = Vec::new();
     for h in &reads.headers {
         if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -146,7 +142,16 @@ log_format rctl '$remote_addr - $remote_user [$time_local] \"$request\" '
                 'rctl=$rctl_action rule=$rctl_rule tags=$rctl_tags check=$rctl_check';
 "
     );
-    s.push_str("\n# The client the agent judges: ");
+    s.push_str(&client_map(client));
+    s
+}
+
+/// The `map` that sets `$rctl_client`, the client rctl judges: the
+/// connection's peer, or the last address of `client` (a header a proxy
+/// in front sets) where it holds one.
+pub(crate) fn client_map(client: Option<&str>) -> String {
+    let mut s = String::new();
+    s.push_str("\n# The client rctl judges: ");
     match client {
         None => s.push_str("the connection's peer.\nmap $remote_addr $rctl_client {\n    default $remote_addr;\n}\n"),
         Some(h) => {

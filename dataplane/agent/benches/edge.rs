@@ -8,7 +8,11 @@
 //!   requestctl's HAProxy output does) → nginx;
 //! - `nginx`: nginx → nginx (the baseline for the next);
 //! - `nginx+auth`: nginx `auth_request` to `rctl serve --http`
-//!   (`rctl emit nginx`) → nginx.
+//!   (`rctl emit nginx`) → nginx;
+//! - `nginx+module`: nginx with rctl's module (`rctl emit nginx
+//!   --module`, `ngx_http_rctl_module.so` from
+//!   `dataplane/nginx/build-module.sh --release`) → nginx: the engine in
+//!   nginx's worker, its throttles in the shared zone, no agent asked.
 //!
 //! Everything runs in a private network namespace (root), so the
 //! client's address is a public one the shipped rules evaluate in full
@@ -83,6 +87,11 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "nginx+auth",
         port: 8004,
+        baseline: "nginx",
+    },
+    Config {
+        name: "nginx+module",
+        port: 8006,
         baseline: "nginx",
     },
 ];
@@ -200,7 +209,7 @@ fn main() {
     upstream origin {{ server {origin}; keepalive 64; }}
     proxy_http_version 1.1;
     proxy_set_header Connection \"\";
-    server {{ listen {EDGE}:8004; include {e}/rctl-server.conf; location / {{ proxy_pass http://origin; }} }}
+    server {{ listen {EDGE}:8004; include {e}/rctl-server.conf; location / {{ {KEEP_ALIVE} proxy_pass http://origin; }} }}
     server {{ listen {EDGE}:8005; location / {{ proxy_pass http://origin; }} }}
 ",
         e = e.display()
@@ -208,19 +217,29 @@ fn main() {
     let fronts = nginx::conf(&ngx_dir, 1, &fronts);
     let addr = |p: u16| SocketAddr::new(EDGE.parse().unwrap(), p);
     let fronts_ngx = start_nginx(&ngx_dir, &fronts, &[addr(8004), addr(8005)]);
+    // The module's nginx: a front of its own (the module is loaded once
+    // per nginx), the same origin, one worker as the other fronts.
+    let module_ngx = module_front(&dir, &artifact, origin);
 
     let secs = env("RCTL_BENCH_SECS", 8);
     let rounds = env("RCTL_BENCH_ROUNDS", 3);
     let agent_pid = agent.proc.pid();
     let hap_pid = hap.proc.pid();
     let ngx_pids = group(fronts_ngx.proc.pid());
+    let module_pids = module_ngx
+        .as_ref()
+        .map(|m| group(m.proc.pid()))
+        .unwrap_or_default();
     let front = |c: &Config| -> Vec<u32> {
         if c.name.starts_with("haproxy") {
             vec![hap_pid]
+        } else if c.name == "nginx+module" {
+            module_pids.clone()
         } else {
             ngx_pids.clone()
         }
     };
+    let selected = |c: &Config| selected(c) && (c.name != "nginx+module" || module_ngx.is_some());
     // Warm-up: connections, caches, the limiter's keys.
     for c in CONFIGS.iter().filter(|c| selected(c)) {
         wrk(c.port, 32, 1, agent_pid, &front(c));
@@ -285,6 +304,62 @@ fn pin0(c: Command) -> Command {
 
 fn start_nginx(dir: &Path, conf: &str, listen: &[SocketAddr]) -> Nginx {
     Nginx::start_with(dir, conf, listen, pin0)
+}
+
+/// What a location behind rctl's server file sets to keep connections to
+/// the origin alive: `rctl-server.conf`'s own `proxy_set_header` (the
+/// `X-Requestctl` tag) replaces the http block's, so the location sets
+/// both again, as the file's header says an operator's must.
+const KEEP_ALIVE: &str =
+    "proxy_set_header Connection \"\"; proxy_set_header X-Requestctl $rctl_tags;";
+
+/// nginx with rctl's module in front of `origin` on port 8006 (`None`,
+/// said on stderr, when the module is not built).
+fn module_front(dir: &Path, artifact: &Path, origin: SocketAddr) -> Option<Nginx> {
+    // The release build (a debug one would measure the debug engine),
+    // unless RCTL_NGINX_MODULE names another.
+    let module = std::env::var_os("RCTL_NGINX_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/ngx_http_rctl_module.so")
+        });
+    if !module.is_file() {
+        eprintln!(
+            "edge bench: no nginx module at {} (dataplane/nginx/build-module.sh --release): \
+             nginx+module is not measured",
+            module.display()
+        );
+        return None;
+    }
+    let d = sub(dir, "nginx-module");
+    let active = d.join("active.rctlc");
+    std::fs::copy(artifact, &active).unwrap();
+    rctl(&[
+        "emit",
+        "nginx",
+        "--module",
+        path(artifact),
+        "-o",
+        path(&d.join("emit")),
+        "--artifact",
+        path(&active),
+    ]);
+    let e = d.join("emit");
+    let http = format!(
+        "    include {e}/rctl-http.conf;
+    upstream origin {{ server {origin}; keepalive 64; }}
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    server {{ listen {EDGE}:8006; include {e}/rctl-server.conf; location / {{ {KEEP_ALIVE} proxy_pass http://origin; }} }}
+",
+        e = e.display()
+    );
+    let conf = nginx::conf_with_module(&module, &d, 1, &http);
+    Some(start_nginx(
+        &d,
+        &conf,
+        &[SocketAddr::new(EDGE.parse().unwrap(), 8006)],
+    ))
 }
 
 fn start_haproxy(dir: &Path, root: &Path, origin: SocketAddr) -> Haproxy {

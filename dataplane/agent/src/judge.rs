@@ -7,7 +7,8 @@
 //! the old generation, later ones start on the new.
 
 use arc_swap::ArcSwap;
-use rctl_dataplane::{Decision, Engine, Request, Scratch, Verdict};
+pub use rctl_dataplane::answer::{Action, Outcome};
+use rctl_dataplane::{Decision, Engine, Request, Scratch};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,62 +23,6 @@ pub struct Generation {
     pub number: u64,
     /// When it was installed, seconds since the epoch.
     pub installed_unix: u64,
-}
-
-/// What a proxy should do with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// No rule decided: serve it.
-    Pass,
-    /// An exemption decided: serve it.
-    Allow,
-    /// Answer with `status` and `reason`.
-    Deny,
-    /// Answer with `status`, `reason` and `Retry-After`.
-    Throttle,
-    /// Close the connection without an answer.
-    Drop,
-}
-
-impl Action {
-    /// `pass`, `allow`, `deny`, `throttle` or `drop`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Pass => "pass",
-            Action::Allow => "allow",
-            Action::Deny => "deny",
-            Action::Throttle => "throttle",
-            Action::Drop => "drop",
-        }
-    }
-
-    /// Whether the proxy must not serve the request.
-    pub fn blocks(self) -> bool {
-        matches!(self, Action::Deny | Action::Throttle | Action::Drop)
-    }
-}
-
-/// The answer for one request, as the proxies are told it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// What to do (always [`Action::Pass`] or [`Action::Allow`] in
-    /// whole-ruleset shadow mode).
-    pub action: Action,
-    /// HTTP status for deny and throttle (0 otherwise).
-    pub status: u16,
-    /// Reason phrase for deny and throttle ("" otherwise).
-    pub reason: String,
-    /// Seconds for `Retry-After` (throttle only; 0 otherwise).
-    pub retry_after_s: u64,
-    /// The deciding rule, if any.
-    pub rule: Option<String>,
-    /// In whole-ruleset shadow mode, what would have been enforced.
-    pub shadowed: Option<Action>,
-    /// Names of the `log` and `shadow` rules that matched (requestctl's
-    /// `X-Requestctl` tag), in evaluation order.
-    pub tags: Vec<String>,
-    /// The generation that decided.
-    pub generation: u64,
 }
 
 /// The request fields a proxy sends. Every field is bytes, as received.
@@ -215,66 +160,8 @@ impl Judge {
         };
         let engine = &generation.engine;
         let decision = engine.decide_request_with(&req, scratch, None);
-        let name = |i: usize| engine.rule(i).name.clone();
-        let tags = decision.logged.iter().map(|(i, _)| name(*i)).collect();
-        let mut out = outcome(&decision.verdict, name);
-        out.tags = tags;
-        out.generation = generation.number;
-        if self.shadow && out.action.blocks() {
-            let would = out.action;
-            out = Outcome {
-                action: Action::Pass,
-                status: 0,
-                reason: String::new(),
-                retry_after_s: 0,
-                shadowed: Some(would),
-                ..out
-            };
-        }
+        let out = Outcome::of(&decision, engine, generation.number, self.shadow);
         (out, decision)
-    }
-}
-
-/// The proxy-facing form of a verdict.
-fn outcome(v: &Verdict, name: impl Fn(usize) -> String) -> Outcome {
-    let base = Outcome {
-        action: Action::Pass,
-        status: 0,
-        reason: String::new(),
-        retry_after_s: 0,
-        rule: v.rule().map(&name),
-        shadowed: None,
-        tags: Vec::new(),
-        generation: 0,
-    };
-    match v {
-        Verdict::Pass => base,
-        Verdict::Allow { .. } => Outcome {
-            action: Action::Allow,
-            ..base
-        },
-        Verdict::Deny { status, reason, .. } => Outcome {
-            action: Action::Deny,
-            status: *status,
-            reason: reason.clone(),
-            ..base
-        },
-        Verdict::Throttle {
-            status,
-            reason,
-            retry_after_s,
-            ..
-        } => Outcome {
-            action: Action::Throttle,
-            status: *status,
-            reason: reason.clone(),
-            retry_after_s: *retry_after_s,
-            ..base
-        },
-        Verdict::Drop { .. } => Outcome {
-            action: Action::Drop,
-            ..base
-        },
     }
 }
 

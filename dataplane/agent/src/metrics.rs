@@ -69,13 +69,7 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 fn action_index(a: Action) -> usize {
-    match a {
-        Action::Pass => 0,
-        Action::Allow => 1,
-        Action::Deny => 2,
-        Action::Throttle => 3,
-        Action::Drop => 4,
-    }
+    a.index()
 }
 
 /// Index in [`VERDICTS`] of a verdict, enforced or (shadow) not.

@@ -45,6 +45,7 @@ mod keyhash;
 mod shared;
 mod snapshot;
 pub mod vsthrottle;
+pub mod zone;
 
 pub use shared::{Shared, SharedDelta, SharedStats, SharedUpdate};
 pub use snapshot::{Restored, SavedEntry, SavedKind, SavedLimiter};
@@ -208,6 +209,9 @@ pub struct Limiter {
     params: Params,
     per_shard: usize,
     table: Arc<Table>,
+    /// Counted in a zone that several processes share instead of
+    /// `table` (GCRA only), under this limiter's identity.
+    zone: Option<(zone::Zone, u64)>,
 }
 
 /// How full a limiter is, for status pages and metrics.
@@ -284,7 +288,26 @@ impl Limiter {
                 hasher: KeyHasher::random(),
                 shards,
             }),
+            zone: None,
         }
+    }
+
+    /// Counts this limiter's hits in `zone` from now on, under `identity`
+    /// (see [`zone::identity`]), instead of in its own tables: every
+    /// process that maps the zone then shares its buckets. Only GCRA
+    /// buckets can be: a vsthrottle limiter returns false and keeps its
+    /// own.
+    pub fn count_in_zone(&mut self, zone: zone::Zone, identity: u64) -> bool {
+        if !matches!(self.params, Params::Gcra(_)) {
+            return false;
+        }
+        self.zone = Some((zone, identity));
+        true
+    }
+
+    /// Whether its hits are counted in a shared zone.
+    pub fn in_zone(&self) -> bool {
+        self.zone.is_some()
     }
 
     /// Whether this limiter's buckets are vsthrottle's.
@@ -386,6 +409,9 @@ impl Limiter {
 
     /// Records one hit for `key` at `now_ns`.
     pub fn hit(&self, key: &[u8], now_ns: u64) -> Outcome {
+        if let (Some((z, id)), Params::Gcra(g)) = (&self.zone, &self.params) {
+            return z.hit(*id, key, g, now_ns);
+        }
         match (&self.table.shards, &self.params) {
             (Shards::Local(shards), Params::Gcra(g)) => {
                 let h = self.table.hasher.hash(key);

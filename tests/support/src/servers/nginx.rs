@@ -98,3 +98,36 @@ impl Nginx {
         self.proc.dir.join(name)
     }
 }
+
+/// rctl's nginx module (`dataplane/nginx/build-module.sh` builds it):
+/// `RCTL_NGINX_MODULE`, else the newest of the debug and release builds;
+/// `None` (the test is skipped, but never under `CI`) when there is none.
+pub fn module() -> Option<PathBuf> {
+    let found = std::env::var_os("RCTL_NGINX_MODULE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+            ["debug", "release"]
+                .iter()
+                .map(|p| target.join(p).join("ngx_http_rctl_module.so"))
+                .filter(|p| p.exists())
+                .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        })
+        .filter(|p| p.exists());
+    let ok = crate::skip::skip_unless(
+        found.is_some(),
+        "rctl's nginx module (dataplane/nginx/build-module.sh, or RCTL_NGINX_MODULE)",
+    );
+    found.filter(|_| ok)
+}
+
+/// [`conf`] with `load_module PATH;` (rctl's module) in front.
+pub fn conf_with_module(module: &Path, dir: &Path, workers: u32, http: &str) -> String {
+    format!(
+        "load_module {};\n{}",
+        module.display(),
+        conf(dir, workers, http)
+    )
+}
