@@ -49,7 +49,11 @@ pub fn by_name(name: &str, spec: &Spec) -> Result<Format, String> {
 /// does (nginx's combined and varnishncsa's default differ in the
 /// request line: varnishncsa writes an absolute URL).
 pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
-    let lines: Vec<&[u8]> = lines.iter().copied().filter(|l| !l.trim_ascii().is_empty()).collect();
+    let lines: Vec<&[u8]> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.trim_ascii().is_empty())
+        .collect();
     if lines.is_empty() {
         return Err("the input is empty, so its format cannot be detected".into());
     }
@@ -57,13 +61,17 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
     let (mut rec, mut arena) = (Record::default(), Vec::new());
     for name in ["haproxy-httplog", "nginx-combined", "webrequest"] {
         let Ok(f) = by_name(name, spec) else { continue };
-        if lines.iter().all(|l| f.parse(l, &mut rec, &mut arena).is_ok()) {
+        if lines
+            .iter()
+            .all(|l| f.parse(l, &mut rec, &mut arena).is_ok())
+        {
             fits.push(f);
         }
     }
     let absolute = |l: &&[u8]| {
         let q = memchr::memchr(b'"', l).map_or(&l[..0], |i| &l[i..]);
-        memchr::memmem::find(q, b" http://").is_some() || memchr::memmem::find(q, b" https://").is_some()
+        memchr::memmem::find(q, b" http://").is_some()
+            || memchr::memmem::find(q, b" https://").is_some()
     };
     match fits.len() {
         1 if fits[0].name == "nginx-combined" && lines.iter().all(absolute) => {

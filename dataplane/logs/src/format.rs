@@ -52,11 +52,19 @@ pub struct ClientIpField {
 fn in_prefix(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len.min(32))) };
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(len.min(32)))
+            };
             u32::from(a) & m == u32::from(n) & m
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len.min(128))) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len.min(128)))
+            };
             u128::from(a) & m == u128::from(n) & m
         }
         _ => false,
@@ -65,7 +73,10 @@ fn in_prefix(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
 
 /// Parses an address written as text (IPv6 perhaps in brackets).
 pub fn parse_ip(v: &[u8]) -> Option<IpAddr> {
-    let v = v.strip_prefix(b"[").and_then(|v| v.strip_suffix(b"]")).unwrap_or(v);
+    let v = v
+        .strip_prefix(b"[")
+        .and_then(|v| v.strip_suffix(b"]"))
+        .unwrap_or(v);
     if v.is_empty() || v.len() > 45 {
         return None;
     }
@@ -147,7 +158,11 @@ impl Format {
             syslog,
             header_names: names,
             known,
-            resolution_ns: if resolution == u64::MAX { 1_000_000_000 } else { resolution },
+            resolution_ns: if resolution == u64::MAX {
+                1_000_000_000
+            } else {
+                resolution
+            },
             client_ip: None,
             host_in_url: false,
         }
@@ -166,7 +181,11 @@ impl Format {
 
     /// Takes the client address from header `name` (which the format must
     /// carry), skipping `trusted` proxies from the right.
-    pub fn set_client_ip_field(&mut self, name: &str, trusted: Vec<(IpAddr, u8)>) -> Result<(), String> {
+    pub fn set_client_ip_field(
+        &mut self,
+        name: &str,
+        trusted: Vec<(IpAddr, u8)>,
+    ) -> Result<(), String> {
         let lower = name.to_ascii_lowercase();
         match self.header_names.iter().position(|h| *h == lower) {
             Some(i) => {
@@ -186,10 +205,19 @@ impl Format {
 
     /// Parses one line into `rec`, decoding escapes into `arena` (both
     /// cleared first).
-    pub fn parse(&self, line: &[u8], rec: &mut Record, arena: &mut Vec<u8>) -> Result<(), Mismatch> {
+    pub fn parse(
+        &self,
+        line: &[u8],
+        rec: &mut Record,
+        arena: &mut Vec<u8>,
+    ) -> Result<(), Mismatch> {
         rec.clear();
         arena.clear();
-        let (body, at) = if self.syslog { strip_syslog(line) } else { (line, 0) };
+        let (body, at) = if self.syslog {
+            strip_syslog(line)
+        } else {
+            (line, 0)
+        };
         match &self.kind {
             Kind::Template(t) => self.parse_template(t, line, at, body, rec, arena)?,
             Kind::WebrequestJson => webrequest::parse(self, line, rec, arena)?,
@@ -238,11 +266,16 @@ impl Format {
             match field {
                 Field::ClientIp => rec.ip = parse_ip(v),
                 Field::ClientIpPort => {
-                    let i = v.iter().rposition(|&b| b == b':').ok_or(Mismatch::Value(p, "address:port"))?;
+                    let i = v
+                        .iter()
+                        .rposition(|&b| b == b':')
+                        .ok_or(Mismatch::Value(p, "address:port"))?;
                     rec.ip = parse_ip(&v[..i]);
                 }
                 Field::ServerIp => {
-                    if let Some(i) = v.iter().rposition(|&b| b == b':').filter(|_| v.first() == Some(&b'[') || v.iter().filter(|&&b| b == b':').count() == 1) {
+                    if let Some(i) = v.iter().rposition(|&b| b == b':').filter(|_| {
+                        v.first() == Some(&b'[') || v.iter().filter(|&&b| b == b':').count() == 1
+                    }) {
                         rec.dst = parse_ip(&v[..i]);
                     } else {
                         rec.dst = parse_ip(v);
@@ -255,7 +288,9 @@ impl Format {
                     rec.resolution_ns = res;
                 }
                 Field::Millis => {
-                    let ms = parse_port(v).filter(|&m| m < 1000).ok_or(Mismatch::Value(p, "milliseconds"))?;
+                    let ms = parse_port(v)
+                        .filter(|&m| m < 1000)
+                        .ok_or(Mismatch::Value(p, "milliseconds"))?;
                     rec.millis = Some(u64::from(ms));
                     rec.resolution_ns = rec.resolution_ns.min(1_000_000).max(1);
                 }
@@ -264,7 +299,10 @@ impl Format {
                     if self.host_in_url {
                         if let Some(h) = authority(v, p) {
                             rec.host = h;
-                            rec.headers.push(HeaderValue { name: header("host"), value: h });
+                            rec.headers.push(HeaderValue {
+                                name: header("host"),
+                                value: h,
+                            });
                         }
                     }
                 }
@@ -288,7 +326,10 @@ impl Format {
                 Field::Host if absent => {}
                 Field::Host => {
                     rec.host = unescape(v, p, esc, arena);
-                    rec.headers.push(HeaderValue { name: header("host"), value: rec.host });
+                    rec.headers.push(HeaderValue {
+                        name: header("host"),
+                        value: rec.host,
+                    });
                 }
                 Field::Header(_) if absent => {}
                 Field::Header(h) => {
@@ -296,7 +337,10 @@ impl Format {
                     if h == "host" {
                         rec.host = value;
                     }
-                    rec.headers.push(HeaderValue { name: header(h), value });
+                    rec.headers.push(HeaderValue {
+                        name: header(h),
+                        value,
+                    });
                 }
                 Field::Captures(hs) => {
                     let inner = v
@@ -314,7 +358,10 @@ impl Format {
                         if h == "host" {
                             rec.host = value;
                         }
-                        rec.headers.push(HeaderValue { name: header(h), value });
+                        rec.headers.push(HeaderValue {
+                            name: header(h),
+                            value,
+                        });
                     }
                 }
                 Field::IsArgs | Field::Skip | Field::ResponseCaptures => {}
@@ -383,7 +430,13 @@ fn authority(v: &[u8], p: usize) -> Option<Span> {
 
 /// `METHOD TARGET [PROTOCOL]`; an absolute URL's authority is not taken
 /// as the Host (only a format that writes the Host carries it).
-fn request_line(v: &[u8], p: usize, esc: Escape, rec: &mut Record, arena: &mut Vec<u8>) -> Result<(), Mismatch> {
+fn request_line(
+    v: &[u8],
+    p: usize,
+    esc: Escape,
+    rec: &mut Record,
+    arena: &mut Vec<u8>,
+) -> Result<(), Mismatch> {
     let sp = memchr::memchr(b' ', v).ok_or(Mismatch::Value(p, "request line"))?;
     let method = &v[..sp];
     if method.is_empty() || !method.iter().all(|b| b.is_ascii_graphic()) {

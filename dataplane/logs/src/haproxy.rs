@@ -125,7 +125,9 @@ pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, St
                 .find(|c: char| !c.is_ascii_alphanumeric())
                 .unwrap_or(rest.len());
             if len == 0 {
-                return Err(format!("a % without a variable in the log-format, before {rest:?}"));
+                return Err(format!(
+                    "a % without a variable in the log-format, before {rest:?}"
+                ));
             }
             let v = &rest[..len];
             rest = &rest[len..];
@@ -165,7 +167,9 @@ pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
         match words.as_slice() {
             ["frontend" | "listen", name, ..] => out.push((name.to_string(), Vec::new())),
             ["backend" | "defaults" | "global" | "resolvers" | "peers" | "userlist" | "program"
-            | "cache" | "ring" | "mailers" | "http-errors", ..] => out.push((String::new(), Vec::new())),
+            | "cache" | "ring" | "mailers" | "http-errors", ..] => {
+                out.push((String::new(), Vec::new()))
+            }
             ["capture", "request", "header", name, ..] => {
                 if let Some(last) = out.last_mut() {
                     last.1.push(name.to_ascii_lowercase());
@@ -188,7 +192,10 @@ mod tests {
         assert_eq!(
             captures_in_config(c),
             vec![
-                ("a".to_string(), vec!["user-agent".to_string(), "host".to_string()]),
+                (
+                    "a".to_string(),
+                    vec!["user-agent".to_string(), "host".to_string()]
+                ),
                 ("c".to_string(), vec!["referer".to_string()])
             ]
         );

@@ -21,8 +21,6 @@ pub mod haproxy;
 pub mod input;
 pub mod lines;
 pub mod nginx;
-#[cfg(feature = "parquet")]
-pub mod parquet;
 pub mod record;
 pub mod run;
 pub mod template;

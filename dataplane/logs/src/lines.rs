@@ -209,7 +209,9 @@ mod tests {
                     r.line_no(),
                     r.offset()
                 )),
-                Next::TooLong { len } => out.push(format!("long {len}@{}:{}", r.line_no(), r.offset())),
+                Next::TooLong { len } => {
+                    out.push(format!("long {len}@{}:{}", r.line_no(), r.offset()))
+                }
                 Next::End => return out,
             }
         }
@@ -217,7 +219,10 @@ mod tests {
 
     #[test]
     fn lines_and_positions() {
-        assert_eq!(all(b"a\nbc\r\n\nd", 100), ["a@1:0", "bc@2:2", "@3:6", "d@4:7"]);
+        assert_eq!(
+            all(b"a\nbc\r\n\nd", 100),
+            ["a@1:0", "bc@2:2", "@3:6", "d@4:7"]
+        );
         assert_eq!(all(b"", 100), Vec::<String>::new());
     }
 
@@ -226,7 +231,10 @@ mod tests {
         let mut data = b"ok\n".to_vec();
         data.extend(std::iter::repeat_n(b'x', 3_000_000));
         data.extend_from_slice(b"\nnext\n");
-        assert_eq!(all(&data, 1000), ["ok@1:0", "long 3000000@2:3", "next@3:3000004"]);
+        assert_eq!(
+            all(&data, 1000),
+            ["ok@1:0", "long 3000000@2:3", "next@3:3000004"]
+        );
         // At the end of the input, without a newline.
         let data = vec![b'y'; 200_000];
         assert_eq!(all(&data, 1000), ["long 200000@1:0"]);

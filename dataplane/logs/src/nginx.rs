@@ -85,7 +85,11 @@ pub fn compile(name: &str, spec: &str) -> Result<Format, String> {
             continue;
         }
         let (var, next) = if b.get(i + 1) == Some(&b'{') {
-            let end = spec[i + 2..].find('}').ok_or("an unclosed ${ in the format")? + i + 2;
+            let end = spec[i + 2..]
+                .find('}')
+                .ok_or("an unclosed ${ in the format")?
+                + i
+                + 2;
             (&spec[i + 2..end], end + 1)
         } else {
             let len = b[i + 1..]

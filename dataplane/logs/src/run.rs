@@ -81,7 +81,11 @@ impl Summary {
 
     /// The coarsest time resolution of the inputs, ns.
     pub fn resolution_ns(&self) -> u64 {
-        self.inputs.iter().map(|(_, l)| l.resolution_ns).max().unwrap_or(0)
+        self.inputs
+            .iter()
+            .map(|(_, l)| l.resolution_ns)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -159,7 +163,11 @@ pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, Log
         None => {
             let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').take(20).collect();
             // The last piece may be cut short.
-            let n = if head.ends_with(b"\n") || lines.len() < 2 { lines.len() } else { lines.len() - 1 };
+            let n = if head.ends_with(b"\n") || lines.len() < 2 {
+                lines.len()
+            } else {
+                lines.len() - 1
+            };
             detect::detect(&lines[..n], &opts.spec)
         }
     }
@@ -251,7 +259,10 @@ impl Source {
                 }
                 Ok(Next::TooLong { len }) => {
                     self.stats.lines += 1;
-                    self.bad(format!("{len} bytes long, over the bound on a line"), String::new());
+                    self.bad(
+                        format!("{len} bytes long, over the bound on a line"),
+                        String::new(),
+                    );
                 }
                 Ok(Next::End) => return false,
                 Err(e) => {
@@ -276,9 +287,13 @@ impl Source {
         self.stats.judged += 1;
         let f = &self.format;
         let id = self.id;
-        headers.with_request(&self.rec, self.reader.line(), &self.arena, &f.header_names, |req| {
-            run.log_request(id, req)
-        });
+        headers.with_request(
+            &self.rec,
+            self.reader.line(),
+            &self.arena,
+            &f.header_names,
+            |req| run.log_request(id, req),
+        );
     }
 
     /// Hands what was read to the run's report.

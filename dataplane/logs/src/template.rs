@@ -279,7 +279,11 @@ impl Template {
         while i + 2 < out.len() {
             let fold = matches!(
                 (&out[i], &out[i + 1], &out[i + 2]),
-                (Token::Field(Field::Path, _), Token::Field(Field::IsArgs, _), Token::Field(Field::Query, _))
+                (
+                    Token::Field(Field::Path, _),
+                    Token::Field(Field::IsArgs, _),
+                    Token::Field(Field::Query, _)
+                )
             ) || matches!(
                 (&out[i], &out[i + 1], &out[i + 2]),
                 (Token::Field(Field::Path, _), Token::Lit(l), Token::Field(Field::Query, _)) if l == b"?"
@@ -330,7 +334,9 @@ impl Template {
                 }
                 Token::Field(field, esc) => {
                     let end = match self.tokens.get(i + 1) {
-                        Some(_) if matches!(field, Field::Captures(_) | Field::ResponseCaptures) => {
+                        Some(_)
+                            if matches!(field, Field::Captures(_) | Field::ResponseCaptures) =>
+                        {
                             match memchr::memchr(b'}', &line[p..]) {
                                 Some(a) => p + a + 1,
                                 None => return Err(Mismatch::Unterminated(p)),
@@ -357,10 +363,12 @@ impl Template {
                             }
                         }
                         // Two fields side by side: the first is one word.
-                        Some(Token::Field(..)) => p + line[p..]
-                            .iter()
-                            .position(|&b| b == b' ')
-                            .unwrap_or(line.len() - p),
+                        Some(Token::Field(..)) => {
+                            p + line[p..]
+                                .iter()
+                                .position(|&b| b == b' ')
+                                .unwrap_or(line.len() - p)
+                        }
                     };
                     let mut end = end;
                     // `13/May/2026:12:00:00 +0000`: the zone is the time's,

@@ -201,25 +201,49 @@ mod tests {
     #[test]
     fn formats() {
         let t = 1_778_673_600 * NS; // 2026-05-13T12:00:00Z
-        assert_eq!(TimeFormat::Clf.parse(b"13/May/2026:12:00:00 +0000"), Some((t, NS)));
-        assert_eq!(TimeFormat::Clf.parse(b"13/May/2026:14:00:00 +0200"), Some((t, NS)));
+        assert_eq!(
+            TimeFormat::Clf.parse(b"13/May/2026:12:00:00 +0000"),
+            Some((t, NS))
+        );
+        assert_eq!(
+            TimeFormat::Clf.parse(b"13/May/2026:14:00:00 +0200"),
+            Some((t, NS))
+        );
         assert_eq!(
             TimeFormat::ClfMillis.parse(b"13/May/2026:12:00:00.123"),
             Some((t + 123_000_000, 1_000_000))
         );
-        assert_eq!(TimeFormat::Iso8601.parse(b"2026-05-13T12:00:00Z"), Some((t, NS)));
+        assert_eq!(
+            TimeFormat::Iso8601.parse(b"2026-05-13T12:00:00Z"),
+            Some((t, NS))
+        );
         assert_eq!(
             TimeFormat::Iso8601.parse(b"2026-05-13T07:00:00.5-05:00"),
             Some((t + 500_000_000, 100_000_000))
         );
-        assert_eq!(TimeFormat::Iso8601.parse(b"2026-05-13T12:00:00+00:00"), Some((t, NS)));
+        assert_eq!(
+            TimeFormat::Iso8601.parse(b"2026-05-13T12:00:00+00:00"),
+            Some((t, NS))
+        );
         assert_eq!(
             TimeFormat::EpochSeconds.parse(b"1778673600.123"),
             Some((t + 123_000_000, 1_000_000))
         );
-        assert_eq!(TimeFormat::EpochMillis.parse(b"1778673600123"), Some((t + 123_000_000, 1_000_000)));
-        assert_eq!(TimeFormat::EpochMicros.parse(b"1778673600000001"), Some((t + 1_000, 1_000)));
-        for bad in [&b""[..], b"13/Foo/2026:12:00:00 +0000", b"99/May/2026:12:00:00", b"2026-13-01T00:00:00Z", b"x"] {
+        assert_eq!(
+            TimeFormat::EpochMillis.parse(b"1778673600123"),
+            Some((t + 123_000_000, 1_000_000))
+        );
+        assert_eq!(
+            TimeFormat::EpochMicros.parse(b"1778673600000001"),
+            Some((t + 1_000, 1_000))
+        );
+        for bad in [
+            &b""[..],
+            b"13/Foo/2026:12:00:00 +0000",
+            b"99/May/2026:12:00:00",
+            b"2026-13-01T00:00:00Z",
+            b"x",
+        ] {
             assert_eq!(TimeFormat::Clf.parse(bad), None);
             assert_eq!(TimeFormat::Iso8601.parse(bad), None);
         }

@@ -88,7 +88,12 @@ fn value_end(b: &[u8], mut i: usize) -> Option<usize> {
 }
 
 /// Parses one line into `rec`.
-pub fn parse(f: &Format, line: &[u8], rec: &mut Record, arena: &mut Vec<u8>) -> Result<(), Mismatch> {
+pub fn parse(
+    f: &Format,
+    line: &[u8],
+    rec: &mut Record,
+    arena: &mut Vec<u8>,
+) -> Result<(), Mismatch> {
     let b = line;
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -113,16 +118,16 @@ pub fn parse(f: &Format, line: &[u8], rec: &mut Record, arena: &mut Vec<u8>) -> 
         i = skip_ws(b, i + 1);
         let (val, vs) = if b.get(i) == Some(&b'"') {
             let e = string_end(b, i + 1).ok_or(Mismatch::Unterminated(i))?;
-            let v = (Some(unescape(&b[i + 1..e], i + 1, Escape::Json, arena)), i + 1);
+            let v = (
+                Some(unescape(&b[i + 1..e], i + 1, Escape::Json, arena)),
+                i + 1,
+            );
             i = e + 1;
             v
         } else {
             let e = value_end(b, i).ok_or(Mismatch::Unterminated(i))?;
             let raw = b[i..e].trim_ascii_end();
-            let v = (
-                (raw != b"null").then(|| Span::line(i, i + raw.len())),
-                i,
-            );
+            let v = ((raw != b"null").then(|| Span::line(i, i + raw.len())), i);
             i = e;
             v
         };
