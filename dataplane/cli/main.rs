@@ -2,6 +2,7 @@
 
 mod agent;
 mod dryrun;
+mod dryrun_log;
 mod emit;
 mod eval;
 mod explain;
@@ -166,11 +167,13 @@ enum Command {
     /// would do, to whom.
     DryRun {
         /// Sources, or one compiled .rctlc artifact.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "explain_input")]
         paths: Vec<PathBuf>,
         /// Capture files (pcap or pcapng), directories of them, or `-`.
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present_any = ["log", "explain_input"])]
         pcap: Vec<PathBuf>,
+        #[command(flatten)]
+        logs: dryrun_log::LogArgs,
         /// Compare with an older ruleset (artifact or sources): which
         /// decisions change, for how many requests, and for whom.
         #[arg(long)]
@@ -602,7 +605,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             format,
             limits,
             max_buffered,
+            logs,
         } => {
+            if logs.explain_input {
+                print(&dryrun_log::explain_input(&logs)?, Format::Text)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let opts = limits.options();
             let Some((rs, _, mut inputs)) = load_ruleset(&paths, &opts)? else {
                 return Ok(ExitCode::from(1));
@@ -619,20 +627,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 run.against(old, site)?;
             }
             inputs.extend(files.iter().cloned());
+            inputs.extend(logs.log.iter().cloned());
             // Refused before the replay, which can take long, and again
             // when written.
             if let Some(p) = &report {
                 output::check_target(p, &inputs)?;
             }
-            let complete = dryrun::replay_all(&mut run, &files);
+            let mut complete = dryrun::replay_all(&mut run, &files);
+            let from_logs = if logs.log.is_empty() {
+                None
+            } else {
+                let (summary, failed) = dryrun_log::replay(&mut run, &logs)?;
+                complete &= !failed;
+                Some(summary)
+            };
+            let sampled = logs.sampled.filter(|&n| n > 1);
             let html_path = report;
-            let report = run.finish();
+            let mut report = run.finish();
+            if let Some(n) = sampled {
+                dryrun_log::scale(&mut report, n);
+            }
             if let Some(p) = html_path {
                 output::write(&p, html::render(&report).as_bytes(), &inputs)?;
             }
-            let out = match format {
-                Format::Text => dryrun::text(&report),
-                Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+            let out = match (format, &from_logs) {
+                (Format::Text, None) => dryrun::text(&report),
+                (Format::Text, Some(s)) => {
+                    dryrun::text(&report) + "\n" + &dryrun_log::text(&report, s, sampled)
+                }
+                (Format::Json, _) => dryrun_log::json(&report, sampled)?,
             };
             print(&out, format)?;
             Ok(fail(!complete))

@@ -298,11 +298,16 @@ impl Engine {
                     }
                 }
             }
+            if r.is_packet_limit() {
+                // They count packets and connections, which an input of
+                // requests does not hold; they decide no request.
+                m = vec!["(packets and connections)".to_string()];
+            }
             m.sort();
             m.dedup();
             let relevant = self.core.active[i]
                 && (self.core.on_request_path(i) || self.ruleset().plan[i].xdp.is_some());
-            if relevant && (cond_unknown || k) {
+            if relevant && (cond_unknown || k) && !r.is_packet_limit() {
                 none = false;
             }
             if cond_unknown && self.core.on_request_path(i) {

@@ -57,16 +57,25 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
     if lines.is_empty() {
         return Err("the input is empty, so its format cannot be detected".into());
     }
+    // The format most lines fit, if more than half do (a bad line
+    // or two among the first must not hide the format).
     let mut fits = Vec::new();
     let (mut rec, mut arena) = (Record::default(), Vec::new());
+    let mut best = 0;
     for name in ["haproxy-httplog", "nginx-combined", "webrequest"] {
         let Ok(f) = by_name(name, spec) else { continue };
-        if lines
+        let n = lines
             .iter()
-            .all(|l| f.parse(l, &mut rec, &mut arena).is_ok())
-        {
-            fits.push(f);
+            .filter(|l| f.parse(l, &mut rec, &mut arena).is_ok())
+            .count();
+        if n * 2 <= lines.len() || n < best {
+            continue;
         }
+        if n > best {
+            fits.clear();
+            best = n;
+        }
+        fits.push(f);
     }
     let absolute = |l: &&[u8]| {
         let q = memchr::memchr(b'"', l).map_or(&l[..0], |i| &l[i..]);
@@ -74,7 +83,9 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
             || memchr::memmem::find(q, b" https://").is_some()
     };
     match fits.len() {
-        1 if fits[0].name == "nginx-combined" && lines.iter().all(absolute) => {
+        1 if fits[0].name == "nginx-combined"
+            && lines.iter().filter(|l| absolute(l)).count() * 2 > lines.len() =>
+        {
             by_name("varnishncsa", spec)
         }
         1 => Ok(fits.remove(0)),
