@@ -166,14 +166,21 @@ fn every_transcript_in_the_docs_is_what_rctl_prints() {
 
 #[test]
 fn blocks_are_read_with_their_commands_and_outputs() {
-    let text = "intro\n```console\n$ rctl a\nout 1\nout 2\n$ rctl b \\\n    --x\n```\n```sh\n$ not\n```\n";
+    let text =
+        "intro\n```console\n$ rctl a\nout 1\nout 2\n$ rctl b \\\n    --x\n```\n```sh\n$ not\n```\n";
     let b = blocks(text);
     assert_eq!(b.len(), 1);
     let s = &b[0].steps;
     assert_eq!(s.len(), 2);
     assert_eq!(s[1].command, "rctl b --x");
     assert_eq!(s[1].raw, "$ rctl b \\\n    --x\n");
-    assert_eq!((s[0].command.as_str(), s[0].expected.as_str(), s[0].line), ("rctl a", "out 1\nout 2\n", 3));
+    assert_eq!(
+        (s[0].command.as_str(), s[0].expected.as_str(), s[0].line),
+        ("rctl a", "out 1\nout 2\n", 3)
+    );
     assert_eq!(s[1].expected, "");
-    assert_eq!(&text[b[0].body.clone()], "$ rctl a\nout 1\nout 2\n$ rctl b \\\n    --x\n");
+    assert_eq!(
+        &text[b[0].body.clone()],
+        "$ rctl a\nout 1\nout 2\n$ rctl b \\\n    --x\n"
+    );
 }

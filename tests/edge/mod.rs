@@ -20,7 +20,7 @@ mod incidents;
 mod lifecycle;
 mod nginx_heads;
 mod parity;
-mod stack;
+pub(crate) mod stack;
 
 use crate::servers::{self, haproxy, nginx};
 use crate::util::root;

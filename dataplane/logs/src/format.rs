@@ -122,6 +122,7 @@ impl Format {
                 Field::Method => known.method = true,
                 Field::Target => (path, query, raw) = (true, true, true),
                 Field::Path => path = true,
+                Field::PathArgs => (path, query) = (true, true),
                 Field::Query => query = true,
                 Field::Host => {
                     known.host = true;
@@ -314,6 +315,18 @@ impl Format {
                 Field::Path => {
                     let (v, p) = origin_form(v, p);
                     rec.path = Some(unescape(v, p, esc, arena));
+                }
+                Field::PathArgs => {
+                    let (path, query) = match memchr::memchr(b'?', v) {
+                        Some(i) => (&v[..i], Some((&v[i + 1..], p + i + 1))),
+                        // No `?`: the `-` at the end is the empty $args.
+                        None => (v.strip_suffix(b"-").unwrap_or(v), None),
+                    };
+                    rec.path = Some(unescape(path, p, esc, arena));
+                    rec.query = Some(match query {
+                        Some((q, at)) => unescape(q, at, esc, arena),
+                        None => Span::default(),
+                    });
                 }
                 Field::Query if absent => rec.query = Some(Span::default()),
                 Field::Query => {

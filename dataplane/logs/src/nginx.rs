@@ -108,7 +108,18 @@ pub fn compile(name: &str, spec: &str) -> Result<Format, String> {
         i = next;
     }
     tokens.push(Token::Lit(lit));
-    Ok(Format::from_template(name, Template::new(tokens), false))
+    let mut f = Format::from_template(name, Template::new(tokens), false);
+    // `$uri` is decoded and normalised: the target as sent (`url`) only
+    // comes from `$request` or `$request_uri`.
+    let raw = ["$request", "${request}", "$request_uri", "${request_uri}"];
+    if !raw.iter().any(|r| {
+        spec.match_indices(r).any(|(i, _)| {
+            !spec[i + r.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        })
+    }) {
+        f.known.url = false;
+    }
+    Ok(f)
 }
 
 #[cfg(test)]

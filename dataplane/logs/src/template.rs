@@ -38,6 +38,9 @@ pub enum Field {
     Query,
     /// nginx's `$is_args`: `?` or nothing (folded with its neighbours).
     IsArgs,
+    /// nginx's `$uri$is_args$args`: the normalised path and the query
+    /// (nginx writes the empty `$args` as `-`).
+    PathArgs,
     /// The Host header.
     Host,
     /// One request header (lower-case name).
@@ -274,7 +277,7 @@ impl Template {
             }
             i += 1;
         }
-        // $uri$is_args$args (or $uri?$args): the target, split at its `?`.
+        // $uri$is_args$args (or $uri?$args): path and query.
         let mut i = 0;
         while i + 2 < out.len() {
             let fold = matches!(
@@ -293,7 +296,7 @@ impl Template {
                     Token::Field(_, e) => *e,
                     Token::Lit(_) => Escape::None,
                 };
-                out.splice(i..i + 3, [Token::Field(Field::Target, esc)]);
+                out.splice(i..i + 3, [Token::Field(Field::PathArgs, esc)]);
             }
             i += 1;
         }
