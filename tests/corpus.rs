@@ -6,6 +6,7 @@ use crate::util::*;
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::testing::{run_test, run_test_reference};
 use rctl_dataplane::{EngineConfig, NaiveEngine, Packet};
+use rctl_testkit::Rng;
 
 #[test]
 fn corpus_passes_on_the_compiled_engine_and_the_reference() {

@@ -78,10 +78,10 @@ fn every_request_matches_tshark() {
         .is_err()
     {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !rctl_testkit::skip::in_ci(),
             "tshark must be installed in CI"
         );
-        crate::servers::skipped("tshark, for the cross-check (apt-get install tshark)");
+        rctl_testkit::skip::skipped("tshark, for the cross-check (apt-get install tshark)");
         return;
     }
     for name in FIXTURES
@@ -315,10 +315,10 @@ fn html_report_renders_in_chromium() {
     });
     let Some(chromium) = chromium else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !rctl_testkit::skip::in_ci(),
             "chromium must be installed in CI"
         );
-        crate::servers::skipped("chromium, for the rendering check (apt-get install chromium)");
+        rctl_testkit::skip::skipped("chromium, for the rendering check (apt-get install chromium)");
         return;
     };
     let profile = dir.join("profile");
@@ -409,9 +409,9 @@ fn dry_run_sees_the_destination_address() {
 /// A dry-run of `rules` over a capture written by `f`.
 fn dry_run_of(
     rules: &str,
-    f: impl FnOnce(&mut crate::capgen::Pcap<Vec<u8>>) -> std::io::Result<()>,
+    f: impl FnOnce(&mut rctl_testkit::capgen::Pcap<Vec<u8>>) -> std::io::Result<()>,
 ) -> rctl_dataplane::dryrun::Report {
-    let mut p = crate::capgen::Pcap::new(Vec::new()).unwrap();
+    let mut p = rctl_testkit::capgen::Pcap::new(Vec::new()).unwrap();
     f(&mut p).unwrap();
     let pcap = p.finish().unwrap();
     let rs = compile(rules).ruleset.expect("rules compile");
@@ -484,7 +484,7 @@ fn tshark_request_count(pcap: &std::path::Path) -> Option<usize> {
         .output();
     let Ok(out) = out else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !rctl_testkit::skip::in_ci(),
             "tshark must be installed in CI"
         );
         return None;

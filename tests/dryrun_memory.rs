@@ -2,9 +2,9 @@
 //! whatever the capture, and says what it dropped; requests that arrive a
 //! byte at a time are all found.
 
-use crate::capgen::{self, Endpoint, Pcap};
 use crate::dryrun::listed;
 use crate::util::*;
+use rctl_testkit::capgen::{self, Endpoint, Pcap};
 use std::io::Write;
 
 const SERVER: Endpoint = ([198, 51, 100, 10], 80);
@@ -94,10 +94,10 @@ fn rctl_with_rss(args: &[&str], input: &[u8]) -> (Vec<u8>, Option<u64>) {
     let timed = std::path::Path::new(TIME).exists();
     if !timed {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !rctl_testkit::skip::in_ci(),
             "{TIME} (GNU time) must be installed in CI"
         );
-        crate::servers::skipped(&format!("{TIME} (GNU time), for the peak RSS check"));
+        rctl_testkit::skip::skipped(&format!("{TIME} (GNU time), for the peak RSS check"));
     }
     let rctl = env!("CARGO_BIN_EXE_rctl");
     let mut cmd = if timed {

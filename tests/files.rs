@@ -313,11 +313,12 @@ fn devices_and_fifos_are_refused_promptly() {
     // Found by a walk, and named on the command line.
     let r = run(&["check", s(&dir)]);
     assert!(r.err.contains("included.rctl` is a FIFO"), "{}", r.err);
+    // Named on the command line, it is refused as a usage error (exit 2).
     let r = run(&["check", s(&dir.join("included.rctl"))]);
-    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert_eq!(r.code, Some(2), "{}", r.err);
     assert!(r.err.contains("included.rctl` is a FIFO"), "{}", r.err);
     let r = run(&["fmt", s(&dir.join("included.rctl"))]);
-    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert_eq!(r.code, Some(2), "{}", r.err);
     assert!(r.err.contains("included.rctl` is a FIFO"), "{}", r.err);
 
     // A /dev/zero of our own inside the root, where we may make one (root).
@@ -341,7 +342,7 @@ fn devices_and_fifos_are_refused_promptly() {
             r.err
         );
     } else {
-        crate::servers::skip_unless(false, "mknod (root), for the device node in the root");
+        rctl_testkit::skip::skip_unless(false, "mknod (root), for the device node in the root");
     }
 
     // The real ones, allowed explicitly.
@@ -471,7 +472,7 @@ fn outputs_replace_only_regular_files_that_are_not_inputs() {
     if made {
         refused.push((null, "is a character device, not a regular file"));
     } else {
-        crate::servers::skip_unless(false, "mknod (root), for the device-node case");
+        rctl_testkit::skip::skip_unless(false, "mknod (root), for the device-node case");
     }
     for (target, why) in &refused {
         let before = state(target);
@@ -533,7 +534,7 @@ fn fmt_does_not_write_through_a_symlink() {
     symlink("real.rctl", dir.join("link.rctl")).unwrap();
     let link = dir.join("link.rctl");
     let r = run(&["fmt", s(&link)]);
-    assert_eq!(r.code, Some(1), "{}{}", r.out, r.err);
+    assert_eq!(r.code, Some(2), "{}{}", r.out, r.err);
     assert!(
         r.err
             .contains("is a symbolic link; rctl fmt does not rewrite through links")

@@ -1,9 +1,9 @@
 //! The benchmarks' generated rulesets are valid, realistic rulesets.
 
 use crate::util::*;
-use crate::{gen, realistic};
 use rctl_compiler::diag::Severity;
 use rctl_compiler::ir::{Action, XdpKind};
+use rctl_testkit::{gen, realistic};
 
 fn errors(c: &rctl_compiler::Compilation) -> Vec<String> {
     c.diagnostics

@@ -4,8 +4,11 @@
 //! reading what a log lacks are not judged; bad lines are reported with
 //! their positions in bounded memory.
 
-use crate::servers::{self, free_port, haproxy::Haproxy, netns, nginx::Nginx, Proc};
 use crate::util::{rctl, root, tempdir};
+use rctl_testkit::lab;
+use rctl_testkit::proc::{free_port, settled, Proc};
+use rctl_testkit::servers::{self, haproxy::Haproxy, nginx::Nginx, varnish::Varnish};
+use rctl_testkit::skip::{require, skip_unless};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -125,9 +128,10 @@ fn client(dir: &Path, plan: &Value) -> Value {
 /// verdicts: ⌈rate × 1 s⌉ + 1 per key it throttles (see the logs manual).
 fn bound(rule: &str, keys: u64) -> u64 {
     let per_s: f64 = match rule {
-        "wdqs_generic_clients" => 30.0 / 60.0,
-        "wdqs_sparql_per_ip" => 60.0 / 60.0,
-        "restbase_rerender_loop" => 5.0,
+        // 30 and 60 requests per minute; 10 per minute.
+        "wdqs_generic_clients" => 0.5,
+        "wdqs_sparql_per_ip" => 1.0,
+        "restbase_rerender_loop" => 10.0 / 60.0,
         _ => 0.0,
     };
     (per_s.ceil() as u64 + 1) * keys
@@ -135,10 +139,10 @@ fn bound(rule: &str, keys: u64) -> u64 {
 
 #[test]
 fn one_traffic_three_inputs_are_judged_alike() {
-    if !netns::available()
-        || !servers::require("haproxy")
-        || !servers::require("nginx")
-        || !servers::skip_unless(
+    if !lab::available()
+        || !require("haproxy")
+        || !require("nginx")
+        || !skip_unless(
             Path::new("/usr/bin/tcpdump").exists(),
             "tcpdump (apt-get install tcpdump)",
         )
@@ -150,7 +154,7 @@ fn one_traffic_three_inputs_are_judged_alike() {
     let mut addrs = swarm();
     addrs.extend([UPDATER, SCRAPER, READER, "208.80.154.21"].map(String::from));
     let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    netns::enter(&refs);
+    let _ns = lab::Inside::private(&refs);
     let (hp, np) = (free_port(), free_port());
     let front: SocketAddr = format!("127.0.0.1:{hp}").parse().unwrap();
     let origin: SocketAddr = format!("127.0.0.1:{np}").parse().unwrap();
@@ -315,7 +319,7 @@ fn one_traffic_three_inputs_are_judged_alike() {
 
 #[test]
 fn nginx_and_varnishncsa_formats_against_their_own_output() {
-    if !servers::require("nginx") || !servers::require("varnishd") {
+    if !require("nginx") || !servers::varnish::require() {
         return;
     }
     let dir = tempdir("logs-formats");
@@ -331,7 +335,7 @@ fn nginx_and_varnishncsa_formats_against_their_own_output() {
     let vcl = dir.join("v.vcl");
     std::fs::write(&vcl, format!("vcl 4.1;\nbackend o {{ .host = \"127.0.0.1\"; .port = \"{port}\"; }}\nsub vcl_recv {{ return (pass); }}\n")).unwrap();
     let listen: SocketAddr = format!("127.0.0.1:{vport}").parse().unwrap();
-    let varnish = servers::varnish::Varnish::start(&dir, &vcl, listen);
+    let varnish = Varnish::start(&dir, &vcl, listen);
     let vf = r#"%h %{msec}t %m "%U%q" "%{Host}i" "%{User-Agent}i" "%{Referer}i""#;
     let mut ncsa = Vec::new();
     for (name, f) in [("ncsa.log", None), ("ncsa-f.log", Some(vf))] {
@@ -363,7 +367,7 @@ fn nginx_and_varnishncsa_formats_against_their_own_output() {
     std::thread::sleep(Duration::from_secs(3));
     let spec = rctl_logs::detect::Spec::default();
     let check = |file: &str, fmt: &str, host_case: bool| {
-        let text = servers::settled(|| std::fs::read_to_string(dir.join(file)).unwrap_or_default());
+        let text = settled(|| std::fs::read_to_string(dir.join(file)).unwrap_or_default());
         let f = rctl_logs::detect::by_name(fmt, &spec).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         // nginx sees each request twice: sent to it, and through Varnish.

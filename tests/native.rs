@@ -12,14 +12,15 @@
 //! translate.py and view.py, through tests/requestctl_oracle.py): both
 //! varnishd answer every request of the fixture's expectations alike.
 
-use crate::servers::haproxy::{self, Haproxy};
-use crate::servers::nginx::{self, Nginx};
-use crate::servers::varnish::{self, Varnish};
-use crate::servers::{free_port, require};
 use crate::util::*;
 use rctl_compiler::ir::Ruleset;
 use rctl_compiler::spec::{SampleKind, TestCase};
 use rctl_dataplane::{Engine, EngineConfig, Request, Verdict};
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::haproxy::{self, Haproxy};
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::servers::varnish::{self, Varnish};
+use rctl_testkit::skip::require;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -422,7 +423,7 @@ fn conftool_source(dir: &Path) -> Option<PathBuf> {
             .arg(dir)
             .status()
             .is_ok_and(|s| s.success());
-    crate::servers::skip_unless(
+    rctl_testkit::skip::skip_unless(
         ok,
         "conftool 5.3.0.1 from PyPI (python3 -m pip download), with python3-sympy and python3-yaml",
     )

@@ -6,11 +6,12 @@
 //! statuses real clients got through real proxies, the log file's bytes.
 
 use crate::edge::{emit_haproxy, emit_nginx, haproxy_config, nginx_http, origin};
-use crate::servers::haproxy::Haproxy;
-use crate::servers::nginx::{self, Nginx};
-use crate::servers::serve::Serve;
-use crate::servers::{free_port, netns, Proc};
-use crate::util::{rctl, tempdir};
+use crate::util::{rctl, serve, tempdir};
+use rctl_testkit::lab::{self, Mount};
+use rctl_testkit::proc::{free_port, Proc};
+use rctl_testkit::servers::haproxy::Haproxy;
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::servers::serve::Serve;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -44,17 +45,8 @@ fn chmod(p: &Path, mode: u32) {
 /// `python3 -c SCRIPT ARGS…` as nobody (uid and gid 65534, no groups),
 /// with Debian's python (one nobody may run).
 fn as_nobody(script: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "/usr/bin/python3",
-        "-c",
-        script,
-    ])
-    .args(args);
+    let mut c = crate::netns::as_nobody(Path::new("/usr/bin/python3"));
+    c.arg("-c").arg(script).args(args);
     c
 }
 
@@ -222,7 +214,7 @@ impl Drop for Held {
 /// connect(): nobody never gets a connection.
 #[test]
 fn neighbours_the_control_socket_is_never_reachable_by_others_even_under_umask_000() {
-    if !netns::available() {
+    if !lab::available() {
         return;
     }
     let dir = tempdir("neighbours-umask");
@@ -272,7 +264,7 @@ fn neighbours_the_control_socket_is_never_reachable_by_others_even_under_umask_0
 /// is connecting (SO_PEERCRED).
 #[test]
 fn neighbours_a_peer_the_control_socket_does_not_trust_can_neither_load_nor_read() {
-    if !netns::available() {
+    if !lab::available() {
         return;
     }
     let dir = tempdir("neighbours-peercred");
@@ -292,7 +284,7 @@ fn neighbours_a_peer_the_control_socket_does_not_trust_can_neither_load_nor_read
     .success());
     chmod(&evil, 0o644);
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let agent = Serve::start(&dir, &art, http, &[]);
+    let agent = serve(&dir, &art, http, &[]);
     // The mistake: the folder and the socket opened up.
     chmod(&dir.join("run"), 0o755);
     chmod(&agent.control, 0o666);
@@ -343,7 +335,7 @@ fn check(http: SocketAddr, target: &str) -> u16 {
 /// (the agent keeps slots for trusted peers and caps each untrusted one).
 #[test]
 fn neighbours_an_idle_spoe_flood_from_nobody_leaves_haproxy_checked() {
-    if !netns::available() || !crate::edge::have_proxies() {
+    if !lab::available() || !crate::edge::have_proxies() {
         return;
     }
     let dir = tempdir("neighbours-spoe");
@@ -352,7 +344,7 @@ fn neighbours_an_idle_spoe_flood_from_nobody_leaves_haproxy_checked() {
     let spoe = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let spoe_flag = format!("tcp:{spoe}");
-    let agent = Serve::start(&dir, &art, http, &["--spoe", &spoe_flag]);
+    let agent = serve(&dir, &art, http, &["--spoe", &spoe_flag]);
     let mut flood = Held::start(as_nobody(
         SPOE_HOLD,
         &["127.0.0.1", &spoe.port().to_string(), "1100"],
@@ -396,14 +388,14 @@ fn neighbours_an_idle_spoe_flood_from_nobody_leaves_haproxy_checked() {
 /// www-data, a trusted peer) still gets every check answered in time.
 #[test]
 fn neighbours_a_reconnecting_http_flood_from_nobody_leaves_nginx_checked() {
-    if !netns::available() || !crate::edge::have_proxies() {
+    if !lab::available() || !crate::edge::have_proxies() {
         return;
     }
     let dir = tempdir("neighbours-http");
     chmod(&dir, 0o755);
     let art = compiled(&dir);
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let agent = Serve::start(&dir, &art, http, &["--trust-peer", "www-data"]);
+    let agent = serve(&dir, &art, http, &["--trust-peer", "www-data"]);
     let mut flood = Held::start(as_nobody(
         TCP_FLOOD,
         &["127.0.0.1", &http.port().to_string(), "1100"],
@@ -441,7 +433,7 @@ fn neighbours_sighup_reopens_the_log_and_never_ends_the_agent() {
     chmod(&dir, 0o755);
     let art = compiled(&dir);
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let mut agent = Serve::start(&dir, &art, http, &["--log-summary", "1"]);
+    let mut agent = serve(&dir, &art, http, &["--log-summary", "1"]);
     for i in 0..3 {
         assert_eq!(check(http, &format!("/logged/before/{i}")), 200);
     }
@@ -534,51 +526,26 @@ fn neighbours_the_log_is_never_written_through_a_link_or_in_a_shared_folder() {
     );
 }
 
-/// A tmpfs of 64 KiB, unmounted on drop.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(at: &Path) -> SmallDisk {
-        std::fs::create_dir_all(at).unwrap();
-        let o = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs"])
-            .arg(at)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "mount: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        SmallDisk(at.to_path_buf())
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// The log on a disk that fills up: the lines that did not fit are
 /// counted as failed, never as written, and once there is room again the
 /// file holds only whole lines.
 #[test]
 fn neighbours_a_full_disk_tears_no_line_and_counts_the_lost_ones() {
-    if !netns::available() {
+    if !lab::available() {
         return;
     }
     let dir = tempdir("neighbours-disk");
     chmod(&dir, 0o755);
     let art = compiled(&dir);
-    let disk = SmallDisk::mount(&dir.join("logs"));
+    // A tmpfs of 64 KiB.
+    let disk = Mount::tmpfs(&dir.join("logs"), "size=64k,mode=0755");
     // Most of the disk taken: the log fills the rest within a few lines.
-    let filler = disk.0.join("filler");
+    let filler = disk.join("filler");
     std::fs::write(&filler, vec![b'x'; 48 * 1024]).unwrap();
-    let log = disk.0.join("m.log");
+    let log = disk.join("m.log");
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let log_flag = log.display().to_string();
-    let agent = Serve::start(
+    let agent = serve(
         &dir,
         &art,
         http,
@@ -659,7 +626,7 @@ fn neighbours_a_full_disk_tears_no_line_and_counts_the_lost_ones() {
 /// even open the socket.
 #[test]
 fn neighbours_nginx_reaches_the_agent_over_a_socket_only_its_group_may_open() {
-    if !netns::available() || !crate::edge::have_proxies() {
+    if !lab::available() || !crate::edge::have_proxies() {
         return;
     }
     let dir = tempdir("neighbours-unix-http");
@@ -670,7 +637,7 @@ fn neighbours_nginx_reaches_the_agent_over_a_socket_only_its_group_may_open() {
     std::fs::create_dir_all(&run).unwrap();
     let sock = run.join("http.sock");
     let flag = format!("unix:{}", sock.display());
-    let agent = Serve::start(
+    let agent = serve(
         &dir,
         &art,
         unused,

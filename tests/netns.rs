@@ -5,7 +5,9 @@
 //! skips. Traffic stays on the veth pair.
 
 use crate::util::*;
-use crate::xdp::object_path;
+use rctl_testkit::lab::{Link, Mount, NetNs};
+use rctl_testkit::proc::{must, sh, TempDir};
+use rctl_testkit::xdp::object_path;
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -61,22 +63,6 @@ rule ping_flood {{
     )
 }
 
-pub(crate) fn sh(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
-}
-
-pub(crate) fn must(cmd: &str, args: &[&str]) {
-    let o = sh(cmd, args);
-    assert!(
-        o.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// Writes `src` to `DIR/NAME.rctl` and compiles it to `DIR/NAME.rctlc`.
 pub(crate) fn compile_in(dir: &Path, name: &str, src: &str) -> PathBuf {
     let rules = dir.join(format!("{name}.rctl"));
@@ -90,6 +76,20 @@ pub(crate) fn compile_in(dir: &Path, name: &str, src: &str) -> PathBuf {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
+}
+
+/// rctl's flags for a host of its own: `--bpffs BPFFS` and the run and
+/// state directories under `dir`.
+pub(crate) fn host_args(bpffs: &Path, dir: &Path) -> Vec<String> {
+    let (run, state) = (dir.join("run"), dir.join("state"));
+    [
+        ("--bpffs", bpffs),
+        ("--run-dir", &run),
+        ("--state-dir", &state),
+    ]
+    .iter()
+    .flat_map(|(flag, p)| [flag.to_string(), p.display().to_string()])
+    .collect()
 }
 
 /// `bin` run as nobody, with no capabilities.
@@ -106,78 +106,47 @@ pub(crate) fn as_nobody(bin: &Path) -> Command {
 }
 
 /// The namespace, the veth pair, a private bpffs and state directories;
-/// removed on drop.
+/// removed on drop (in this order, after a detach).
 struct Lab {
-    ns: String,
+    ns: NetNs,
+    _link: Link,
+    /// The near end's name.
     near: String,
-    bpffs: PathBuf,
-    dir: PathBuf,
+    bpffs: Mount,
+    dir: TempDir,
     object: PathBuf,
 }
 
 impl Lab {
     fn new(object: PathBuf) -> Lab {
         let id = std::process::id() % 100_000;
-        let (ns, near, far) = (
-            format!("rctl-test-{id}"),
-            format!("rct{id}a"),
-            format!("rct{id}b"),
-        );
-        let dir = tempdir("netns");
-        let bpffs = dir.join("bpffs");
-        std::fs::create_dir_all(&bpffs).unwrap();
-        let lab = Lab {
+        let (near, far) = (format!("rct{id}a"), format!("rct{id}b"));
+        let dir = TempDir::adopt(tempdir("netns"));
+        let bpffs = Mount::bpffs(&dir.join("bpffs"));
+        let ns = NetNs::new(&format!("rctl-test-{id}"));
+        let link = Link::veth(&near, None, &far, Some(&ns));
+        for a in [NEAR, VIP] {
+            must("ip", &["addr", "add", &format!("{a}/24"), "dev", &near]);
+        }
+        for a in [CLIENT, BLOCKED, EXEMPT, LATER_BLOCKED] {
+            ns.ip(&["addr", "add", &format!("{a}/24"), "dev", &far]);
+        }
+        Lab {
             ns,
+            _link: link,
             near,
             bpffs,
             dir,
             object,
-        };
-        must("mount", &["-t", "bpf", "bpf", lab.bpffs.to_str().unwrap()]);
-        must("ip", &["netns", "add", &lab.ns]);
-        must(
-            "ip",
-            &[
-                "link", "add", &lab.near, "type", "veth", "peer", "name", &far, "netns", &lab.ns,
-            ],
-        );
-        for a in [NEAR, VIP] {
-            must("ip", &["addr", "add", &format!("{a}/24"), "dev", &lab.near]);
         }
-        must("ip", &["link", "set", &lab.near, "up"]);
-        for a in [CLIENT, BLOCKED, EXEMPT, LATER_BLOCKED] {
-            lab.exec_ok("ip", &["addr", "add", &format!("{a}/24"), "dev", &far]);
-        }
-        lab.exec_ok("ip", &["link", "set", &far, "up"]);
-        lab.exec_ok("ip", &["link", "set", "lo", "up"]);
-        lab
     }
 
     fn exec(&self, cmd: &str, args: &[&str]) -> Output {
-        let mut all = vec!["netns", "exec", &self.ns, cmd];
-        all.extend_from_slice(args);
-        sh("ip", &all)
-    }
-
-    fn exec_ok(&self, cmd: &str, args: &[&str]) {
-        let o = self.exec(cmd, args);
-        assert!(
-            o.status.success(),
-            "{cmd} {args:?} in {}: {}",
-            self.ns,
-            String::from_utf8_lossy(&o.stderr)
-        );
+        self.ns.exec(cmd, args)
     }
 
     fn host_args(&self) -> Vec<String> {
-        vec![
-            "--bpffs".into(),
-            self.bpffs.display().to_string(),
-            "--run-dir".into(),
-            self.dir.join("run").display().to_string(),
-            "--state-dir".into(),
-            self.dir.join("state").display().to_string(),
-        ]
+        host_args(&self.bpffs, &self.dir)
     }
 
     fn rctl(&self, args: &[&str]) -> Output {
@@ -280,12 +249,9 @@ impl Lab {
             \x20   d=t0+(i+1)/rate-time.monotonic()\n\
             \x20   if d>0: time.sleep(d)\n\
             print(time.monotonic()-first)\n";
-        Command::new("ip")
+        self.ns
+            .command("python3")
             .args([
-                "netns",
-                "exec",
-                &self.ns,
-                "python3",
                 "-c",
                 script,
                 src,
@@ -303,10 +269,6 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         let _ = self.rctl(&["detach", "--iface", &self.near]);
-        let _ = sh("ip", &["netns", "del", &self.ns]);
-        let _ = sh("ip", &["link", "del", &self.near]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -602,7 +564,7 @@ fn apply_status_detach_on_a_veth_pair() {
 #[test]
 fn apply_explains_what_is_missing() {
     let Some(object) = object_path() else { return };
-    let dir = tempdir("apply-errors");
+    let dir = TempDir::adopt(tempdir("apply-errors"));
     let artifact = dir.join("r.rctlc");
     let o = rctl(&[
         "compile",
@@ -636,9 +598,7 @@ fn apply_explains_what_is_missing() {
         "{e}"
     );
     // An unknown interface.
-    let bpffs = dir.join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
+    let bpffs = Mount::bpffs(&dir.join("bpffs"));
     let e = run(&["--iface", "nosuch0", "--bpffs", bpffs.to_str().unwrap()]);
     assert!(e.contains("no interface `nosuch0`"), "{e}");
     // Without privileges (as nobody, with no capabilities; the binary is
@@ -659,8 +619,7 @@ fn apply_explains_what_is_missing() {
     );
     // A driver without native XDP (a bridge): `--mode native` fails and
     // says so; the default falls back to skb mode with a warning.
-    let bridge = format!("rcd{}", std::process::id() % 100_000);
-    must("ip", &["link", "add", &bridge, "type", "bridge"]);
+    let bridge = Link::bridge(&format!("rcd{}", std::process::id() % 100_000));
     let (run_dir, state_dir) = (dir.join("run"), dir.join("state"));
     let host = [
         "--bpffs",
@@ -672,7 +631,12 @@ fn apply_explains_what_is_missing() {
         "--object",
         object.to_str().unwrap(),
     ];
-    let mut args = vec!["apply", artifact.to_str().unwrap(), "--iface", &bridge];
+    let mut args = vec![
+        "apply",
+        artifact.to_str().unwrap(),
+        "--iface",
+        bridge.name(),
+    ];
     args.extend_from_slice(&host);
     let mut native = args.clone();
     native.extend_from_slice(&["--mode", "native"]);
@@ -691,11 +655,11 @@ fn apply_explains_what_is_missing() {
         "{e}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("(skb mode, tick clock)"));
-    let mut detach = vec!["detach", "--iface", &bridge];
+    let mut detach = vec!["detach", "--iface", bridge.name()];
     detach.extend_from_slice(&host[..6]);
     let o = rctl(&detach);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let _ = sh("ip", &["link", "del", &bridge]);
+    drop(bridge);
     // An artifact of another format version.
     let mut bytes = std::fs::read(&artifact).unwrap();
     bytes[8] = bytes[8].wrapping_add(7);
@@ -725,6 +689,4 @@ fn apply_explains_what_is_missing() {
         dir.join("run").to_str().unwrap(),
     ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing attached"));
-    let _ = sh("umount", &[bpffs.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
 }

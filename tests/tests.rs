@@ -1,16 +1,12 @@
 //! Integration tests: the language, its diagnostics, the artifact, the
 //! formatter and the `rctl` binary, on real inputs.
 
-mod servers;
+//!
+//! What they share with other crates' tests and benchmarks (servers,
+//! network labs, generated inputs) is in `tests/support`, the
+//! `rctl-testkit` crate; `util` holds what only these need.
+
 mod util;
-
-#[path = "../compiler/benches/support/gen.rs"]
-mod gen;
-#[path = "../compiler/benches/support/realistic.rs"]
-mod realistic;
-
-#[path = "../dataplane/benches/support/capgen.rs"]
-mod capgen;
 
 mod agent;
 mod artifact;

@@ -2,8 +2,9 @@
 
 use rctl_compiler::{compile_str, Compilation, Options};
 use rctl_dataplane::{Decision, Engine, EngineConfig, NaiveEngine, Request, Verdict};
-use std::net::IpAddr;
-use std::path::PathBuf;
+use rctl_testkit::servers::serve::Serve;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -189,27 +190,21 @@ pub fn rctl(args: &[&str]) -> Output {
         .expect("run rctl")
 }
 
+/// `rctl serve` from this package's binary, as [`Serve::start`] starts
+/// it.
+pub fn serve(dir: &Path, artifact: &Path, http: SocketAddr, extra: &[&str]) -> Serve {
+    Serve::start(
+        dir,
+        artifact,
+        http,
+        extra,
+        Command::new(env!("CARGO_BIN_EXE_rctl")),
+    )
+}
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A small deterministic generator (xorshift64) for randomized tests.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next value.
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A random element of `v`.
-    pub fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[(self.next() % v.len() as u64) as usize]
-    }
 }
 
 /// The decision corpus: every `tests/corpus/*.rctl`, sorted.

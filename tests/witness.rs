@@ -5,13 +5,14 @@
 //! unreachable is never reached on random traffic.
 
 use crate::corpus::{random_request, random_rules};
-use crate::util::{compile, rctl, root, tempdir, Rng};
+use crate::util::{compile, rctl, root, tempdir};
 use rctl_compiler::diag::Severity;
 use rctl_compiler::ir::Ruleset;
 use rctl_compiler::spec::TestCase;
 use rctl_compiler::Options;
 use rctl_dataplane::testing::{run_test, run_test_reference, with_sample_request};
 use rctl_dataplane::{EngineConfig, NaiveEngine, Request};
+use rctl_testkit::Rng;
 
 /// The request of a test's first sample.
 fn with_request<T>(t: &TestCase, f: impl FnOnce(&Request<'_>) -> T) -> T {

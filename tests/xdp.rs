@@ -9,54 +9,10 @@ use rctl_compiler::spec::SampleKind;
 use rctl_dataplane::xdp::Tables;
 use rctl_dataplane::{Engine, EngineConfig, Packet, Verdict};
 use rctl_loader::XdpProgram;
+use rctl_testkit::frame::{default_dst, frame, frame_to};
+use rctl_testkit::xdp::object;
+use rctl_testkit::Rng;
 use std::net::IpAddr;
-
-#[path = "xdp_frame.rs"]
-pub(crate) mod xdp_frame;
-use xdp_frame::{default_dst, frame, frame_to};
-
-/// The built XDP object's path, if this process can load it (root); under
-/// CI both are required.
-pub(crate) fn object_path() -> Option<std::path::PathBuf> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(String::from))
-        });
-    let root = uid.as_deref() == Some("0");
-    let path = std::env::var("RCTL_XDP_OBJECT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            root_dir().join("ebpf/rctl-xdp/target/bpfel-unknown-none/release/rctl-xdp")
-        });
-    let built = path.is_file();
-    if std::env::var_os("CI").is_some() {
-        assert!(root, "XDP tests must run as root in CI");
-        assert!(
-            built,
-            "the XDP object must be built in CI: {}",
-            path.display()
-        );
-    }
-    if !root || !built {
-        crate::servers::skipped(&format!(
-            "root (is {root}) and the XDP object {} (built: {built})",
-            path.display()
-        ));
-        return None;
-    }
-    Some(path)
-}
-
-fn object() -> Option<Vec<u8>> {
-    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
-}
-
-fn root_dir() -> std::path::PathBuf {
-    root()
-}
 
 fn expect(engine: &Engine, p: &Packet) -> (u32, Option<usize>) {
     match engine.decide_packet(p).verdict {

@@ -2,12 +2,12 @@
 //! clock follows CLOCK_MONOTONIC, and under a flood both the tick clock and
 //! the exact clock hold a packet limit at its configured rate.
 
-use super::xdp::object_path;
-use super::xdp::xdp_frame::frame;
 use rctl_common::WAYS;
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::{ClockMode, Tables};
 use rctl_loader::{kernel_tick, XdpProgram};
+use rctl_testkit::frame::frame;
+use rctl_testkit::xdp::object_path;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// CLOCK_MONOTONIC in ns, from /proc/timer_list (as root).

@@ -13,13 +13,13 @@
 //! The lookup user space runs (the same code as the program's) is checked
 //! always; the program itself, through BPF_PROG_TEST_RUN, as root.
 
-use crate::util::Rng;
-use crate::xdp::object_path;
-use crate::xdp::xdp_frame::frame;
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::dir::DirConfig;
 use rctl_dataplane::xdp::Tables;
 use rctl_loader::XdpProgram;
+use rctl_testkit::frame::frame;
+use rctl_testkit::xdp::object;
+use rctl_testkit::Rng;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A CIDR as the test wrote it: (is IPv4, network, length).
@@ -267,10 +267,6 @@ fn check(l: &Layout, cfg: &DirConfig, obj: Option<&[u8]>, r: &mut Rng, splits: &
         }
     }
     checked
-}
-
-fn object() -> Option<Vec<u8>> {
-    object_path().map(|p| std::fs::read(p).expect("read the XDP object"))
 }
 
 /// IPv4, for roots of 8 to 24 bits: every prefix length, every boundary

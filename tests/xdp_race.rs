@@ -9,13 +9,13 @@
 //! packets of one key at one instant (`grammar/README.md`: "`burst` at
 //! once").
 
-use crate::util::Rng;
-use crate::xdp::object_path;
-use crate::xdp::xdp_frame::frame;
 use rctl_common::{overflow_slot, SETS, WAYS};
 use rctl_compiler::ir::Proto;
 use rctl_dataplane::xdp::Tables;
 use rctl_loader::XdpProgram;
+use rctl_testkit::frame::frame;
+use rctl_testkit::xdp::object;
+use rctl_testkit::Rng;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Barrier;
 
@@ -28,17 +28,17 @@ fn cpus() -> Option<usize> {
     let n = std::thread::available_parallelism().map_or(1, usize::from);
     if n < 2 {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !rctl_testkit::skip::in_ci(),
             "the XDP concurrency tests need two CPUs in CI"
         );
-        crate::servers::skipped(&format!("two CPUs, this machine has {n}"));
+        rctl_testkit::skip::skipped(&format!("two CPUs, this machine has {n}"));
         return None;
     }
     Some(n)
 }
 
 fn load(src: &str) -> Option<XdpProgram> {
-    let obj = std::fs::read(object_path()?).expect("read the XDP object");
+    let obj = object()?;
     let c = rctl_compiler::compile_str("t.rctl", src, &Default::default());
     let rs = c.ruleset.expect("compiles");
     let tables = Tables::new(&rs, None).unwrap();

@@ -3,17 +3,13 @@
 //! scaling to 10,000 and 50,000 rules shaped like real ones, and a
 //! 100,000-term condition on one line.
 
-#[path = "support/gen.rs"]
-mod gen;
-#[path = "support/realistic.rs"]
-mod realistic;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rctl_compiler::check::check_rules;
 use rctl_compiler::diag::Diagnostics;
 use rctl_compiler::plan::SpannedRule;
 use rctl_compiler::source::Span;
 use rctl_compiler::{compile_paths, Options};
+use rctl_testkit::{gen, realistic};
 use std::path::PathBuf;
 
 fn workdir(tag: &str) -> PathBuf {

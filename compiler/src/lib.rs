@@ -14,6 +14,9 @@
 //!   validation.
 //!
 //! Diagnostics are data ([`diag`]) and rendered by the caller.
+//! [`compile_paths`] compiles sources; [`input::load`] takes either
+//! sources or one compiled artifact, as the commands that read a ruleset
+//! do.
 //!
 //! ```
 //! let src = "rule r { when path == \"/x\" deny 403 }";
@@ -29,6 +32,7 @@ pub mod analysis;
 pub mod artifact;
 pub mod diag;
 pub mod front;
+pub mod input;
 pub mod ir;
 
 // Each stage's modules, at the paths they have always had.

@@ -2,7 +2,7 @@
 //! against the reference evaluator (one regex per predicate, a binary
 //! search per address set, rules in order, as VCL and HAProxy run) and
 //! wirefilter (one compiled filter per deciding rule, in order; see
-//! `support/wf.rs` for what it skips); ns per packet at 100,000 prefixes;
+//! `rctl_testkit::wf` for what it skips); ns per packet at 100,000 prefixes;
 //! limiter ns per hit, local and `shared`; and the request path of
 //! `rules/restbase.rctl`'s throttle with it local and `shared`.
 //!
@@ -10,18 +10,12 @@
 //! checked against the engine's. Time moves forward by 1 µs a request
 //! across the whole run, never back.
 
-#[path = "../../compiler/benches/support/gen.rs"]
-mod gen;
-#[path = "support/mix.rs"]
-mod mix;
-#[path = "support/wf.rs"]
-mod wf;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mix::{requests, Owned};
 use rctl_compiler::ir::{Proto, Ruleset};
 use rctl_dataplane::limiter::{Limiter, Shared, SharedDelta, SharedUpdate};
 use rctl_dataplane::{Engine, EngineConfig, NaiveEngine, Packet, Request};
+use rctl_testkit::mix::{requests, Owned};
+use rctl_testkit::{gen, wf};
 use std::net::{IpAddr, Ipv4Addr};
 
 fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {

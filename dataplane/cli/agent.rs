@@ -1,283 +1,129 @@
-//! The agent's side of `rctl apply` and `rctl status`, and `rctl serve`.
-//!
-//! `rctl apply` switches both planes, two-phase: the agent prepares the
-//! new generation (nothing changes), then the XDP program is applied (if
-//! `--iface`), then the agent commits (one atomic swap). Any failure
-//! before the commit aborts the prepare: the agent keeps its generation.
+//! `rctl agent`: `rctl serve` that follows etcd (`rctl_fleet::agent`):
+//! flags in, the fleet agent run until SIGTERM or SIGINT.
 
-use crate::host::{self, short, warn, HostPaths, XdpArgs};
-use anyhow::{bail, Context, Result};
-use rctl_agent::control::{AgentStatus, Client, ControlErrorKind, Prepared, DEFAULT_SOCKET};
+use crate::etcd::EtcdArgs;
+use crate::hostargs::{object, ClockArg, HostPaths, ModeArg};
+use crate::listen::{print_ready, ListenArgs};
+use crate::term;
+use anyhow::{Context, Result};
+use rctl_fleet::agent::{AgentConfig, XdpConfig};
+use rctl_fleet::etcd::check_name;
+use rctl_fleet::shared::RedisConfig;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// How long rctl waits for one answer of the agent (a prepare of a large
-/// ruleset takes seconds).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The agent's control socket: `--agent`, else the default when it exists.
-fn socket(flag: Option<PathBuf>) -> Option<(PathBuf, bool)> {
-    match flag {
-        Some(p) => Some((p, true)),
-        None => {
-            let p = PathBuf::from(DEFAULT_SOCKET);
-            std::fs::symlink_metadata(&p).is_ok().then_some((p, false))
-        }
-    }
+/// `rctl agent`'s flags.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("plane").required(true).args(["iface", "no_xdp"])))]
+pub struct Args {
+    #[command(flatten)]
+    etcd: EtcdArgs,
+    /// The interface the packet plane (XDP) is applied to.
+    #[arg(long)]
+    iface: Option<String>,
+    /// No packet plane: the HTTP plane only.
+    #[arg(long)]
+    no_xdp: bool,
+    /// This host's name in reports (default: the system's host name).
+    #[arg(long)]
+    host: Option<String>,
+    /// The artifact to start with when the state directory holds none
+    /// (default: nothing is enforced until etcd answers).
+    #[arg(long)]
+    artifact: Option<PathBuf>,
+    /// Count `shared` throttles site-wide in this Redis
+    /// (`redis://[USER:PASS@]HOST:6379[/DB]`, `rediss://` for TLS); without
+    /// it they count per host. Whoever can write to it can limit keys on
+    /// every host: give it a password (or ACL user) and TLS.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// The CA (PEM) that signed the Redis server's certificate
+    /// (`rediss://`; default: the system's CAs).
+    #[arg(long, value_name = "FILE", requires = "redis")]
+    redis_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for Redis, with --redis-key.
+    #[arg(long, value_name = "FILE", requires = "redis_key")]
+    redis_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, value_name = "FILE", requires = "redis_cert")]
+    redis_key: Option<PathBuf>,
+    /// Milliseconds between syncs with Redis.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    sync_ms: u64,
+    /// Seconds the host's report outlives it (its lease's TTL).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    report_ttl: u64,
+    /// Seconds before a failed apply is tried again.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    retry: u64,
+    /// XDP mode.
+    #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
+    mode: ModeArg,
+    /// The clock rate limits read.
+    #[arg(long, value_enum, default_value_t = ClockArg::Tick)]
+    clock: ClockArg,
+    /// The XDP object (default: RCTL_XDP_OBJECT, else the one built in).
+    #[arg(long)]
+    object: Option<PathBuf>,
+    #[command(flatten)]
+    paths: HostPaths,
+    #[command(flatten)]
+    listen: ListenArgs,
 }
 
-/// `rctl apply`: exit 0 when every plane runs the new generation, 1 when
-/// one does but a step after its switch failed (the message says which),
-/// 2 (an error) when nothing changed.
-pub fn apply(
-    artifact: &Path,
-    xdp: Option<XdpArgs<'_>>,
-    agent: Option<PathBuf>,
-    site: Option<&str>,
-    paths: &HostPaths,
-) -> Result<ExitCode> {
-    let bytes = rctl_compiler::files::read_binary(artifact, rctl_compiler::files::MAX_BINARY_BYTES)
-        .with_context(|| format!("reading {}", artifact.display()))?;
-    let shown = artifact.display();
-    let xdp = xdp.as_ref();
-    let Some((sock, named)) = socket(agent) else {
-        // No agent: the packet plane alone, as before.
-        let Some(x) = xdp else {
-            bail!(
-                "{shown}: nothing to apply it to: give --iface IF to enforce its packet plane \
-                 with XDP, and/or run `rctl serve` for its HTTP plane (no agent's control \
-                 socket at {DEFAULT_SOCKET}; --agent PATH names another)"
-            );
-        };
-        let a = host::apply_xdp(&bytes, x, site, paths)
-            .with_context(|| format!("{shown}: not applied"))?;
-        return Ok(exit(host::report_incomplete(&a)));
-    };
-    let mut client = match Client::connect(&sock, ANSWER_TIMEOUT) {
-        Ok(c) => c,
-        Err(e) if !named && e.kind == ControlErrorKind::NotRunning && xdp.is_some() => {
-            warn(&format!(
-                "{e}; only the packet plane is switched (a stale socket file? remove it, or \
-                 name the agent with --agent)"
-            ));
-            let x = xdp.context("no interface")?;
-            let a = host::apply_xdp(&bytes, x, site, paths)
-                .with_context(|| format!("{shown}: not applied"))?;
-            return Ok(exit(host::report_incomplete(&a)));
-        }
-        Err(e) => bail!("{shown}: not applied: {e}"),
-    };
-    let t = std::time::Instant::now();
-    let prepared = client
-        .prepare(&bytes, site)
-        .with_context(|| format!("{shown}: not applied: the agent at {}", sock.display()))?;
-    let applied = match xdp {
+/// `rctl agent`: runs until SIGTERM or SIGINT.
+pub fn run(a: Args) -> Result<ExitCode> {
+    rctl_agent::event::set_name("rctl agent");
+    let etcd = a.etcd.config()?;
+    let host = a.host.clone().unwrap_or_else(rctl_fleet::etcd::hostname);
+    check_name("--host", &host)?;
+    let site = a.listen.site().map(str::to_string);
+    if let Some(s) = &site {
+        check_name("--site", s)?;
+    }
+    let xdp = match &a.iface {
         None => None,
-        Some(x) => match host::apply_xdp(&bytes, x, site, paths) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                let kept = match client.abort(&prepared.id) {
-                    Ok(()) => format!(
-                        "the agent keeps generation {}",
-                        prepared.generation.saturating_sub(1)
-                    ),
-                    Err(a) => format!(
-                        "the agent's prepare could not be aborted ({a}); it keeps its \
-                         generation and drops the prepare when this connection closes"
-                    ),
-                };
-                return Err(e.context(format!("{shown}: not applied ({kept})")));
-            }
-        },
+        Some(iface) => Some(XdpConfig {
+            iface: iface.clone(),
+            mode: a.mode.into(),
+            clock: a.clock.into(),
+            object: object(a.object.clone())?,
+            paths: a.paths.paths(),
+        }),
     };
-    let incomplete = applied.as_ref().is_some_and(host::report_incomplete);
-    match client.commit(&prepared.id) {
-        Ok(c) => {
-            print_agent(&sock, &prepared, c.replaced, t.elapsed());
-            Ok(exit(incomplete))
-        }
-        Err(e) if applied.is_some() => {
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "rctl: error: the packet plane runs the new generation, but the agent at {} \
-                 did not commit it ({}): it keeps its generation; apply again",
-                sock.display(),
-                crate::term::text(&e.message)
-            );
-            Ok(ExitCode::from(1))
-        }
-        Err(e) => bail!("{shown}: not applied: the agent at {}: {e}", sock.display()),
-    }
-}
-
-fn exit(failed: bool) -> ExitCode {
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
-fn print_agent(sock: &Path, p: &Prepared, replaced: u64, took: Duration) {
-    let names = |v: Vec<String>| {
-        if v.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", v.join(", "))
-        }
+    let config = AgentConfig {
+        etcd,
+        host,
+        site,
+        state_dir: a.paths.paths().state,
+        xdp,
+        report_ttl: Duration::from_secs(a.report_ttl),
+        retry: Duration::from_secs(a.retry),
+        bootstrap: a.artifact.clone(),
+        redis: a.redis.as_deref().map(|u| {
+            let mut r = RedisConfig::new(u, Duration::from_millis(a.sync_ms));
+            r.tls = rctl_fleet::shared::RedisTls {
+                ca: a.redis_ca.clone(),
+                client: a.redis_cert.clone().zip(a.redis_key.clone()),
+            };
+            r
+        }),
     };
-    let carried = names(p.carried.carried.iter().map(|c| c.rule.clone()).collect());
-    let fresh = names(
-        p.carried
-            .fresh
-            .iter()
-            .map(|f| format!("{}: {}", f.rule, f.why.describe()))
-            .collect(),
-    );
-    for w in &p.warnings {
-        warn(&format!("agent: {w}"));
-    }
-    let line = format!(
-        "agent at {}: generation {} replaced generation {replaced}, artifact {}, {} rules; \
-         rate-limit state carried for {} rules{carried}, fresh for {}{fresh}; prepared in {} ms, \
-         switched in {:.2?}",
-        sock.display(),
-        p.generation,
-        short(&p.artifact_sha256),
-        p.rules,
-        p.carried.carried.len(),
-        p.carried.fresh.len(),
-        p.prepare_ms,
-        took
-    );
-    let _ = writeln!(std::io::stdout().lock(), "{}", crate::term::text(&line));
-}
-
-/// What `rctl status` learned of the agent.
-pub struct Seen {
-    socket: PathBuf,
-    status: Result<AgentStatus, String>,
-}
-
-impl Seen {
-    /// Asks the agent at `--agent`, or at the default socket when it
-    /// exists and no `--iface` narrows the question; `None` when there is
-    /// no agent to show.
-    pub fn ask(flag: Option<PathBuf>, iface: Option<&str>) -> Option<Seen> {
-        let (socket, named) = socket(flag)?;
-        if iface.is_some() && !named {
-            return None;
-        }
-        let status = Client::connect(&socket, Duration::from_secs(10))
-            .and_then(|mut c| c.status())
-            .map_err(|e| e.message);
-        Some(Seen { socket, status })
-    }
-
-    /// Whether the agent answered.
-    pub fn serving(&self) -> bool {
-        self.status.is_ok()
-    }
-
-    /// The JSON form: `{"socket", "serving", "status"|"error"}`.
-    pub fn json(&self) -> serde_json::Value {
-        match &self.status {
-            Ok(s) => serde_json::json!({"socket": self.socket, "serving": true, "status": s}),
-            Err(e) => serde_json::json!({"socket": self.socket, "serving": false, "error": e}),
-        }
-    }
-
-    /// The text form.
-    pub fn text(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        let sock = self.socket.display();
-        let s = match &self.status {
-            Ok(s) => s,
-            Err(e) => {
-                return writeln!(
-                    out,
-                    "agent at {sock}: NOT SERVING: {}",
-                    crate::term::text(e)
-                );
-            }
-        };
-        let site = s.site.as_deref().unwrap_or("all sites");
-        writeln!(
-            out,
-            "agent at {sock}: serving{}: generation {}, artifact {}, installed at {} (unix), \
-             {} rules, {}, up {} s",
-            if s.shadow { " in shadow mode" } else { "" },
-            s.generation,
-            s.artifact_sha256,
-            s.installed_unix,
-            s.rules,
-            crate::term::text(site),
-            s.uptime_s
-        )?;
-        writeln!(out, "  listening: {}", s.listeners.join(", "))?;
-        if let Some(f) = &s.fleet {
-            crate::fleet::status_text(f, out)?;
-        }
-        let c = &s.counts;
-        let by = |m: &std::collections::BTreeMap<String, u64>| {
-            ["pass", "allow", "deny", "throttle", "drop"]
-                .iter()
-                .map(|k| format!("{} {k}", m.get(*k).copied().unwrap_or(0)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        writeln!(out, "  requests: {}", by(&c.requests))?;
-        if s.shadow {
-            writeln!(out, "  would have enforced: {}", by(&c.shadowed))?;
-        }
-        let errors: Vec<String> = c.errors.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        writeln!(
-            out,
-            "  not checked (refused or failed): {}",
-            if errors.is_empty() {
-                "none".to_string()
-            } else {
-                errors.join(", ")
-            }
-        )?;
-        writeln!(
-            out,
-            "  reloads: {} ok, {} failed{}",
-            c.reloads_ok,
-            c.reloads_failed,
-            s.pending
-                .as_ref()
-                .map(|p| format!("; a prepare pending for {} s", p.age_s))
-                .unwrap_or_default()
-        )?;
-        if let Some(l) = &s.log {
-            writeln!(
-                out,
-                "  log: {} lines written, {} suppressed by the per-rule allowance, {} dropped",
-                l.written, l.suppressed, l.dropped
-            )?;
-        }
-        for l in &c.limiters {
-            writeln!(
-                out,
-                "  limiter {}: {} keys of {}, {} banned",
-                crate::term::text(&l.rule),
-                l.keys,
-                l.capacity,
-                l.banned
-            )?;
-        }
-        for r in &c.rules {
-            let v: Vec<String> = r.verdicts.iter().map(|(k, n)| format!("{n} {k}")).collect();
-            writeln!(
-                out,
-                "  {:>12} matches  {}  ({})",
-                r.matches,
-                crate::term::text(&r.rule),
-                v.join(", ")
-            )?;
-        }
-        Ok(())
-    }
+    let serve = a.listen.config(
+        PathBuf::from("(etcd)"),
+        Some(a.paths.paths().state.join("agent")),
+    )?;
+    rctl_fleet::agent::run(config, serve, |server, started| {
+        print_ready("rctl agent", server);
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "rctl agent: {}",
+            term::text(started)
+        );
+    })
+    .context("rctl agent")?;
+    let _ = writeln!(std::io::stderr().lock(), "rctl agent: stopped");
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,14 +1,110 @@
-//! `rctl dry-run`: the CLI side (inputs, text rendering).
+//! `rctl dry-run`: captured traffic replayed through the rules
+//! (`rctl_dataplane::dryrun`); this module expands the inputs and renders
+//! the report as text, JSON or HTML (`html`, below it).
 
+mod html;
+mod logs;
+
+use crate::common::{exit, load_ruleset, parse_size, print, warn_site, Format, Limits};
 use anyhow::{Context, Result};
 use rctl_dataplane::dryrun::{Counts, DryRun, Report};
 use rctl_dataplane::topk::Hitter;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `rctl dry-run`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sources, or one compiled .rctlc artifact.
+    #[arg(required_unless_present = "explain_input")]
+    paths: Vec<PathBuf>,
+    /// Capture files (pcap or pcapng), directories of them, or `-`.
+    #[arg(long, required_unless_present_any = ["log", "explain_input"])]
+    pcap: Vec<PathBuf>,
+    #[command(flatten)]
+    logs: logs::LogArgs,
+    /// Compare with an older ruleset (artifact or sources): which
+    /// decisions change, for how many requests, and for whom.
+    #[arg(long)]
+    against: Option<PathBuf>,
+    /// Also write a self-contained HTML report here (a new path or a
+    /// regular file, not one of the inputs).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Evaluate this site's rules.
+    #[arg(long)]
+    site: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Most stream bytes held by all flows together (partial heads,
+    /// out-of-order data), like 256MiB or 1GiB; past it, the flows
+    /// holding the most are dropped first, and counted in the report.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    max_buffered: usize,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// Exit 1 when the sources have errors or an input could not be read to
+/// its end.
+pub fn run(a: Args) -> Result<ExitCode> {
+    if a.logs.explain_input {
+        print(&logs::explain_input(&a.logs)?, Format::Text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let opts = a.limits.options();
+    let Some(new) = load_ruleset(&a.paths, &opts)? else {
+        return Ok(ExitCode::from(1));
+    };
+    let mut inputs = new.inputs;
+    warn_site(&new.ruleset, a.site.as_deref());
+    let files = expand(&a.pcap)?;
+    let mut run = DryRun::new(new.ruleset, a.site.clone())?;
+    run.set_max_buffered(a.max_buffered);
+    if let Some(old) = a.against {
+        let Some(old) = load_ruleset(&[old], &opts)? else {
+            return Ok(ExitCode::from(1));
+        };
+        inputs.extend(old.inputs);
+        run.against(old.ruleset, a.site)?;
+    }
+    inputs.extend(files.iter().cloned());
+    inputs.extend(a.logs.log.iter().cloned());
+    // Refused before the replay, which can take long, and again when
+    // written.
+    if let Some(p) = &a.report {
+        crate::output::check_target(p, &inputs)?;
+    }
+    let mut complete = replay_all(&mut run, &files);
+    let from_logs = if a.logs.log.is_empty() {
+        None
+    } else {
+        let (summary, failed) = logs::replay(&mut run, &a.logs)?;
+        complete &= !failed;
+        Some(summary)
+    };
+    let sampled = a.logs.sampled.filter(|&n| n > 1);
+    let mut report = run.finish();
+    if let Some(n) = sampled {
+        logs::scale(&mut report, n);
+    }
+    if let Some(p) = a.report {
+        crate::output::write(&p, html::render(&report).as_bytes(), &inputs)?;
+    }
+    let out = match (a.format, &from_logs) {
+        (Format::Text, None) => text(&report),
+        (Format::Text, Some(s)) => text(&report) + "\n" + &logs::text(&report, s, sampled),
+        (Format::Json, _) => logs::json(&report, sampled)?,
+    };
+    print(&out, a.format)?;
+    Ok(exit(!complete))
+}
 
 /// Expands `--pcap` arguments: files, directories (their `.pcap`,
 /// `.pcapng` and `.cap` files, sorted) and `-` for stdin.
-pub fn inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
+fn expand(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for a in args {
         if a.is_dir() {
@@ -29,43 +125,8 @@ pub fn inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Parses `--max-buffered`: bytes, or a number with KiB, MiB or GiB (also
-/// K, M, G, and the decimal kB, MB, GB); at least 1 MiB.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, unit) = t.split_at(digits);
-    let unit_of = |u: &str| -> Option<u64> {
-        Some(match u.to_ascii_lowercase().as_str() {
-            "" | "b" => 1,
-            "k" | "kib" => 1 << 10,
-            "m" | "mib" => 1 << 20,
-            "g" | "gib" => 1 << 30,
-            "kb" => 1_000,
-            "mb" => 1_000_000,
-            "gb" => 1_000_000_000,
-            _ => return None,
-        })
-    };
-    let (Ok(n), Some(unit)) = (n.parse::<u64>(), unit_of(unit.trim())) else {
-        return Err(format!(
-            "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (like 256MiB)"
-        ));
-    };
-    let bytes = n
-        .checked_mul(unit)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("`{s}` is too large"))?;
-    if bytes < 1 << 20 {
-        return Err(format!(
-            "`{s}` is too small: give at least 1MiB (one flow alone may hold a 64 KiB head or 256 KiB out of order)"
-        ));
-    }
-    Ok(bytes)
-}
-
 /// Replays every input; returns whether all were read to the end.
-pub fn replay_all(run: &mut DryRun, files: &[PathBuf]) -> bool {
+fn replay_all(run: &mut DryRun, files: &[PathBuf]) -> bool {
     let mut ok = true;
     for f in files {
         let result = if f == Path::new("-") {
@@ -148,12 +209,12 @@ fn clock(ns: Option<u64>) -> String {
 }
 
 /// Bytes in MiB, with two decimals.
-pub fn mib(bytes: u64) -> String {
+fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// The report as text.
-pub fn text(r: &Report) -> String {
+fn text(r: &Report) -> String {
     let t = &r.totals;
     let mut o = String::new();
     let span = match (t.first_ns, t.last_ns) {

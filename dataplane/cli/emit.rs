@@ -1,7 +1,8 @@
 //! `rctl emit`: the edge proxies' configuration for a ruleset
 //! (`rctl-emit` writes it; this parses flags and writes files).
 
-use crate::{load_ruleset, output, Limits};
+use crate::common::{load_ruleset, warn, Limits};
+use crate::output;
 use anyhow::{Context, Result};
 use rctl_compiler::artifact;
 use rctl_emit::{haproxy, haproxy_spoe, nginx, vcl, Agent, Emitted, File};
@@ -302,7 +303,7 @@ pub fn run(target: Target) -> Result<ExitCode> {
 /// Warns, then writes the files into -o DIR or prints them.
 fn finish(common: &Common, emitted: &Emitted, inputs: &[PathBuf]) -> Result<ExitCode> {
     for w in &emitted.warnings {
-        crate::host::warn(w);
+        warn(w);
     }
     match &common.output {
         Some(dir) => write_dir(dir, emitted, inputs)?,
@@ -321,7 +322,7 @@ fn finish(common: &Common, emitted: &Emitted, inputs: &[PathBuf]) -> Result<Exit
 type Loaded = (rctl_compiler::ir::Ruleset, Vec<PathBuf>);
 
 fn load(c: &Common) -> Result<Option<Loaded>> {
-    Ok(load_ruleset(&c.paths, &c.limits.options())?.map(|(rs, _, inputs)| (rs, inputs)))
+    Ok(load_ruleset(&c.paths, &c.limits.options())?.map(|l| (l.ruleset, l.inputs)))
 }
 
 /// "ruleset sha256 HASH (N rules)": the hash `rctl compile` prints for
@@ -330,7 +331,10 @@ fn source(rs: &rctl_compiler::ir::Ruleset) -> String {
     let hash = artifact::content_hash(&artifact::encode(rs))
         .map(|h| artifact::hex(&h))
         .unwrap_or_default();
-    format!("ruleset sha256 {hash} ({} rules)", rs.rules.len())
+    format!(
+        "ruleset sha256 {hash} ({})",
+        crate::common::count(rs.rules.len(), "rule")
+    )
 }
 
 /// --config-dir, else the -o directory, else /etc/haproxy/rctl.

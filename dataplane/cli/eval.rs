@@ -1,34 +1,77 @@
 //! `rctl eval`: decide one request given on the command line, with a trace
 //! of every stage, like Cloudflare's Trace.
 
+use crate::common::{load_ruleset, print, warn_site, Format, Limits};
 use anyhow::{bail, Context, Result};
 use rctl_compiler::cidr::{fmt_v4, fmt_v6};
 use rctl_compiler::ir::{Atom, Ruleset, StrOp};
 use rctl_dataplane::{Engine, EngineConfig, Request, Trace, Verdict};
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// Most copies of the request `--count` sends, checked before anything
 /// is loaded (each copy is decided and traced; a million take a fraction
 /// of a second).
-pub const MAX_COUNT: u32 = 1_000_000;
+const MAX_COUNT: u32 = 1_000_000;
 
-/// The request, as given on the command line.
-pub struct EvalArgs {
-    pub method: String,
-    pub url: String,
-    pub host: Option<String>,
-    pub headers: Vec<String>,
-    pub ip: IpAddr,
-    pub dst_ip: Option<IpAddr>,
-    pub port: Option<u16>,
-    pub site: Option<String>,
-    pub count: u32,
-    pub json: bool,
+/// `rctl eval`'s flags: the ruleset, and the request.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sources, or one compiled .rctlc artifact.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// The URL: a path (`/sparql?query=…`) or `https://host/path`.
+    #[arg(long, default_value = "/")]
+    url: String,
+    /// HTTP method.
+    #[arg(long, short = 'X', default_value = "GET")]
+    method: String,
+    /// Host (default: the URL's, or the Host header).
+    #[arg(long)]
+    host: Option<String>,
+    /// A header, `Name: value`; repeatable.
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
+    /// Client address.
+    #[arg(long, default_value = "192.0.2.1")]
+    ip: IpAddr,
+    /// The edge address the client reached (`dst_ip` rules are false
+    /// without it).
+    #[arg(long)]
+    dst_ip: Option<IpAddr>,
+    /// Destination port (default: the URL's scheme's, else 443).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Evaluate this site's rules.
+    #[arg(long)]
+    site: Option<String>,
+    /// Send the request this many times at once (to see limits act);
+    /// at most 1,000,000.
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_COUNT)))]
+    count: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// Exit 1 when the sources have errors.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let Some(loaded) = load_ruleset(&a.paths, &a.limits.options())? else {
+        return Ok(ExitCode::from(1));
+    };
+    warn_site(&loaded.ruleset, a.site.as_deref());
+    let out = decide(loaded.ruleset, &a)?;
+    print(&out, a.format)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Describes an atom the way the language writes it.
-pub fn describe_atom(rs: &Ruleset, a: &Atom) -> String {
+fn describe_atom(rs: &Ruleset, a: &Atom) -> String {
     match a {
         Atom::Str { field, op } => {
             let f = field.display();
@@ -126,8 +169,8 @@ fn split_url(url: &str) -> (Option<&str>, Option<u16>, &str) {
     (None, None, url)
 }
 
-/// Runs `rctl eval`; returns the output text.
-pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
+/// Decides the request; returns the output text.
+fn decide(rs: Ruleset, a: &Args) -> Result<String> {
     let (authority, url_port, target) = split_url(&a.url);
     if !target.starts_with('/') && target != "*" {
         bail!("the URL must be a path (/x?y) or http(s)://host/path");
@@ -188,7 +231,7 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
         bail!("no request decided")
     };
     let rs = engine.ruleset();
-    if a.json {
+    if a.format == Format::Json {
         let v = serde_json::json!({
             "request": { "method": a.method, "host": host, "target": target, "headers": headers, "ip": a.ip.to_string(), "dst_ip": a.dst_ip.map(|d| d.to_string()), "port": port },
             "predicates": trace.atoms.iter().map(|&i| serde_json::json!({"index": i, "test": describe_atom(rs, &rs.atoms[i as usize])})).collect::<Vec<_>>(),
@@ -197,6 +240,8 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
             "verdict": { "kind": d.verdict.kind(), "rule": d.verdict.rule().map(|i| rs.rules[i].name.clone()), "text": verdict_text(rs, &d.verdict) },
             "shadow": d.logged.iter().map(|(i, v)| serde_json::json!({"rule": rs.rules[*i].name, "would": v.kind()})).collect::<Vec<_>>(),
             "tally": tally,
+            "count": a.count.max(1),
+            "verdict_of": if a.count > 1 { "the last request" } else { "the request" },
         });
         return Ok(serde_json::to_string_pretty(&v)? + "\n");
     }
@@ -242,7 +287,21 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
         };
         let _ = writeln!(o, "  {:<28} priority {:<5} {what}", r.name, r.priority);
     }
-    let _ = writeln!(o, "\nverdict:  {}", verdict_text(rs, &d.verdict));
+    // The trace and verdict are the last copy's: say so when there are
+    // several (the first ones may have been decided otherwise).
+    if a.count > 1 {
+        let _ = writeln!(
+            o,
+            "\nthe trace above and the verdict below are the last of {} requests'",
+            a.count
+        );
+    }
+    let label = if a.count > 1 {
+        format!("verdict of request {}", a.count)
+    } else {
+        "verdict".to_string()
+    };
+    let _ = writeln!(o, "\n{label}:  {}", verdict_text(rs, &d.verdict));
     for (i, v) in &d.logged {
         let _ = writeln!(
             o,
@@ -252,9 +311,10 @@ pub fn run(rs: Ruleset, a: &EvalArgs) -> Result<String> {
         );
     }
     if a.count > 1 {
-        let _ = writeln!(o, "\n{} identical requests at once:", a.count);
+        let _ = writeln!(o, "\nall {} identical requests, at once:", a.count);
         for (k, n) in &tally {
-            let _ = writeln!(o, "  {n:>6}  {k}");
+            let what = if *n == 1 { "request" } else { "requests" };
+            let _ = writeln!(o, "  {n:>6} {what:<8}  {k}");
         }
     }
     Ok(o)

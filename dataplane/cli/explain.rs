@@ -1,8 +1,53 @@
-//! `rctl explain`: the plan in evaluation order.
+//! `rctl explain`: the plan in evaluation order, as text or JSON, and
+//! with `--witness` a request that reaches each rule.
 
+use crate::common::{load_ruleset, print, warn_site, Format, Limits};
+use anyhow::Result;
 use rctl_compiler::ir::{Action, Bucket, Key, Rule, RulePlan, Ruleset, Unit, XdpKind};
 use rctl_compiler::value::fmt_duration;
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `rctl explain`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sources, or one compiled .rctlc artifact.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Show only rules for this site.
+    #[arg(long)]
+    site: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Also print, per rule, a request that reaches it (or the rules
+    /// that decide all of its traffic first), as text.
+    #[arg(long)]
+    witness: bool,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// Exit 1 when the sources have errors.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let opts = a.limits.options();
+    let Some(loaded) = load_ruleset(&a.paths, &opts)? else {
+        return Ok(ExitCode::from(1));
+    };
+    let (rs, sizes) = (loaded.ruleset, loaded.ipblock_sizes);
+    let site = a.site.as_deref();
+    warn_site(&rs, site);
+    let out = match a.format {
+        Format::Text => text(&rs, &sizes, site),
+        Format::Json => json(&rs, &sizes, site)?,
+    };
+    print(&out, a.format)?;
+    if a.witness {
+        print(&reaching(&rs, &opts), Format::Text)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 fn keys(keys: &[Key]) -> String {
     keys.iter()
@@ -87,14 +132,14 @@ fn selected<'a>(
 }
 
 /// The plan as text.
-pub fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) -> String {
+fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "ruleset: {} rules, {} predicates, {} sources",
-        rs.rules.len(),
-        rs.atoms.len(),
-        rs.sources.len()
+        "ruleset: {}, {}, {}",
+        crate::common::count(rs.rules.len(), "rule"),
+        crate::common::count(rs.atoms.len(), "predicate"),
+        crate::common::count(rs.sources.len(), "source")
     );
     if !sizes.is_empty() {
         let _ = writeln!(o, "\nipblocks (prefixes after merging):");
@@ -156,7 +201,7 @@ pub fn text(rs: &Ruleset, sizes: &[(String, usize, usize)], site: Option<&str>) 
 }
 
 /// The plan as JSON.
-pub fn json(
+fn json(
     rs: &Ruleset,
     sizes: &[(String, usize, usize)],
     site: Option<&str>,
@@ -193,7 +238,7 @@ pub fn json(
 
 /// Per rule, a request that reaches it, or why none does
 /// (`rctl explain --witness`).
-pub fn reaching(rs: &Ruleset, opts: &rctl_compiler::Options) -> String {
+fn reaching(rs: &Ruleset, opts: &rctl_compiler::Options) -> String {
     use rctl_compiler::proof::{reaching, Reach};
     let mut out = String::from("\nrequests that reach each rule:\n");
     let answers = reaching(&rs.rules, &rs.atoms, &rs.ipsets, opts);

@@ -5,13 +5,13 @@
 //! (`dataplane/cli/README.md`; a test fails when it is stale).
 
 use anyhow::{Context, Result};
-use clap::{Command, CommandFactory};
+use clap::Command;
 use std::io::Write as _;
 use std::path::PathBuf;
 
 /// `rctl generate`'s flags.
 #[derive(clap::Args)]
-pub struct GenerateArgs {
+pub struct Args {
     #[command(subcommand)]
     what: What,
 }
@@ -37,11 +37,11 @@ enum What {
 const WIDTH: usize = 100;
 
 fn command() -> Command {
-    crate::Cli::command().term_width(WIDTH).max_term_width(WIDTH)
+    crate::cli_command().term_width(WIDTH).max_term_width(WIDTH)
 }
 
 /// Runs `rctl generate`.
-pub fn run(a: GenerateArgs) -> Result<()> {
+pub fn run(a: Args) -> Result<std::process::ExitCode> {
     match a.what {
         What::Man { dir } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -49,18 +49,20 @@ pub fn run(a: GenerateArgs) -> Result<()> {
                 .with_context(|| format!("writing man pages into {}", dir.display()))?;
         }
         What::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write
+            // (`rctl generate completions bash | head`).
             let mut cmd = command();
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "rctl", &mut buf);
             let mut out = std::io::stdout().lock();
-            clap_complete::generate(shell, &mut cmd, "rctl", &mut out);
+            out.write_all(&buf)?;
             out.flush()?;
         }
         What::Reference => {
-            std::io::stdout()
-                .lock()
-                .write_all(reference().as_bytes())?;
+            std::io::stdout().lock().write_all(reference().as_bytes())?;
         }
     }
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// The command reference: each subcommand's `--help`, in the order `rctl
@@ -81,7 +83,11 @@ fn section(out: &mut String, cmd: &mut Command, parents: &[String]) {
     let mut path = parents.to_vec();
     path.push(cmd.get_name().to_string());
     let help = cmd.render_long_help().to_string();
-    let depth = if parents.is_empty() { 2 } else { 2 + parents.len().min(2) };
+    let depth = if parents.is_empty() {
+        2
+    } else {
+        2 + parents.len().min(2)
+    };
     out.push_str(&format!(
         "\n{} `{}`\n\n```text\n{}\n```\n",
         "#".repeat(depth),

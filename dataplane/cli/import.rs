@@ -1,7 +1,7 @@
 //! `rctl import requestctl DIR|DUMP [-o OUTDIR]`: requestctl's objects as
 //! rctl rulesets (crate `rctl-import`), each checked once written.
 
-use crate::{compile, report};
+use crate::common::report;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use rctl_import::{HeaderSchema, Options};
@@ -49,6 +49,8 @@ enum SchemaArg {
     New,
 }
 
+/// Exit 1 when the import has errors (or warnings, with
+/// --deny-warnings), or a ruleset written does not check.
 pub fn run(src: ImportSource) -> Result<ExitCode> {
     let ImportSource::Requestctl(a) = src;
     let opts = Options {
@@ -73,7 +75,7 @@ pub fn run(src: ImportSource) -> Result<ExitCode> {
         .with_context(|| format!("writing {}", a.output.display()))?;
     let mut failed = false;
     for dir in dirs {
-        let c = compile(std::slice::from_ref(&dir), &Default::default());
+        let c = rctl_compiler::compile_paths(std::slice::from_ref(&dir), &Default::default());
         // The objects/ library holds every object, used or not.
         let mut diags = rctl_compiler::diag::Diagnostics::default();
         for d in c.diagnostics.iter() {
@@ -87,10 +89,10 @@ pub fn run(src: ImportSource) -> Result<ExitCode> {
         match (&c.ruleset, bad) {
             (Some(rs), false) => writeln!(
                 err,
-                "wrote {}: {} files, {} rules; rctl check: ok",
+                "wrote {}: {}, {}; rctl check: ok",
                 dir.display(),
-                c.files.len(),
-                rs.rules.len()
+                crate::common::count(c.files.len(), "file"),
+                crate::common::count(rs.rules.len(), "rule")
             )?,
             _ => writeln!(
                 err,
@@ -99,9 +101,5 @@ pub fn run(src: ImportSource) -> Result<ExitCode> {
             )?,
         }
     }
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(crate::common::exit(failed))
 }

@@ -47,7 +47,7 @@ fn atom(r: &mut Rng) -> String {
 }
 
 fn cond(r: &mut Rng, depth: u32) -> String {
-    if depth >= 2 || r.next() % 3 == 0 {
+    if depth >= 2 || r.next().is_multiple_of(3) {
         return atom(r);
     }
     let (a, b) = (cond(r, depth + 1), cond(r, depth + 1));
@@ -71,14 +71,14 @@ fn ruleset(r: &mut Rng, throttles: bool) -> Option<Ruleset> {
                 r.pick(&["ip", "header(\"user-agent\")", "host, path"])
             ),
         };
-        let shadow = if r.next() % 6 == 0 { "shadow\n" } else { "" };
+        let shadow = if r.next().is_multiple_of(6) { "shadow\n" } else { "" };
         src.push_str(&format!(
             "rule r{i} {{\npriority {}\n{shadow}when {}\n{action}\n}}\n",
             r.next() % 4,
             cond(r, 0)
         ));
     }
-    if r.next() % 3 == 0 {
+    if r.next().is_multiple_of(3) {
         src.push_str(
             "rule l4 {\npriority 0\nwhen ip in { 10.0.0.0/8 } and port in { 80 }\ndrop\n}\n",
         );
@@ -97,17 +97,17 @@ struct Req {
 
 fn request(r: &mut Rng) -> Req {
     let mut headers: Vec<(&'static [u8], &'static [u8])> = Vec::new();
-    if r.next() % 4 != 0 {
+    if !r.next().is_multiple_of(4) {
         headers.push((
             b"User-Agent",
             r.pick(&["curl/8", "Mozilla", "python-requests/2", "bot"])
                 .as_bytes(),
         ));
     }
-    if r.next() % 2 == 0 {
+    if r.next().is_multiple_of(2) {
         headers.push((b"Referer", b"https://x/"));
     }
-    if r.next() % 2 == 0 {
+    if r.next().is_multiple_of(2) {
         headers.push((b"X-Client", r.pick(&["a", "b"]).as_bytes()));
     }
     Req {
@@ -119,13 +119,13 @@ fn request(r: &mut Rng) -> Req {
             .pick(&["198.51.100.7", "203.0.113.5", "10.1.2.3", "192.0.2.1"])
             .parse()
             .unwrap(),
-        port: if r.next() % 2 == 0 { 80 } else { 443 },
+        port: if r.next().is_multiple_of(2) { 80 } else { 443 },
     }
 }
 
 fn known(r: &mut Rng) -> Known {
     let mut k = Known::all();
-    let mut b = || r.next() % 3 != 0;
+    let mut b = || !r.next().is_multiple_of(3);
     k.method = b();
     k.host = b();
     k.path = b();
@@ -134,7 +134,7 @@ fn known(r: &mut Rng) -> Known {
     k.port = b();
     let mut hs = Vec::new();
     for h in ["user-agent", "referer", "x-client"] {
-        if r.next() % 3 != 0 {
+        if !r.next().is_multiple_of(3) {
             hs.push(h.to_string());
         }
     }
@@ -366,7 +366,7 @@ fn with_every_field_known_it_decides_as_the_engine() {
         let b = Engine::new(rs, &EngineConfig::default()).unwrap();
         let mut known = Known::all();
         // A capture's fields, declared one by one, change nothing either.
-        if r.next() % 2 == 0 {
+        if r.next().is_multiple_of(2) {
             known.headers = KnownHeaders::Only(vec![
                 "user-agent".into(),
                 "referer".into(),

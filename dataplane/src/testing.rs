@@ -6,7 +6,9 @@ use crate::request::{Packet, Request};
 use crate::{Decision, Engine, EngineConfig, EngineError, NaiveEngine, Scratch, Verdict};
 use rctl_compiler::ir::Ruleset;
 use rctl_compiler::spec::{Expect, Outcome, Quantity, Sample, SampleKind, TestCase};
+use rctl_compiler::Compilation;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// The result of one test.
 #[derive(Debug, Clone)]
@@ -24,6 +26,69 @@ impl TestReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
+}
+
+/// One test of a compilation, run: its report, located in the sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestResult {
+    /// The test's name.
+    pub name: String,
+    /// How many requests and packets it sent.
+    pub sent: u64,
+    /// The file it is in (`None` if the compilation does not know it).
+    pub file: Option<PathBuf>,
+    /// The line its `test` starts on.
+    pub line: u32,
+    /// Each expectation that failed, in the test's order.
+    pub failures: Vec<Failure>,
+}
+
+/// An expectation of a test that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The line of its `expect`.
+    pub line: u32,
+    /// What happened instead.
+    pub message: String,
+}
+
+impl TestResult {
+    /// Whether every expectation held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Runs the tests of `c` whose name contains `filter` (every test
+/// without one), in source order, each on a fresh engine (`rctl test`).
+/// A compilation with errors has no ruleset and so no tests. The results
+/// come as each test ends.
+pub fn run_tests<'a>(
+    c: &'a Compilation,
+    filter: Option<&'a str>,
+) -> impl Iterator<Item = Result<TestResult, EngineError>> + 'a {
+    c.ruleset.iter().flat_map(move |rs| {
+        c.tests
+            .iter()
+            .filter(move |t| filter.is_none_or(|f| t.name.contains(f)))
+            .map(move |t| {
+                let r = run_test(rs, t)?;
+                Ok(TestResult {
+                    failures: r
+                        .failures
+                        .into_iter()
+                        .map(|(i, message)| Failure {
+                            line: t.expects[i].span.line,
+                            message,
+                        })
+                        .collect(),
+                    name: r.name,
+                    sent: r.sent,
+                    file: c.sources.get(t.span.file).map(|f| f.path.clone()),
+                    line: t.span.line,
+                })
+            })
+    })
 }
 
 struct Event {
@@ -235,4 +300,87 @@ fn check(engine: &Ruleset, x: &Expect, selected: &[(u64, &Decision)]) -> Option<
         x.outcome.as_str(),
         got.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = r#"
+rule old_bots {
+  when header("User-Agent") contains "OldBot"
+  deny 403
+}
+
+test "old bots are denied" {
+  request bot {
+    header "User-Agent" "OldBot/1.0"
+  }
+  expect all deny by old_bots
+}
+
+test "readers pass" {
+  request reader {
+    header "User-Agent" "Firefox"
+    repeat 3
+  }
+  expect all pass
+}
+
+test "a wrong expectation fails" {
+  request reader {
+    header "User-Agent" "Firefox"
+  }
+  expect all pass
+  expect all deny by old_bots
+}
+"#;
+
+    fn compiled() -> Compilation {
+        let c = rctl_compiler::compile_str("t.rctl", SRC, &Default::default());
+        assert!(!c.diagnostics.has_errors(), "{:?}", c.diagnostics);
+        c
+    }
+
+    #[test]
+    fn every_test_runs_in_order_located_with_its_failed_lines() {
+        let c = compiled();
+        let all: Vec<TestResult> = run_tests(&c, None).map(Result::unwrap).collect();
+        let names: Vec<(&str, bool, u64)> = all
+            .iter()
+            .map(|r| (r.name.as_str(), r.passed(), r.sent))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("old bots are denied", true, 1),
+                ("readers pass", true, 3),
+                ("a wrong expectation fails", false, 1)
+            ]
+        );
+        let bad = &all[2];
+        assert_eq!(bad.file.as_deref(), Some(std::path::Path::new("t.rctl")));
+        assert_eq!(bad.line, 22);
+        assert_eq!(bad.failures.len(), 1, "{:?}", bad.failures);
+        assert_eq!(bad.failures[0].line, 27);
+        assert!(!bad.failures[0].message.is_empty());
+    }
+
+    #[test]
+    fn a_filter_runs_only_the_tests_whose_name_contains_it() {
+        let c = compiled();
+        let names: Vec<String> = run_tests(&c, Some("pass"))
+            .map(|r| r.unwrap().name)
+            .collect();
+        assert_eq!(names, ["readers pass"]);
+        assert_eq!(run_tests(&c, Some("nothing like it")).count(), 0);
+    }
+
+    #[test]
+    fn a_compilation_with_errors_has_no_tests_to_run() {
+        let c =
+            rctl_compiler::compile_str("t.rctl", "rule r { when nonsense }", &Default::default());
+        assert!(c.diagnostics.has_errors());
+        assert_eq!(run_tests(&c, None).count(), 0);
+    }
 }

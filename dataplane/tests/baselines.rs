@@ -2,15 +2,9 @@
 //! does, so their figures compare like with like: wirefilter (for the rules
 //! it runs) on the whole request mix, at the bench's ruleset sizes.
 
-#[path = "../../compiler/benches/support/gen.rs"]
-mod gen;
-#[path = "../benches/support/mix.rs"]
-mod mix;
-#[path = "../benches/support/wf.rs"]
-mod wf;
-
-use mix::Owned;
 use rctl_compiler::ir::{Action, Ruleset};
+use rctl_testkit::mix::{self, Owned};
+use rctl_testkit::{gen, wf};
 
 fn ruleset(rules: usize, blocks: usize, cidrs: usize) -> Ruleset {
     // One directory per call: the tests run in parallel threads of one

@@ -1,22 +1,25 @@
 //! `rctl serve`, the real binary on loopback and unix sockets in temp
 //! directories: the HTTP check endpoint's verdicts for the incidents'
-//! shapes, `rctl apply` switching it under load, metrics, the log, and a
-//! graceful stop. Outcomes are counted on the client side, with an HTTP
+//! shapes, `rctl apply` switching it under load (and failing at each step
+//! after the agent's prepare, against a fake agent), metrics, the log,
+//! and a graceful stop. Outcomes are counted on the client side, with an HTTP
 //! client and a Prometheus text parser written here, not rctl's own.
 
 mod endpoint;
+mod failures;
 mod observe;
 mod planes;
 mod restart;
 mod swap;
 
 use crate::util::{root, tempdir};
+use rctl_testkit::proc::Proc;
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The shipped rules plus `extra` sources, compiled into `dir`.
@@ -46,12 +49,11 @@ pub fn compile(dir: &Path, name: &str, extra: &str) -> PathBuf {
 
 /// A running `rctl serve`.
 pub struct Agent {
-    child: Child,
+    proc: Proc,
     pub dir: PathBuf,
     pub http: SocketAddr,
     pub metrics: SocketAddr,
     pub control: PathBuf,
-    stderr: Arc<Mutex<String>>,
 }
 
 impl Agent {
@@ -65,61 +67,36 @@ impl Agent {
         std::fs::create_dir(&run).unwrap();
         std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
         let control = run.join("agent.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
-            .args(["serve", "--artifact"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+        cmd.args(["serve", "--artifact"])
             .arg(artifact)
-            .args([
-                "--http",
-                "127.0.0.1:0",
-                "--metrics",
-                "127.0.0.1:0",
-                "--control",
-            ])
+            .args(["--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .arg("--control")
             .arg(&control)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rctl serve");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        let seen = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                seen.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = tx.send(line);
-            }
+            .args(extra);
+        let mut proc = Proc::spawn("rctl-serve", &dir, cmd);
+        proc.wait_ready("rctl serve: ready", Duration::from_secs(30), |p| {
+            p.stderr().lines().any(|l| l == "rctl serve: ready")
         });
-        let (mut http, mut metrics) = (None, None);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
-                let _ = child.kill();
-                panic!("rctl serve did not start: {}", stderr.lock().unwrap())
-            });
-            let addr = |p: &str| line.strip_prefix(p).map(|a| a.parse().unwrap());
-            http = http.or(addr("rctl serve: listening: http tcp:"));
-            metrics = metrics.or(addr("rctl serve: listening: metrics tcp:"));
-            if line == "rctl serve: ready" {
-                break;
-            }
-        }
+        let stderr = proc.stderr();
+        let addr = |prefix: &str| -> SocketAddr {
+            let a = stderr.lines().find_map(|l| l.strip_prefix(prefix));
+            a.unwrap_or_else(|| panic!("no `{prefix}`"))
+                .parse()
+                .unwrap()
+        };
         Agent {
-            child,
+            http: addr("rctl serve: listening: http tcp:"),
+            metrics: addr("rctl serve: listening: metrics tcp:"),
+            proc,
             dir,
-            http: http.expect("http address"),
-            metrics: metrics.expect("metrics address"),
             control,
-            stderr,
         }
     }
 
     /// What it printed on stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.proc.stderr()
     }
 
     /// A keep-alive connection to the check endpoint.
@@ -129,12 +106,10 @@ impl Agent {
 
     /// Sends SIGTERM and waits (at most 20 s) for it to exit.
     pub fn terminate(&mut self) -> ExitStatus {
-        let pid = self.child.id().to_string();
-        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(ok.success());
+        self.proc.signal("TERM");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
+            if let Some(s) = self.proc.exited() {
                 return s;
             }
             assert!(Instant::now() < deadline, "no exit 20 s after SIGTERM");
@@ -156,13 +131,16 @@ impl Agent {
     pub fn status(&self) -> serde_json::Value {
         // Without --iface, the packet plane is read too; a host without a
         // bpffs (or an unprivileged run) warns about it.
+        // Its exit code is its health's: 0 OK, 1 WARNING (shadow mode).
         let o = self.rctl(&["status", "--format", "json"]);
-        assert!(
-            o.status.success(),
-            "status: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("status: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let want = match v["health"]["state"].as_str() {
+            Some("OK") => 0,
+            Some("WARNING") => 1,
+            other => panic!("status {other:?}: {v}"),
+        };
+        assert_eq!(o.status.code(), Some(want), "{v}");
         assert_eq!(v["agent"]["serving"], true, "{v}");
         v["agent"]["status"].clone()
     }
@@ -185,8 +163,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -3,37 +3,37 @@
 //! and the agent switches, and `rctl status` shows both.
 
 use super::*;
-use crate::netns::{must, sh};
-use crate::xdp::object_path;
+use rctl_testkit::lab::{Link, Mount};
+use rctl_testkit::proc::sh;
+use rctl_testkit::xdp::object_path;
 
-/// A veth pair and a private bpffs, removed on drop.
-struct Veth {
-    near: String,
-    bpffs: PathBuf,
+/// A veth pair (both ends here) and a private bpffs, removed on drop.
+pub(super) struct Veth {
+    pub(super) near: String,
+    pub(super) bpffs: PathBuf,
+    _link: Link,
+    _mount: Mount,
 }
 
 impl Veth {
-    fn new(dir: &Path) -> Veth {
+    /// A pair of its own (named after the process and a counter, so that
+    /// tests running at once do not share one), the bpffs in `dir`.
+    pub(super) fn new(dir: &Path) -> Veth {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = std::process::id() % 100_000;
-        let (near, far) = (format!("rag{id}a"), format!("rag{id}b"));
+        let (near, far) = (format!("rag{id}x{n}a"), format!("rag{id}x{n}b"));
         let bpffs = dir.join("bpffs");
-        std::fs::create_dir_all(&bpffs).unwrap();
-        must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
+        let mount = Mount::bpffs(&bpffs);
+        // One left by a test run that was killed.
         let _ = sh("ip", &["link", "del", &near]);
-        must(
-            "ip",
-            &["link", "add", &near, "type", "veth", "peer", "name", &far],
-        );
-        must("ip", &["link", "set", &near, "up"]);
-        must("ip", &["link", "set", &far, "up"]);
-        Veth { near, bpffs }
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh("ip", &["link", "del", &self.near]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
+        let link = Link::veth(&near, None, &far, None);
+        Veth {
+            near,
+            bpffs,
+            _link: link,
+            _mount: mount,
+        }
     }
 }
 

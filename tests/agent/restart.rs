@@ -4,9 +4,9 @@
 //! what is left of it; a snapshot that is not rctl's is reported and the
 //! agent starts afresh.
 
-use crate::servers::free_port;
-use crate::servers::serve::Serve;
 use crate::util::{rctl, tempdir};
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::serve::Serve;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -61,7 +61,7 @@ fn agent_a_ban_survives_sigterm_and_kill_9_and_a_bad_snapshot_is_ignored() {
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let state_flag = state.display().to_string();
     let flags = ["--state-dir", state_flag.as_str(), "--snapshot-every", "1"];
-    let mut agent = Serve::start(&dir, &art, http, &flags);
+    let mut agent = crate::util::serve(&dir, &art, http, &flags);
     let ip = "203.0.113.40";
     assert_eq!(login(http, ip).0, 200);
     let (status, retry) = login(http, ip);
@@ -72,7 +72,7 @@ fn agent_a_ban_survives_sigterm_and_kill_9_and_a_bad_snapshot_is_ignored() {
     agent.proc.stop();
     let snapshot = state.join("limits.snapshot");
     assert!(snapshot.exists(), "nothing saved at stop");
-    let mut agent = Serve::start(&dir, &art, http, &flags);
+    let mut agent = crate::util::serve(&dir, &art, http, &flags);
     let (status, retry) = login(http, ip);
     assert_eq!(status, 429, "the ban was lost at a restart");
     assert!((290..=300).contains(&retry), "Retry-After {retry}");
@@ -101,7 +101,7 @@ fn agent_a_ban_survives_sigterm_and_kill_9_and_a_bad_snapshot_is_ignored() {
     // A snapshot that is not rctl's: reported, and a fresh start.
     agent.proc.stop();
     std::fs::write(&snapshot, b"RCTLLIMS but then nothing a snapshot holds").unwrap();
-    let agent = Serve::start(&dir, &art, http, &flags);
+    let agent = crate::util::serve(&dir, &art, http, &flags);
     let err = agent.proc.stderr();
     assert!(
         err.contains("warning: limit state not restored, starting afresh"),
@@ -143,7 +143,7 @@ fn agent_a_restart_starts_from_the_artifact_last_applied() {
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let state_flag = state.display().to_string();
     let flags = ["--state-dir", state_flag.as_str()];
-    let mut agent = Serve::start(&dir, &art, http, &flags);
+    let mut agent = crate::util::serve(&dir, &art, http, &flags);
     let control = agent.control.display().to_string();
     let o = rctl(&["apply", newer.to_str().unwrap(), "--agent", &control]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -160,7 +160,7 @@ fn agent_a_restart_starts_from_the_artifact_last_applied() {
     assert_eq!(x(http), 451);
     agent.proc.stop();
     // Started again as its unit would, with the first artifact named.
-    let agent = Serve::start(&dir, &art, http, &flags);
+    let agent = crate::util::serve(&dir, &art, http, &flags);
     assert_eq!(x(http), 451, "the restart went back to --artifact");
     assert!(
         agent

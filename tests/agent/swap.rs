@@ -195,13 +195,13 @@ fn agent_status_shows_what_the_agent_runs_and_counts() {
         text.contains("10 pass, 0 allow, 0 deny, 2 throttle, 0 drop"),
         "{text}"
     );
-    // Nobody at the socket: not serving, exit 1.
+    // Nobody at the socket: not serving, CRITICAL (exit 2).
     let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
         .args(["status", "--agent"])
         .arg(a.dir.join("run/none.sock"))
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stdout).contains("NOT SERVING"));
 }
 
@@ -211,7 +211,7 @@ fn agent_apply_with_neither_an_agent_nor_an_interface_says_what_to_do() {
     let v1 = compile(&dir, "v1", "");
     if Path::new(rctl_agent_default()).exists() {
         // An agent runs on this host: the default socket would be used.
-        crate::servers::skip_unless(false, "no rctl-agent running on this host");
+        rctl_testkit::skip::skip_unless(false, "no rctl-agent running on this host");
         return;
     }
     let o = crate::util::rctl(&["apply", v1.to_str().unwrap()]);

@@ -2,8 +2,9 @@
 //! every ruleset we ship or test, is deterministic, and fails open.
 
 use super::*;
-use crate::servers::{free_port, haproxy::Haproxy, nginx::Nginx};
 use crate::util::{corpus_files, tempdir};
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::{haproxy::Haproxy, nginx::Nginx};
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;

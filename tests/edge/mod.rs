@@ -1,6 +1,6 @@
 //! rctl in front of real edge proxies: the configuration `rctl emit`
 //! writes, checked by `haproxy -c` and `nginx -t` and run in Debian's
-//! HAProxy 2.6 and nginx 1.22 on loopback (see `tests/servers/`), with
+//! HAProxy 2.6 and nginx 1.22 on loopback (see `rctl_testkit::servers`), with
 //! `rctl serve` beside them. Outcomes are counted from the proxies' own
 //! logs, never from rctl's counters.
 //!
@@ -10,6 +10,9 @@
 //!   and counted as unchecked.
 //! - `nginx_heads`: large heads through nginx are checked by the agent,
 //!   and every answer of the agent that is not a verdict fails open.
+//! - `wiring`: the client's address from a trusted header, and a
+//!   ruleset the proxy's configuration is stale for, refused by `rctl
+//!   apply` and shown by `rctl status`.
 //! - `differential`: HAProxy, Varnish and HAProxy with the agent, each
 //!   configured by `rctl emit`, answer every request of the corpus,
 //!   shipped and hostile rulesets as `rctl eval` decides it.
@@ -18,12 +21,15 @@ mod differential;
 pub mod emit;
 mod incidents;
 mod lifecycle;
+mod monitoring;
 mod nginx_heads;
 mod parity;
 pub(crate) mod stack;
+mod wiring;
 
-use crate::servers::{self, haproxy, nginx};
 use crate::util::root;
+use rctl_testkit::servers::{haproxy, nginx};
+use rctl_testkit::skip::require;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,7 +154,7 @@ pub fn nginx_check(dir: &Path, emitted: &Path) -> Result<String, String> {
 /// Whether HAProxy and nginx are installed (else the test is skipped,
 /// except under CI).
 pub fn have_proxies() -> bool {
-    servers::require(haproxy::BIN) && servers::require(nginx::BIN)
+    require(haproxy::BIN) && require(nginx::BIN)
 }
 
 /// The shipped rules directory.

@@ -7,9 +7,9 @@
 
 use super::stack::compile;
 use super::{emit_nginx, nginx_http};
-use crate::servers::nginx::{self, Nginx};
-use crate::servers::{free_port, serve::Serve};
-use crate::util::tempdir;
+use crate::util::{serve, tempdir};
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::nginx::{self, Nginx};
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -92,7 +92,7 @@ rule marked {
 
 #[test]
 fn large_heads_through_nginx_are_checked_by_the_agent() {
-    if !crate::servers::require(nginx::BIN) {
+    if !rctl_testkit::skip::require(nginx::BIN) {
         return;
     }
     let dir = tempdir("nginx-heads");
@@ -100,7 +100,7 @@ fn large_heads_through_nginx_are_checked_by_the_agent() {
     std::fs::write(&src, RULES).unwrap();
     let art = compile(&dir, "r", &[src]);
     let addr = |p| SocketAddr::from(([127, 0, 0, 1], p));
-    let agent = Serve::start(&dir, &art, addr(free_port()), &[]);
+    let agent = serve(&dir, &art, addr(free_port()), &[]);
     let emitted = emit_nginx(&art, &dir, &["--agent", &agent.http.to_string()]);
     let (front, app) = (addr(free_port()), addr(free_port()));
     let ngx = Nginx::start(
@@ -200,7 +200,7 @@ const NOT_VERDICTS: [u16; 16] = [
 
 #[test]
 fn every_answer_but_a_verdict_lets_the_request_through_nginx_unchecked() {
-    if !crate::servers::require(nginx::BIN) {
+    if !rctl_testkit::skip::require(nginx::BIN) {
         return;
     }
     let dir = tempdir("nginx-not-verdicts");

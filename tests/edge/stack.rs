@@ -3,10 +3,11 @@
 //! real clients (`client.py`), and the proxies' logs parsed.
 
 use super::{emit_haproxy, emit_nginx, haproxy_config, nginx_http, origin};
-use crate::servers::haproxy::Haproxy;
-use crate::servers::nginx::{self, Nginx};
-use crate::servers::{netns, serve::Serve};
-use crate::util::{root, tempdir};
+use crate::util::{root, serve, tempdir};
+use rctl_testkit::lab;
+use rctl_testkit::servers::haproxy::Haproxy;
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::servers::serve::Serve;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,6 +51,9 @@ pub struct Stack {
     pub front: SocketAddr,
     /// Which front.
     pub kind: Front,
+    /// The test's thread in the stack's network namespace, until the
+    /// servers above are stopped.
+    _netns: lab::Inside,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -85,7 +89,8 @@ pub struct Line {
 const HAPROXY_LOG: &str = "    option forwardfor\n    log-format \"%ci %HM %{+Q}HU %ST rctl=%[var(txn.rctl.action)] rule=%[var(txn.rctl.rule)] tags=%[var(txn.rctl.tags)] err=%[var(txn.rctl.error)] gen=%[var(txn.rctl.generation)]\"\n";
 
 impl Stack {
-    /// Enters a new network namespace holding `addrs` and [`EDGE`], and
+    /// Moves the test's thread into a new network namespace holding
+    /// `addrs` and [`EDGE`] (until the stack is dropped), and
     /// starts the agent on `artifact`, the origin, and `front` in front
     /// (configured by `rctl emit` from `artifact` plus `emit_flags`);
     /// returns once a request has been checked by the agent.
@@ -93,12 +98,12 @@ impl Stack {
         let serial = serial();
         let mut all = vec![EDGE];
         all.extend(addrs);
-        netns::enter(&all);
+        let netns = lab::Inside::private(&all);
         let dir = tempdir(&format!("edge-{front:?}"));
         let agent_http: SocketAddr = "127.0.0.1:9781".parse().unwrap();
         let app: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let edge: SocketAddr = format!("{EDGE}:80").parse().unwrap();
-        let agent = Serve::start(&dir, artifact, agent_http, &[]);
+        let agent = serve(&dir, artifact, agent_http, &[]);
         let (nginx, haproxy) = match front {
             Front::Haproxy => {
                 let spoe = format!("unix:{}", agent.spoe.display());
@@ -132,6 +137,7 @@ impl Stack {
             haproxy,
             front: edge,
             kind: front,
+            _netns: netns,
             _serial: serial,
         };
         s.wait_checked(Duration::from_secs(20));
@@ -170,7 +176,7 @@ impl Stack {
         s.push_str(&self.nginx.proc.logs());
         s.push_str(&format!(
             "--- nginx error.log ---\n{}",
-            crate::servers::tail(&self.nginx.log("error.log"))
+            rctl_testkit::proc::tail(&self.nginx.log("error.log"))
         ));
         if let Some(h) = &self.haproxy {
             s.push_str(&h.proc.logs());
@@ -332,7 +338,7 @@ pub fn compile(dir: &Path, name: &str, sources: &[PathBuf]) -> PathBuf {
 /// Whether the end-to-end tests can run here (root for the namespace,
 /// the proxies installed); under CI they must.
 pub fn available() -> bool {
-    netns::available() && super::have_proxies()
+    lab::available() && super::have_proxies()
 }
 
 /// Requests in `lines` matching `f`.

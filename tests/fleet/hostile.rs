@@ -7,8 +7,8 @@
 //! status.
 
 use super::*;
-use crate::servers::pki::Ca;
-use crate::servers::redis::Redis;
+use rctl_testkit::servers::pki::Ca;
+use rctl_testkit::servers::redis::Redis;
 
 const RULES: &str = r#"
 rule login {

@@ -6,15 +6,17 @@
 
 mod etcd;
 mod hostile;
+mod monitor;
 mod pinned;
 mod redis;
 mod tls;
 mod xdp;
 
 use crate::agent::{Conn, Resp};
-use crate::servers::etcd::Cluster;
-use crate::servers::{free_port, skip_unless, Proc};
 use crate::util::{rctl, tempdir};
+use rctl_testkit::proc::{free_port, Proc};
+use rctl_testkit::servers::etcd::Cluster;
+use rctl_testkit::skip::skip_unless;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

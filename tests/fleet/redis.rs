@@ -5,7 +5,7 @@
 //! the others within one sync interval.
 
 use super::*;
-use crate::servers::redis::Redis;
+use rctl_testkit::servers::redis::Redis;
 
 /// Requests per second the shared throttle allows, and its burst.
 const N: u64 = 20;

@@ -5,9 +5,9 @@
 //! while the agents keep enforcing their last good generation.
 
 use super::*;
-use crate::servers::etcd::Tls;
-use crate::servers::pki::Ca;
-use crate::servers::require;
+use rctl_testkit::servers::etcd::Tls;
+use rctl_testkit::servers::pki::Ca;
+use rctl_testkit::skip::require;
 
 /// `--etcd-ca`, `--etcd-cert`, `--etcd-key` as strings.
 fn tls_flags(ca: &Path, cert: &Path, key: &Path) -> Vec<String> {

@@ -9,7 +9,8 @@
 
 use super::pinned::{kill_at_each, Gen, AGENT_STEPS};
 use super::*;
-use crate::netns::{must, sh};
+use rctl_testkit::lab::{Link, Mount, NetNs};
+use rctl_testkit::proc::must;
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 
@@ -24,78 +25,59 @@ const BLOCKED_BY_B: u8 = 99;
 /// addresses; a bpffs mounted for the agent's pins. Removed on drop.
 struct Veth {
     k: u8,
-    ns: String,
+    /// The near end's name.
     near: String,
-    bpffs: PathBuf,
+    link: Option<Link>,
+    ns: NetNs,
+    bpffs: Mount,
     object: PathBuf,
 }
 
 impl Veth {
     fn new(dir: &Path, k: u8, object: &Path) -> Veth {
         let id = std::process::id() % 10_000;
-        let v = Veth {
+        let bpffs = Mount::bpffs(&dir.join(format!("bpffs-{k}")));
+        let mut v = Veth {
             k,
-            ns: format!("rctl-fleet-{id}-{k}"),
             near: format!("rf{id}x{k}a"),
-            bpffs: dir.join(format!("bpffs-{k}")),
+            link: None,
+            ns: NetNs::new(&format!("rctl-fleet-{id}-{k}")),
+            bpffs,
             object: object.to_path_buf(),
         };
-        std::fs::create_dir_all(&v.bpffs).unwrap();
-        must("mount", &["-t", "bpf", "bpf", v.bpffs.to_str().unwrap()]);
-        must("ip", &["netns", "add", &v.ns]);
         v.link();
         v
     }
 
     /// Makes the pair and its addresses (again, after [`Veth::unlink`]).
-    fn link(&self) {
+    fn link(&mut self) {
         // The far end's name: the near end's with `b` for `a`.
-        let (v, far) = (self, format!("{}b", &self.near[..self.near.len() - 1]));
+        let far = format!("{}b", &self.near[..self.near.len() - 1]);
+        let link = Link::veth(&self.near, None, &far, Some(&self.ns));
         must(
             "ip",
             &[
-                "link", "add", &v.near, "type", "veth", "peer", "name", &far, "netns", &v.ns,
-            ],
-        );
-        must(
-            "ip",
-            &["addr", "add", &format!("{}/24", v.addr(1)), "dev", &v.near],
-        );
-        must("ip", &["link", "set", &v.near, "up"]);
-        for h in [CLIENT, BLOCKED_BY_A, BLOCKED_BY_B] {
-            v.exec(&[
-                "ip",
                 "addr",
                 "add",
-                &format!("{}/24", v.addr(h)),
+                &format!("{}/24", self.addr(1)),
                 "dev",
-                &far,
-            ]);
+                &self.near,
+            ],
+        );
+        for h in [CLIENT, BLOCKED_BY_A, BLOCKED_BY_B] {
+            self.ns
+                .ip(&["addr", "add", &format!("{}/24", self.addr(h)), "dev", &far]);
         }
-        v.exec(&["ip", "link", "set", &far, "up"]);
-        v.exec(&["ip", "link", "set", "lo", "up"]);
+        self.link = Some(link);
     }
 
     /// Removes the pair (as a NIC that is not there yet).
-    fn unlink(&self) {
-        must("ip", &["link", "del", &self.near]);
+    fn unlink(&mut self) {
+        self.link.take().expect("the pair is there").delete();
     }
 
     fn addr(&self, host: u8) -> String {
         format!("10.204.{}.{host}", self.k)
-    }
-
-    fn exec(&self, args: &[&str]) -> std::process::Output {
-        let mut all = vec!["netns", "exec", &self.ns];
-        all.extend_from_slice(args);
-        let o = sh("ip", &all);
-        assert!(
-            o.status.success(),
-            "{args:?} in {}: {}",
-            self.ns,
-            String::from_utf8_lossy(&o.stderr)
-        );
-        o
     }
 
     /// `rctl agent`'s packet-plane flags for this pair.
@@ -130,8 +112,15 @@ impl Veth {
             "--format",
             "json",
         ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+        // OK, or WARNING for a problem it names (an install to finish).
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+        let want = match v["health"]["state"].as_str() {
+            Some("OK") => 0,
+            Some("WARNING") => 1,
+            other => panic!("{other:?}: {v}"),
+        };
+        assert_eq!(o.status.code(), Some(want), "{v}");
         v["interfaces"][0].clone()
     }
 
@@ -151,9 +140,9 @@ impl Veth {
             self.addr(1),
             [CLIENT, BLOCKED_BY_A, BLOCKED_BY_B].map(|h| self.addr(h)),
         );
-        let mut args = vec!["python3", "-c", script, &near, &port];
+        let mut args = vec!["-c", script, &near, &port];
         args.extend(srcs.iter().map(String::as_str));
-        self.exec(&args);
+        self.ns.exec_ok("python3", &args);
         let mut counts = BTreeMap::from([(CLIENT, 0), (BLOCKED_BY_A, 0), (BLOCKED_BY_B, 0)]);
         let mut buf = [0u8; 16];
         while let Ok((_, from)) = sock.recv_from(&mut buf) {
@@ -183,14 +172,6 @@ impl Veth {
             assert_eq!(*n, want, "{}: from .{h}: {counts:?}", agent.host);
         }
         s["attached"]["generation"].as_u64().unwrap()
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh("ip", &["netns", "del", &self.ns]);
-        let _ = sh("ip", &["link", "del", &self.near]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
     }
 }
 
@@ -230,7 +211,7 @@ fn setup(tag: &str) -> Option<Setup> {
     if !servers() {
         return None;
     }
-    let object = crate::xdp::object_path()?;
+    let object = rctl_testkit::xdp::object_path()?;
     let (dir, c) = cluster(tag);
     let a = both_planes(&dir, "a", "/a", BLOCKED_BY_A);
     let b = both_planes(&dir, "b", "/b", BLOCKED_BY_B);
@@ -353,7 +334,7 @@ fn an_xdp_agent_whose_packet_plane_fails_at_start_says_so_and_recovers() {
         return;
     };
     let etcd = c.urls();
-    let pair = Veth::new(&dir, 4, &object);
+    let mut pair = Veth::new(&dir, 4, &object);
     let plane = pair.plane();
     let plane: Vec<&str> = plane.iter().map(String::as_str).collect();
     let mut agent = Agent::start_on(&dir, "cp0", "eqiad", &etcd, &plane, &[]);
@@ -388,4 +369,65 @@ fn an_xdp_agent_whose_packet_plane_fails_at_start_says_so_and_recovers() {
     pair.link();
     converged(&etcd, std::slice::from_ref(&agent), &a.1, "/a");
     pair.runs(&agent, &a.1, BLOCKED_BY_A);
+}
+
+/// An XDP agent whose packet plane switches but cannot install the
+/// artifact (its place is taken by a directory): both planes run the new
+/// generation, and the host says so, but also that it is `failed`, and
+/// why, until a try finishes the install. (It used to say `ok` and
+/// leave the install undone until the next push.)
+#[test]
+fn an_xdp_agent_whose_install_fails_after_the_switch_says_so_until_it_is_done() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some((dir, c, object, [a, b])) = setup("fleet-xdp-install") else {
+        return;
+    };
+    let etcd = c.urls();
+    let pair = Veth::new(&dir, 5, &object);
+    let plane = pair.plane();
+    let plane: Vec<&str> = plane.iter().map(String::as_str).collect();
+    let agent = Agent::start_on(&dir, "cp0", "eqiad", &etcd, &plane, &[]);
+    let one = std::slice::from_ref(&agent);
+    converged(&etcd, one, &a.1, "/a");
+    pair.runs(&agent, &a.1, BLOCKED_BY_A);
+
+    let active = agent
+        .dir
+        .join("state")
+        .join(&pair.near)
+        .join("active.rctlc");
+    std::fs::remove_file(&active).unwrap();
+    std::fs::create_dir_all(active.join("in-the-way")).unwrap();
+    std::fs::set_permissions(&active, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(push(&etcd, &[b.0.to_str().unwrap()]).status.success());
+    let fleet = || agent.status()["fleet"].clone();
+    eventually(
+        Duration::from_secs(20),
+        || {
+            let f = fleet();
+            f["state"] == "failed" && f["generation"] == f["target_generation"]
+        },
+        || format!("{}", fleet()),
+    );
+    let f = fleet();
+    let why = f["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("applied") && why.contains("installing the artifact"),
+        "{f}"
+    );
+    // Both planes run B meanwhile; fleet status says failed.
+    assert_eq!(agent.serving(), b.1);
+    pair.runs(&agent, &b.1, BLOCKED_BY_B);
+    let (ok, v) = fleet_status(&etcd);
+    assert!(!ok, "{v}");
+    assert_eq!(v["hosts"][0]["state"], "failed", "{v}");
+
+    // Cleared: a try installs it, and the host is ok.
+    std::fs::remove_dir_all(&active).unwrap();
+    converged(&etcd, one, &b.1, "/b");
+    assert_eq!(
+        std::fs::read(&active).unwrap(),
+        std::fs::read(&b.0).unwrap()
+    );
+    pair.runs(&agent, &b.1, BLOCKED_BY_B);
 }

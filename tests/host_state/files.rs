@@ -11,7 +11,13 @@ fn state_is_private_whatever_the_umask() {
     c.arg("-c")
         .arg("umask 000; exec \"$@\"")
         .arg("sh")
-        .args(["ip", "netns", "exec", &lab.ns, env!("CARGO_BIN_EXE_rctl")])
+        .args([
+            "ip",
+            "netns",
+            "exec",
+            lab.ns.name(),
+            env!("CARGO_BIN_EXE_rctl"),
+        ])
         .args(lab.apply_args(&v1, lab.iface()))
         .args(lab.host_args());
     let o = c.output().unwrap();
@@ -128,7 +134,7 @@ fn planted_symlinks_at_temporary_names_are_not_followed() {
         }
     }
     let o = Command::new("unshare")
-        .args(["--pid", "--fork", "ip", "netns", "exec", &lab.ns])
+        .args(["--pid", "--fork", "ip", "netns", "exec", lab.ns.name()])
         .arg(env!("CARGO_BIN_EXE_rctl"))
         .args(lab.apply_args(&v1, i))
         .args(lab.host_args())
@@ -224,11 +230,10 @@ fn kernel_errors_keep_their_errno_and_a_failed_apply_leaves_nothing() {
     lab.apply_ok(&v1);
     // A second rctl with state of its own finds the interface taken.
     let other = lab.dir.join("other");
-    let bpffs = other.join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
-    let o = Command::new("ip")
-        .args(["netns", "exec", &lab.ns, env!("CARGO_BIN_EXE_rctl")])
+    let bpffs = Mount::bpffs(&other.join("bpffs"));
+    let o = lab
+        .ns
+        .command(env!("CARGO_BIN_EXE_rctl"))
         .args(lab.apply_args(&v1, &i))
         .args(["--bpffs", bpffs.to_str().unwrap()])
         .args(["--run-dir", other.join("run").to_str().unwrap()])
@@ -242,7 +247,7 @@ fn kernel_errors_keep_their_errno_and_a_failed_apply_leaves_nothing() {
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().ends_with(".debug"))
         .collect();
-    let _ = sh("umount", &[bpffs.to_str().unwrap()]);
+    drop(bpffs);
     assert!(!o.status.success());
     assert!(e.contains("EBUSY"), "{e}");
     assert!(in_bpffs.is_empty(), "{in_bpffs:?}");

@@ -17,11 +17,13 @@
 //!   a recreated interface, a failed install after the switch;
 //! - `output`: closed pipes, rules past the counter table, `--site`.
 
-use crate::netns::{as_nobody, compile_in, must, sh};
+use crate::netns::{as_nobody, compile_in};
 use crate::util::*;
-use crate::xdp::object_path;
-use crate::xdp::xdp_frame::frame;
 use rctl_compiler::ir::Proto;
+use rctl_testkit::frame::frame;
+use rctl_testkit::lab::{Mount, NetNs};
+use rctl_testkit::proc::{sh, TempDir};
+use rctl_testkit::xdp::object_path;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -77,12 +79,12 @@ pub fn mode_of(p: &Path) -> u32 {
 }
 
 /// A namespace with veth pairs, a private bpffs and state
-/// directories; removed on drop.
+/// directories; removed on drop (in this order, after a detach).
 pub struct Lab {
-    pub ns: String,
+    pub ns: NetNs,
     pub ifaces: Vec<String>,
-    pub dir: PathBuf,
-    pub bpffs: PathBuf,
+    pub bpffs: Mount,
+    pub dir: TempDir,
     pub object: PathBuf,
 }
 
@@ -94,16 +96,13 @@ impl Lab {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let dir = tempdir("host-state");
-        let bpffs = dir.join("bpffs");
-        std::fs::create_dir_all(&bpffs).unwrap();
-        must("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]);
-        must("ip", &["netns", "add", &ns]);
+        let dir = TempDir::adopt(tempdir("host-state"));
+        let bpffs = Mount::bpffs(&dir.join("bpffs"));
         let lab = Lab {
-            ns,
+            ns: NetNs::new(&ns),
             ifaces: (0..ifaces).map(|i| format!("hs{i}")).collect(),
-            dir,
             bpffs,
+            dir,
             object: object.to_path_buf(),
         };
         for i in &lab.ifaces {
@@ -116,14 +115,14 @@ impl Lab {
     /// (no native XDP) when the name ends in `br`.
     pub fn add_iface(&self, name: &str) {
         let peer = format!("{name}p");
-        let mut args = vec!["-n", &self.ns, "link", "add", name, "type"];
+        let mut args = vec!["link", "add", name, "type"];
         if name.ends_with("br") {
             args.push("bridge");
         } else {
             args.extend_from_slice(&["veth", "peer", "name", &peer]);
         }
-        must("ip", &args);
-        must("ip", &["-n", &self.ns, "link", "set", name, "up"]);
+        self.ns.ip(&args);
+        self.ns.ip(&["link", "set", name, "up"]);
     }
 
     pub fn iface(&self) -> &str {
@@ -143,22 +142,13 @@ impl Lab {
     }
 
     pub fn host_args(&self) -> Vec<String> {
-        vec![
-            "--bpffs".into(),
-            self.bpffs.display().to_string(),
-            "--run-dir".into(),
-            self.run_dir().display().to_string(),
-            "--state-dir".into(),
-            self.state_dir().display().to_string(),
-        ]
+        crate::netns::host_args(&self.bpffs, &self.dir)
     }
 
     /// rctl inside the namespace, with this lab's state directories.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_rctl")])
-            .args(args)
-            .args(self.host_args());
+        let mut c = self.ns.command(env!("CARGO_BIN_EXE_rctl"));
+        c.args(args).args(self.host_args());
         c
     }
 
@@ -203,11 +193,13 @@ impl Lab {
         (o, v)
     }
 
-    /// The status of an interface rctl enforces on (exit 0).
+    /// The status of an interface rctl enforces on (OK, or WARNING for
+    /// a problem it names: exit 0 or 1).
     pub fn enforcing(&self, iface: &str) -> serde_json::Value {
         let (o, v) = self.status(iface);
+        let state = graded(&o);
         assert!(
-            o.status.success(),
+            state == "OK" || state == "WARNING",
             "status: {} {}",
             text(&o.stdout),
             text(&o.stderr)
@@ -219,7 +211,10 @@ impl Lab {
 
     /// The XDP program id the kernel runs on `iface`, from iproute2.
     pub fn kernel_prog(&self, iface: &str) -> Option<u64> {
-        let o = sh("ip", &["-n", &self.ns, "-d", "-j", "link", "show", iface]);
+        let o = sh(
+            "ip",
+            &["-n", self.ns.name(), "-d", "-j", "link", "show", iface],
+        );
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
         v[0]["xdp"]["prog"]["id"]
             .as_u64()
@@ -277,7 +272,7 @@ impl Lab {
             }
         }
         let mut out = Vec::new();
-        for root in [self.bpffs.clone(), self.run_dir(), self.state_dir()] {
+        for root in [self.bpffs.to_path_buf(), self.run_dir(), self.state_dir()] {
             walk(&root, &mut out);
         }
         out
@@ -289,13 +284,31 @@ impl Drop for Lab {
         for i in &self.ifaces {
             let _ = self.rctl(&["detach", "--iface", i]);
         }
-        let _ = sh("ip", &["netns", "del", &self.ns]);
-        let _ = sh("umount", &[self.bpffs.to_str().unwrap()]);
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 pub fn lab(ifaces: usize) -> Option<Lab> {
     let object = object_path()?;
     Some(Lab::new(&object, ifaces))
+}
+
+/// The health state `rctl status --format json` printed, once its exit
+/// code is checked to be that state's (0 OK, 1 WARNING, 2 CRITICAL, 3
+/// UNKNOWN); "" when it printed no JSON.
+pub fn graded(o: &Output) -> String {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) else {
+        return String::new();
+    };
+    let state = v["health"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let code = match state.as_str() {
+        "OK" => 0,
+        "WARNING" => 1,
+        "CRITICAL" => 2,
+        _ => 3,
+    };
+    assert_eq!(o.status.code(), Some(code), "{state}: {}", text(&o.stdout));
+    state
 }

@@ -492,6 +492,37 @@ pub(crate) fn outside_diagnostic(path: &Path, resolved: &Path, roots: &str) -> D
     ))
 }
 
+/// The hint for a path named on the command line that does not exist:
+/// the nearest name beside it, or which part of it is missing.
+fn missing_hint(path: &Path) -> String {
+    let parent = match path.parent() {
+        Some(p) if p.as_os_str().is_empty() => Path::new("."),
+        Some(p) => p,
+        None => return "give a .rctl file, or a directory of them".into(),
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return format!(
+            "`{}` does not exist either: give a .rctl file, or a directory of them",
+            parent.display()
+        );
+    };
+    let names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    let wanted = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match crate::diag::nearest(&wanted, names.iter().map(String::as_str)) {
+        Some(n) => format!("did you mean `{}`?", parent.join(n).display()),
+        None => format!(
+            "no such file in `{}`: give a .rctl file, or a directory of them",
+            parent.display()
+        ),
+    }
+}
+
 impl LoadError {
     /// Turns the error into a diagnostic. Non-UTF-8 files are added to the
     /// map (lossily) so that the diagnostic can point at the bad byte.
@@ -503,10 +534,13 @@ impl LoadError {
     ) -> Diagnostic {
         let d = match self {
             LoadError::Io(e) => {
-                let hint = if e.kind() == std::io::ErrorKind::NotFound {
-                    "paths in `include` and `file` are relative to the file that names them"
-                } else {
-                    "check the file's permissions"
+                let hint = match (e.kind(), from) {
+                    (std::io::ErrorKind::NotFound, Some(_)) => {
+                        "paths in `include` and `file` are relative to the file that names them"
+                            .to_string()
+                    }
+                    (std::io::ErrorKind::NotFound, None) => missing_hint(path),
+                    _ => "check the file's permissions".to_string(),
                 };
                 Diagnostic::error(code::IO, format!("cannot read `{}`: {e}", path.display()))
                     .hint(hint)

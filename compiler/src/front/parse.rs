@@ -655,7 +655,11 @@ fn hint_for(rest: &str, expected: &[&str]) -> String {
     if rest.starts_with('=') && !rest.starts_with("==") && wants("operator") {
         return "comparisons are written `==` (and `!=`); a single `=` is not an operator".into();
     }
-    if !word.is_empty() && !KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word)) {
+    // A name or a value may be any word: no keyword is suggested there.
+    let names = ["`scope/name`", "a rule name", "\"string\"", "a value"];
+    let keyword_wanted = !names.iter().any(|n| wants(n));
+    if keyword_wanted && !word.is_empty() && !KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word))
+    {
         if let Some(k) = crate::diag::nearest(&word, KEYWORDS.iter().copied()) {
             return format!("did you mean `{k}`?");
         }
@@ -930,6 +934,12 @@ mod hint_tests {
         );
         assert!(hint("rule r { when path = \"/\" deny }").contains("`==`"));
         assert!(hint("ipblock x { 10.0.0.0/8 }").contains("scope/name"));
+        // A name is any word: `bad` is not a misspelt `ban` there.
+        assert!(
+            hint("ipblock bad { 10.0.0.0/8 }").starts_with("ipblocks and patterns are named"),
+            "{}",
+            hint("ipblock bad { 10.0.0.0/8 }")
+        );
         assert!(hint("action a { }").contains("called `rule`"));
         assert!(
             hint("rule r { when path == \"/\" throttle 5 requests per minute }")

@@ -36,14 +36,13 @@
 //! `cargo bench --bench edge` (as root; needs haproxy, nginx, wrk);
 //! `RCTL_BENCH_CONFIGS=nginx,nginx+auth` measures only those.
 
-#[path = "../../../tests/servers/mod.rs"]
-#[expect(dead_code, reason = "the bench starts a few of the tests' servers")]
-mod servers;
-
-use servers::haproxy::{self, Haproxy};
-use servers::nginx::{self, Nginx};
-use servers::serve::Serve;
-use servers::{cpu_seconds, netns};
+use rctl_testkit::lab::{self, Inside};
+use rctl_testkit::median;
+use rctl_testkit::proc::{cpu_seconds, group, tail};
+use rctl_testkit::servers::haproxy::{self, Haproxy};
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::servers::serve::Serve;
+use rctl_testkit::skip::require;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -135,16 +134,17 @@ fn on_cpu(cpu: u32, program: &str) -> Command {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
-    if !netns::available() {
+    if !lab::available() {
         eprintln!("edge bench: needs root (a private network namespace)");
         return;
     }
     for p in ["haproxy", "nginx", "wrk"] {
-        if !servers::require(p) {
+        if !require(p) {
             return;
         }
     }
-    netns::enter(&[EDGE]);
+    // Left when main returns, after the servers below are stopped.
+    let _netns = Inside::private(&[EDGE]);
     let dir = std::env::temp_dir().join(format!("rctl-bench-edge-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -162,7 +162,7 @@ fn main() {
     let origin_ngx = start_nginx(&origin_dir, &origin_conf, &[origin]);
 
     let agent_dir = sub(&dir, "agent");
-    let agent = Serve::start_with(
+    let agent = Serve::start(
         &agent_dir,
         &artifact,
         AGENT_HTTP.parse().unwrap(),
@@ -213,7 +213,7 @@ fn main() {
     let rounds = env("RCTL_BENCH_ROUNDS", 3);
     let agent_pid = agent.proc.pid();
     let hap_pid = hap.proc.pid();
-    let ngx_pids = servers::group(fronts_ngx.proc.pid());
+    let ngx_pids = group(fronts_ngx.proc.pid());
     let front = |c: &Config| -> Vec<u32> {
         if c.name.starts_with("haproxy") {
             vec![hap_pid]
@@ -234,7 +234,7 @@ fn main() {
             loaded[i].push(r);
             let mut servers = front(c);
             servers.extend([agent_pid, hap_pid]);
-            servers.extend(servers::group(origin_ngx.proc.pid()));
+            servers.extend(group(origin_ngx.proc.pid()));
             let rt = realtime(&servers, true);
             let r = wrk_with(c.port, 1, secs.div_ceil(2), agent_pid, &front(c), rt);
             realtime(&servers, false);
@@ -250,7 +250,7 @@ fn main() {
     println!("{}", table(&loaded, &idle, rounds as usize));
     let agent_stats = agent.proc.stderr();
     drop(agent);
-    eprintln!("{}", servers::tail(&agent_stats));
+    eprintln!("{}", tail(&agent_stats));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -489,11 +489,6 @@ fn micros(v: &str) -> f64 {
         (v, 1.0)
     };
     num.parse::<f64>().unwrap_or(f64::NAN) * scale
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn table(loaded: &[Vec<Run>], idle: &[Vec<Run>], rounds: usize) -> String {

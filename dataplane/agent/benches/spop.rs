@@ -4,7 +4,7 @@
 //! frames, one reads the ACKs) pipelines frames over a unix socket to an
 //! agent running on one tokio runtime thread, keeping `WINDOW` frames in
 //! flight. The agent decides each `rctl-req` with the generated rulesets
-//! of `compiler/benches/support/gen.rs` (10, 1,000 and 10,000 rules) and
+//! of `rctl_testkit::gen` (10, 1,000 and 10,000 rules) and
 //! the engine bench's request mix. In the same run, the same generator drives
 //! the protocol's floor: a minimal agent on the same codec and frame I/O
 //! that acks every NOTIFY without deciding (no fields, no engine, no
@@ -19,17 +19,13 @@
 //! `cargo bench -p rctl-agent --bench spop` (RCTL_BENCH_SECS sets the
 //! window, default 3 s; RCTL_BENCH_RULES the sizes, default 10,1000,10000).
 
-#[path = "../../../compiler/benches/support/gen.rs"]
-mod gen;
-#[path = "../../benches/support/mix.rs"]
-mod mix;
-
 use rctl_agent::judge::{Fields, Generation, Judge, Observer, Outcome};
 use rctl_agent::spop::conn::{FrameReader, FrameWriter};
 use rctl_agent::spop::data::Value;
 use rctl_agent::spop::frame::{encode_agent_hello, Encoder, FrameType, Limits};
 use rctl_agent::spop::{serve_with, Config, Listener};
 use rctl_dataplane::{Decision, Engine, EngineConfig};
+use rctl_testkit::{gen, mix};
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
@@ -69,7 +65,7 @@ impl Observer for Timing {
 }
 
 /// `n` NOTIFY frames, one `rctl-req` each, carrying the engine bench's
-/// request mix (`dataplane/benches/support/mix.rs`) as HAProxy would send
+/// request mix (`rctl_testkit::mix`) as HAProxy would send
 /// it: method, host, target, addresses, port and the headers as `h.*`.
 fn notify_frames(n: usize) -> Vec<u8> {
     let mut out = Vec::new();

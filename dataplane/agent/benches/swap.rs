@@ -7,10 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rctl_agent::control::build;
+use rctl_testkit::gen;
 use std::path::{Path, PathBuf};
-
-#[path = "../../../compiler/benches/support/gen.rs"]
-mod gen;
 
 const MAX_KEYS: usize = 1 << 20;
 

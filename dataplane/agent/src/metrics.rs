@@ -132,7 +132,11 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     errors: Mutex<BTreeMap<&'static str, u64>>,
     started_unix: u64,
+    planes: Mutex<Vec<(String, PlaneProbe)>>,
 }
+
+/// Says whether a plane enforces now (asked at each scrape).
+pub type PlaneProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -199,7 +203,17 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             errors: Mutex::new(BTreeMap::new()),
             started_unix: crate::now_unix(),
+            planes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Adds a plane to `rctl_up` (the HTTP plane is always there: it is
+    /// this agent), asked by `probe` at each scrape.
+    pub fn add_plane(&self, name: &str, probe: PlaneProbe) {
+        self.planes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_string(), probe));
     }
 
     /// Counts a reload through the control socket.
@@ -435,6 +449,24 @@ impl Collector for Metrics {
             "When the agent started (unix time)",
             as_i64(self.started_unix),
         )?;
+        {
+            let mut m = e.encode_descriptor(
+                "rctl_up",
+                "1 while the plane enforces (http: this agent answers; xdp: the program is attached)",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(1).encode(m.encode_family(&[("plane", "http")])?)?;
+            let planes = self
+                .planes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            for (name, probe) in planes {
+                let up = i64::from(probe());
+                ConstGauge::new(up).encode(m.encode_family(&[("plane", name.as_str())])?)?;
+            }
+        }
         let mut m = e.encode_descriptor(
             "rctl_proxy_config_stale",
             "1 while a proxy's configuration lacks a header or status the ruleset in force needs (emit it again)",

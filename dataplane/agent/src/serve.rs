@@ -61,6 +61,12 @@ pub struct Config {
     /// Where bans and buckets are saved across restarts (`None`: they
     /// are not).
     pub persist: Option<crate::persist::Config>,
+    /// The number of the generation it starts with (default 1): the fleet
+    /// agent starts with the fleet's, so that one number names it.
+    pub first_generation: Option<u64>,
+    /// HAProxy's stats socket, read for `/metrics`
+    /// ([`crate::proxy_stats`]).
+    pub haproxy_stats: Option<crate::proxy_stats::Config>,
 }
 
 impl Config {
@@ -85,6 +91,8 @@ impl Config {
             prepare_ttl: Duration::from_secs(60),
             artifact_bytes: None,
             persist: None,
+            first_generation: None,
+            haproxy_stats: None,
         }
     }
 }
@@ -149,6 +157,10 @@ pub struct Server {
     collectors: Vec<Arc<dyn prometheus_client::collector::Collector>>,
     reopen: Option<tokio::signal::unix::Signal>,
     persist: Option<Arc<crate::persist::Persist>>,
+    proxy_stats: Option<(
+        Arc<crate::proxy_stats::ProxyStats>,
+        crate::proxy_stats::Config,
+    )>,
     bound: Vec<String>,
 }
 
@@ -194,7 +206,7 @@ impl Server {
             &bytes,
             config.site.as_deref(),
             config.max_keys_per_limiter,
-            1,
+            config.first_generation.unwrap_or(1).max(1),
             None,
         )
         .map_err(|e| fail(format!("{shown}: {e}")))?;
@@ -305,6 +317,14 @@ impl Server {
         if let Some(p) = &persist {
             control.set_persist(Arc::clone(p));
         }
+        let proxy_stats = config
+            .haproxy_stats
+            .clone()
+            .map(|c| (Arc::new(crate::proxy_stats::ProxyStats::default()), c));
+        let collectors: Vec<Arc<dyn prometheus_client::collector::Collector>> = proxy_stats
+            .iter()
+            .map(|(p, _)| Arc::clone(p) as Arc<dyn prometheus_client::collector::Collector>)
+            .collect();
         Ok(Server {
             judge,
             metrics,
@@ -316,9 +336,10 @@ impl Server {
             spoe_config: config.spoe_config,
             control,
             control_listener,
-            collectors: Vec::new(),
+            collectors,
             reopen,
             persist,
+            proxy_stats,
             bound,
         })
     }
@@ -343,6 +364,12 @@ impl Server {
     /// commits a generation, as `rctl apply` does through the socket.
     pub fn control(&self) -> &Arc<Control> {
         &self.control
+    }
+
+    /// The agent's counters (the fleet agent adds its packet plane to
+    /// `rctl_up`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Adds metrics of its own to `/metrics` (the fleet agent's).
@@ -379,6 +406,9 @@ impl Server {
                 self.http_limits.clone(),
                 shutdown.clone(),
             ));
+        }
+        if let Some((p, c)) = self.proxy_stats.clone() {
+            tasks.spawn(p.poll(c, shutdown.clone()));
         }
         if let Some(l) = self.metrics_listener {
             let (m, log) = (Arc::clone(&self.metrics), self.log.clone());

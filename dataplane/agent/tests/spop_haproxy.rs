@@ -12,12 +12,19 @@
 //! - The variables need no `option force-set-var` as long as the config
 //!   names each `txn.rctl.*` somewhere (here: the log-format).
 
+#[expect(
+    dead_code,
+    reason = "shared with the other SPOP tests: real HAProxy is the peer here, not `Peer`"
+)]
 mod spop_support;
 
 use rctl_agent::spop::data::Value;
 use rctl_agent::spop::frame::{parse, Body, Frame, FrameType, Limits, Parsed};
 use rctl_agent::spop::Config;
-use spop_support::haproxy::*;
+use rctl_testkit::proc::{free_port, TempDir};
+use rctl_testkit::servers::haproxy::{self, Haproxy};
+use rctl_testkit::skip::require;
+use spop_support::wire::*;
 use spop_support::*;
 use std::collections::BTreeMap;
 
@@ -119,9 +126,11 @@ fn stack(
     server_opts: &str,
     spoe_text: &str,
 ) -> Option<Stack> {
-    let bin = haproxy_binary()?;
+    if !require(haproxy::BIN) {
+        return None;
+    }
     let dir = TempDir::new(name);
-    let sock = dir.0.join("run/spoe.sock");
+    let sock = dir.join("run/spoe.sock");
     let agent = Agent::start(&format!("unix:{}", sock.display()), rules, agent);
     let tee = relay.then(|| Tee::start(sock.clone()));
     let server = match &tee {
@@ -130,9 +139,11 @@ fn stack(
     };
     let backend = Backend::start();
     let front = free_port();
-    let spoe_conf = dir.0.join("spoe.conf").display().to_string();
+    let spoe_conf = dir.join("spoe.conf");
+    std::fs::write(&spoe_conf, spoe_text).unwrap();
+    let spoe_conf = spoe_conf.display().to_string();
     let cfg = config(front, backend.port, &server, &spoe_conf, server_opts);
-    let h = Haproxy::start(&bin, &dir.0, &cfg, spoe_text, front);
+    let h = Haproxy::start(&dir, &cfg, &[], &[([127, 0, 0, 1], front).into()]);
     Some(Stack {
         h,
         agent,
@@ -171,9 +182,9 @@ async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
         (a.status, a.body.as_str()),
         (403, "no bots"),
         "{a:?}\n{}",
-        h.log_text()
+        h.output()
     );
-    h.wait_log(&[
+    h.wait_line(&[
         "GET /x",
         " 403 ",
         "action=deny",
@@ -196,7 +207,7 @@ async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry), "Retry-After {retry}");
-    h.wait_log(&[
+    h.wait_line(&[
         "GET /s",
         " 429 ",
         "action=throttle",
@@ -207,11 +218,11 @@ async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
     // Logged only: served, tagged.
     let a = get(front, "/w", &[("User-Agent", "curl/8")]);
     assert_eq!((a.status, a.header("x-requestctl")), (200, Some("watch")));
-    h.wait_log(&["GET /w", " 200 ", "action=pass", "tags=watch"]);
+    h.wait_line(&["GET /w", " 200 ", "action=pass", "tags=watch"]);
     // Passing: served; the log shows the pass.
     let a = get(front, "/ok", &[("User-Agent", "Mozilla/5.0")]);
     assert_eq!((a.status, a.body.as_str()), (200, "backend"));
-    let line = h.wait_log(&["GET /ok", " 200 ", "action=pass"]);
+    let line = h.wait_line(&["GET /ok", " 200 ", "action=pass"]);
     assert!(
         line.contains("rule= ") || line.contains("rule=-"),
         "pass sets no rule: {line}"
@@ -227,8 +238,8 @@ async fn haproxy_enforces_the_agents_verdicts_over_a_unix_socket() {
     );
     // HAProxy's health checks (HELLO with healthcheck) were answered: the
     // agent server is up, and no peer was refused.
-    assert!(!h.log_text().contains("is DOWN"), "{}", h.log_text());
-    assert_eq!(agent.recorder.failures(), vec![], "{}", h.log_text());
+    assert!(!h.output().contains("is DOWN"), "{}", h.output());
+    assert_eq!(agent.recorder.failures(), vec![], "{}", h.output());
 }
 
 /// The frames in a recorded byte stream, as (type, stream-id, frame-id,
@@ -475,7 +486,7 @@ async fn a_lost_connection_fails_open_at_once_without_async_but_waits_with_it() 
         let (h, front, tee) = (&st.h, st.front, st.tee.as_ref().unwrap());
         // A first request sets the connection up and is decided.
         let a = get(front, "/bad", &[]);
-        assert_eq!(a.status, 451, "{a:?}\n{}", h.log_text());
+        assert_eq!(a.status, 451, "{a:?}\n{}", h.output());
         // The next NOTIFY is lost with its connection.
         tee.cut.store(true, std::sync::atomic::Ordering::SeqCst);
         let t0 = std::time::Instant::now();
@@ -495,13 +506,13 @@ async fn a_lost_connection_fails_open_at_once_without_async_but_waits_with_it() 
                 took >= std::time::Duration::from_millis(2900),
                 "async: {took:?}"
             );
-            h.wait_log(&["GET /bad", " 200 ", "err=1"]);
+            h.wait_line(&["GET /bad", " 200 ", "err=1"]);
         } else {
             assert!(
                 took < std::time::Duration::from_millis(1500),
                 "no async: {took:?}"
             );
-            h.wait_log(&["GET /bad", " 200 ", "err=257"]);
+            h.wait_line(&["GET /bad", " 200 ", "err=257"]);
         }
         eprintln!("announce async {announce_async}: the request with its check lost took {took:?}");
     }
@@ -535,7 +546,7 @@ async fn a_request_over_the_frame_size_fails_open_and_needs_no_send_frag_payload
             get(front, "/x", &[("User-Agent", "bot/1")]).status,
             403,
             "{}",
-            h.log_text()
+            h.output()
         );
         let t0 = std::time::Instant::now();
         let a = get(front, "/x", &[("User-Agent", &ua)]);
@@ -545,7 +556,7 @@ async fn a_request_over_the_frame_size_fails_open_and_needs_no_send_frag_payload
             (200, "backend"),
             "unchecked, served: {a:?}"
         );
-        h.wait_log(&["GET /x", " 200 ", "action=-", err]);
+        h.wait_line(&["GET /x", " 200 ", "action=-", err]);
         if slow {
             assert!(took >= std::time::Duration::from_millis(900), "{took:?}");
         } else {

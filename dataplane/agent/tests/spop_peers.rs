@@ -2,6 +2,10 @@
 //! and hostile peers. Each hostile peer gets its AGENT-DISCONNECT status
 //! and is closed, and the agent goes on serving a new connection.
 
+#[expect(
+    dead_code,
+    reason = "shared with the other SPOP tests: this one plays HAProxy itself and uses no `wire`"
+)]
 mod spop_support;
 
 use rctl_agent::spop::data::Value;
@@ -466,8 +470,8 @@ async fn shutdown_acks_frames_in_flight_then_disconnects_with_status_0() {
 
 #[tokio::test]
 async fn a_peer_that_does_not_read_its_acks_is_dropped_after_the_frame_timeout() {
-    let dir = spop_support::haproxy::TempDir::new("spop-unread");
-    let addr = format!("unix:{}/spoe.sock", dir.0.display());
+    let dir = rctl_testkit::proc::TempDir::new("spop-unread");
+    let addr = format!("unix:{}/spoe.sock", dir.display());
     let config = Config {
         frame_timeout: Duration::from_millis(300),
         ..Config::default()

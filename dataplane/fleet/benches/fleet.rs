@@ -16,13 +16,9 @@
 //! `RCTL_BENCH_AGENTS` changes the number of agents, `RCTL_BENCH_ONLY`
 //! = `convergence` or `accuracy` runs one).
 
-#[path = "../../../tests/servers/mod.rs"]
-#[expect(dead_code, reason = "the bench starts a few of the tests' servers")]
-mod servers;
-
-use servers::etcd::Cluster;
-use servers::redis::Redis;
-use servers::{free_port, Proc};
+use rctl_testkit::proc::{free_port, Proc};
+use rctl_testkit::servers::etcd::Cluster;
+use rctl_testkit::servers::redis::Redis;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -111,9 +111,71 @@ impl From<&Current> for PointerStatus {
 }
 
 impl FleetStatus {
-    /// Whether every host runs its target, and everything could be read.
+    /// Whether every host runs its target, and everything could be read
+    /// (false when no host reported: nothing is known to run it).
     pub fn converged(&self) -> bool {
-        self.unreadable.is_empty() && self.hosts.iter().all(|h| h.state == "ok")
+        self.health().level() == rctl_agent::health::Level::Ok
+    }
+
+    /// The fleet graded as monitoring grades it: no host, a host down or
+    /// failed, critical; one lagging, or nothing pushed, a warning; keys
+    /// that cannot be read, unknown.
+    pub fn health(&self) -> rctl_agent::health::Health {
+        use rctl_agent::health::{Health, Level};
+        let mut h = Health::default();
+        if self.hosts.is_empty() {
+            h.add(
+                Level::Critical,
+                "no host reported: no agent runs, or none reaches etcd",
+            );
+        }
+        if self.all.is_none() && self.sites.is_empty() {
+            h.add(Level::Warning, "nothing has been pushed (rctl push)");
+        }
+        let now = rctl_os::clock::now_unix();
+        for x in &self.hosts {
+            match x.state.as_str() {
+                "ok" => {}
+                "down" => h.add(
+                    Level::Critical,
+                    format!(
+                        "{} is down (its last report: {})",
+                        x.host,
+                        rctl_os::clock::ago(x.reported_unix, now)
+                    ),
+                ),
+                "failed" => h.add(
+                    Level::Critical,
+                    format!(
+                        "{} failed to apply generation {}: {}",
+                        x.host,
+                        x.target_generation,
+                        x.last_error.as_deref().unwrap_or("see its log")
+                    ),
+                ),
+                "no target" => h.add(
+                    Level::Warning,
+                    format!("{} has no target (nothing pushed for its site)", x.host),
+                ),
+                _ => h.add(
+                    Level::Warning,
+                    format!(
+                        "{} runs generation {}, its target {} (for {} s)",
+                        x.host, x.generation, x.target_generation, x.lag_s
+                    ),
+                ),
+            }
+        }
+        for u in &self.unreadable {
+            h.add(
+                Level::Unknown,
+                format!("{} cannot be read: {}", u.key, u.error),
+            );
+        }
+        h.figure("hosts", self.hosts.len() as u64);
+        let ok = self.hosts.iter().filter(|x| x.state == "ok").count();
+        h.figure("ok", ok as u64);
+        h
     }
 }
 

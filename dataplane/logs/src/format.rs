@@ -293,7 +293,7 @@ impl Format {
                         .filter(|&m| m < 1000)
                         .ok_or(Mismatch::Value(p, "milliseconds"))?;
                     rec.millis = Some(u64::from(ms));
-                    rec.resolution_ns = rec.resolution_ns.min(1_000_000).max(1);
+                    rec.resolution_ns = rec.resolution_ns.clamp(1, 1_000_000);
                 }
                 Field::RequestLine => {
                     request_line(v, p, esc, rec, arena)?;

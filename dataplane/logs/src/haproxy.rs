@@ -95,7 +95,7 @@ pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, St
     let mut lit = Vec::new();
     let mut rest = spec.as_str();
     while let Some(i) = rest.find('%') {
-        lit.extend_from_slice(rest[..i].as_bytes());
+        lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
         if let Some(r) = rest.strip_prefix('%') {
             lit.push(b'%');

@@ -16,7 +16,7 @@ pub fn compile(name: &str, spec: &str) -> Result<Format, String> {
     // in header values and the request line.
     let esc = Escape::Backslash;
     while let Some(i) = rest.find('%') {
-        lit.extend_from_slice(rest[..i].as_bytes());
+        lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
         if let Some(r) = rest.strip_prefix('%') {
             lit.push(b'%');

@@ -42,80 +42,51 @@
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode};
 use rctl_dataplane::xdp::{ClockMode, Tables};
 use rctl_loader::XdpProgram;
+use rctl_testkit::lab::{Link, NetNs};
+use rctl_testkit::median;
+use rctl_testkit::proc::thread_cpu;
+use rctl_testkit::xdp::{bench_object, bench_ruleset};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsRawFd as _;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-#[path = "../../../tests/xdp_frame.rs"]
-mod xdp_frame;
-
-#[path = "support/xdp_rules.rs"]
-mod xdp_rules;
 
 /// Frames per measurement.
 const FRAMES: u32 = 4_000_000;
 
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The two namespaces and the veth pair; deleted on drop.
 struct Lab {
-    gen: String,
-    rx: String,
+    gen: NetNs,
+    rx: NetNs,
+    _pair: Link,
 }
 
 impl Lab {
     fn new() -> Lab {
         let pid = std::process::id();
-        let lab = Lab {
-            gen: format!("rctl-gen-{pid}"),
-            rx: format!("rctl-rx-{pid}"),
-        };
-        ip(&["netns", "add", &lab.gen]);
-        ip(&["netns", "add", &lab.rx]);
-        ip(&[
-            "link", "add", "vgen", "netns", &lab.gen, "type", "veth", "peer", "name", "vrx",
-            "netns", &lab.rx,
-        ]);
-        ip(&["-n", &lab.gen, "link", "set", "vgen", "up"]);
-        ip(&["-n", &lab.rx, "link", "set", "vrx", "up"]);
-        lab
+        let gen = NetNs::new(&format!("rctl-gen-{pid}"));
+        let rx = NetNs::new(&format!("rctl-rx-{pid}"));
+        let pair = Link::veth("vgen", Some(&gen), "vrx", Some(&rx));
+        Lab {
+            gen,
+            rx,
+            _pair: pair,
+        }
     }
 
     /// `vrx`'s received packets, as the kernel counts them.
     fn received(&self) -> u64 {
-        let out = ip(&["-n", &self.rx, "-s", "-j", "link", "show", "vrx"]);
-        let v: serde_json::Value = serde_json::from_str(&out).expect("ip -j");
+        let out = self.rx.ip(&["-s", "-j", "link", "show", "vrx"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
         v[0]["stats64"]["rx"]["packets"]
             .as_u64()
             .expect("rx packets")
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.gen, &self.rx] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
 /// Runs `f` on a thread in network namespace `ns` (pinned to `cpu`).
-fn in_netns<T: Send>(ns: &str, cpu: Option<usize>, f: impl FnOnce() -> T + Send) -> T {
+fn in_netns<T: Send>(ns: &NetNs, cpu: Option<usize>, f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
-            let file = std::fs::File::open(format!("/run/netns/{ns}")).expect("netns");
-            // SAFETY: a valid namespace fd; this thread alone moves.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            let _inside = ns.enter();
             if let Some(cpu) = cpu {
                 // SAFETY: a zeroed cpu_set_t, then one CPU set in it.
                 unsafe {
@@ -155,8 +126,8 @@ impl Generator {
         }
         let prog: &mut Xdp = ebpf.program_mut("rctl_gen").unwrap().try_into().unwrap();
         prog.load().expect("the kernel takes rctl_gen");
-        let out = ip(&["-n", &lab.gen, "-j", "link", "show", "vgen"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let out = lab.gen.ip(&["-j", "link", "show", "vgen"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let ifindex = v[0]["ifindex"].as_u64().unwrap() as u32;
         Generator { ebpf, ifindex }
     }
@@ -165,7 +136,7 @@ impl Generator {
     /// sending thread's CPU time (which the receiver's NAPI poll, run on
     /// the same CPU as the thread enables bottom halves, is part of).
     fn send(&mut self, lab: &Lab) -> (Duration, Duration) {
-        let frame = xdp_frame::frame(
+        let frame = rctl_testkit::frame::frame(
             IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             rctl_compiler::ir::Proto::Tcp,
             443,
@@ -198,17 +169,6 @@ impl Generator {
             (t.elapsed(), thread_cpu() - cpu)
         })
     }
-}
-
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// One run with `program` of `rx` attached to `vrx` in native mode: Mpps
@@ -245,7 +205,7 @@ fn measure(
 }
 
 fn main() {
-    let Some(obj) = xdp_rules::object() else {
+    let Some(obj) = bench_object() else {
         return;
     };
     let n: usize = std::env::var("RCTL_BENCH_PREFIXES")
@@ -262,7 +222,7 @@ fn main() {
     println!("| prefixes (v4 + v6) | rate limit | sources | empty program Mpps (wall / CPU) | rctl Mpps (wall / CPU) | rctl / empty (CPU) | rctl's ns per packet (CPU) | in the program: empty / rctl ns |");
     println!("|---|---|---|---|---|---|---|---|");
     for limited in [false, true] {
-        let (src, v4s, _) = xdp_rules::ruleset(n, limited);
+        let (src, v4s, _) = bench_ruleset(n, limited);
         let c = rctl_compiler::compile_str("bench.rctl", &src, &Default::default());
         let rs = c.ruleset.expect("bench ruleset compiles");
         let tables = Tables::new(&rs, None).unwrap();
@@ -278,8 +238,7 @@ fn main() {
                 empty.push(measure(&lab, &mut rx, "rctl_pass", &mut gen, false));
                 ours.push(measure(&lab, &mut rx, "rctl", &mut gen, false));
             }
-            let col =
-                |v: &[[f64; 3]], i: usize| xdp_rules::median(v.iter().map(|x| x[i]).collect());
+            let col = |v: &[[f64; 3]], i: usize| median(v.iter().map(|x| x[i]).collect());
             let (ew, ec, ow, oc) = (col(&empty, 0), col(&empty, 1), col(&ours, 0), col(&ours, 1));
             let e_ns = measure(&lab, &mut rx, "rctl_pass", &mut gen, true)[2];
             let o_ns = measure(&lab, &mut rx, "rctl", &mut gen, true)[2];

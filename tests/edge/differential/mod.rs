@@ -36,10 +36,12 @@ mod proxies;
 mod reference;
 mod requests;
 
-use crate::servers::{self, haproxy, netns, varnish};
 use crate::util::{corpus_files, root, tempdir};
 use proxies::{Kind, Proxy};
 use rctl_compiler::ir::Ruleset;
+use rctl_testkit::lab;
+use rctl_testkit::servers::{haproxy, varnish};
+use rctl_testkit::skip::require;
 use reference::{expect_all, Expected};
 use requests::Req;
 use std::path::{Path, PathBuf};
@@ -215,14 +217,14 @@ fn run(kind: Kind, source: &Path, dir: &Path, report: &mut Report) {
 fn differential(kind: Kind) {
     let needs = match kind {
         Kind::Vcl => varnish::require(),
-        Kind::Haproxy | Kind::Spoe => servers::require(haproxy::BIN),
+        Kind::Haproxy | Kind::Spoe => require(haproxy::BIN),
     };
-    if !(needs && netns::available()) {
+    if !(needs && lab::available()) {
         return;
     }
     let _serial = super::stack::serial();
     // A namespace of its own: port 443 on its loopback is the test's.
-    netns::enter(&[]);
+    let _netns = lab::Inside::private(&[]);
     let dir = tempdir(&format!("differential-{kind:?}"));
     let t0 = Instant::now();
     let mut report = Report::default();

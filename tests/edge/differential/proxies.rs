@@ -22,11 +22,12 @@
 
 use super::super::rctl_ok;
 use super::requests::{send, Req};
-use crate::servers::free_port;
-use crate::servers::haproxy::{self, Haproxy};
-use crate::servers::serve::Serve;
-use crate::servers::varnish::Varnish;
+use crate::util::serve;
 use rctl_compiler::ir::{Action, Ruleset};
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::haproxy::{self, Haproxy};
+use rctl_testkit::servers::serve::Serve;
+use rctl_testkit::servers::varnish::Varnish;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -156,7 +157,7 @@ impl Proxy {
             }
             Kind::Spoe => {
                 let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-                let serve = Serve::start(dir, art, http, &[]);
+                let serve = serve(dir, art, http, &[]);
                 let agent = format!("unix:{}", serve.spoe.display());
                 emit(
                     "haproxy-spoe",

@@ -21,8 +21,10 @@
 //! failed prepare leaves the generation in force serving and says why.
 //! Without `site`, the agent's own `--site` applies.
 
+mod fleet;
 mod server;
 
+pub use fleet::{EtcdStatus, FleetStatus, SharedLimiter, SharedStatus};
 pub use server::{serve, Control, ControlConfig, StatusExtra};
 
 use crate::judge::Generation;
@@ -177,7 +179,7 @@ pub struct AgentStatus {
     pub limit_state: Option<crate::persist::PersistStatus>,
     /// What the fleet agent adds (`rctl agent`: etcd, shared limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<serde_json::Value>,
+    pub fleet: Option<FleetStatus>,
 }
 
 /// Why a generation could not be built.
@@ -310,8 +312,15 @@ impl Client {
     pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ControlError> {
         let fail = |kind, message: String| ControlError { kind, message };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            rctl_os::fs::check_private_dir(dir)
-                .map_err(|e| fail(ControlErrorKind::Io, e.to_string()))?;
+            rctl_os::fs::check_private_dir(dir).map_err(|e| {
+                // No directory: no agent made its socket there.
+                let kind = if dir.exists() {
+                    ControlErrorKind::Io
+                } else {
+                    ControlErrorKind::NotRunning
+                };
+                fail(kind, e.to_string())
+            })?;
         }
         let stream = UnixStream::connect(path).map_err(|e| {
             let kind = match e.kind() {

@@ -2,8 +2,8 @@
 //! prepare for the whole agent.
 
 use super::{
-    build, from_hex, AgentStatus, Committed, ControlRequest, Load, LogTotals, PendingInfo,
-    Prepared, MAX_LINE,
+    build, from_hex, AgentStatus, Committed, ControlRequest, FleetStatus, Load, LogTotals,
+    PendingInfo, Prepared, MAX_LINE,
 };
 use crate::judge::{Generation, Judge, Observer as _};
 use crate::listen::Listener;
@@ -68,13 +68,14 @@ pub struct Control {
 enum Source {
     /// A control request.
     Load(Load),
-    /// Bytes from an in-process client, and a site.
-    Bytes(Vec<u8>, Option<String>),
+    /// Bytes from an in-process client, a site, and the number the
+    /// generation is to have.
+    Bytes(Vec<u8>, Option<String>, Option<u64>),
 }
 
 /// What a status adds, from whoever runs beside the agent (the fleet
 /// agent: etcd and the shared limits).
-pub type StatusExtra = Box<dyn Fn() -> Value + Send + Sync>;
+pub type StatusExtra = Box<dyn Fn() -> FleetStatus + Send + Sync>;
 
 impl Control {
     /// The control of the agent deciding with `judge`.
@@ -141,14 +142,17 @@ impl Control {
     }
 
     /// Prepares the artifact `bytes` for `site` (default: the agent's) as
-    /// connection `conn`: what `{"op":"prepare"}` does, in process.
+    /// connection `conn`: what `{"op":"prepare"}` does, in process. With
+    /// `number` above the generation in force, the new generation has
+    /// that number (the fleet's), else the next one.
     pub async fn prepare_artifact(
         self: &Arc<Self>,
         conn: u64,
         bytes: Vec<u8>,
         site: Option<String>,
+        number: Option<u64>,
     ) -> Result<Prepared, String> {
-        self.prepare(conn, Source::Bytes(bytes, site)).await
+        self.prepare(conn, Source::Bytes(bytes, site, number)).await
     }
 
     async fn prepare(self: &Arc<Self>, conn: u64, load: Source) -> Result<Prepared, String> {
@@ -184,10 +188,12 @@ impl Control {
                 *slot = Slot::Empty;
                 drop(slot);
                 self.metrics.reloaded(false);
-                return Err(format!(
+                let why = format!(
                     "not prepared (generation {} keeps serving): {e}",
                     self.judge.current().number
-                ));
+                );
+                crate::event::line(&format!("reload failed: {why}"));
+                return Err(why);
             }
         };
         let prepared = Prepared {
@@ -200,8 +206,8 @@ impl Control {
 
     /// Reads and builds; runs on a blocking thread.
     fn build(&self, source: Source) -> Result<(Pending, Prepared), String> {
-        let (bytes, site) = match source {
-            Source::Bytes(b, site) => (b, site),
+        let (bytes, site, number) = match source {
+            Source::Bytes(b, site, number) => (b, site, number),
             Source::Load(load) => {
                 let bytes = match (load.artifact_hex, load.path) {
                     (Some(h), None) => from_hex(&h).map_err(|e| e.0)?,
@@ -216,7 +222,7 @@ impl Control {
                         )
                     }
                 };
-                (bytes, load.site)
+                (bytes, load.site, None)
             }
         };
         let site = site.or_else(|| self.config.site.clone());
@@ -225,7 +231,7 @@ impl Control {
             &bytes,
             site.as_deref(),
             self.config.max_keys_per_limiter,
-            old.number + 1,
+            number.filter(|n| *n > old.number).unwrap_or(old.number + 1),
             Some(&old),
         )
         .map_err(|e| e.0)?;
@@ -295,9 +301,28 @@ impl Control {
         } = *p;
         generation.installed_unix = crate::now_unix();
         let (number, sha) = (generation.number, generation.sha256.clone());
+        let rules = generation.engine.ruleset().rules.len();
         let old = self.judge.install(generation);
         drop(slot);
         self.metrics.reloaded(true);
+        let stale = self
+            .judge
+            .proxies()
+            .against(self.judge.current().engine.ruleset());
+        let stale: Vec<String> = stale.into_iter().flat_map(|p| p.stale).collect();
+        crate::event::line(&format!(
+            "applied generation {number} (artifact {}, {rules} rules), replacing {}{}",
+            crate::event::short(&sha),
+            old.number,
+            if stale.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; the proxies' configuration is stale for it: {}",
+                    stale.join("; ")
+                )
+            }
+        ));
         // What a restart starts from (with a state directory).
         if let Some(p) = self.persist.get() {
             p.keep_artifact(&bytes);
@@ -329,7 +354,8 @@ impl Control {
         let _ = self.persist.set(p);
     }
 
-    /// Adds `fleet` to every status from now on (the first one set stays).
+    /// Adds what `extra` says to every status from now on, as its `fleet`
+    /// (the first one set stays).
     pub fn set_status_extra(&self, extra: StatusExtra) {
         let _ = self.extra.set(extra);
     }

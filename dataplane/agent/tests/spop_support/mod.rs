@@ -1,13 +1,8 @@
 //! Shared by the SPOP tests: a judge from rule text, an observer that
 //! records, a peer that speaks SPOP over a real socket, and a running
-//! agent that stops on drop.
+//! agent that stops on drop; in [`wire`], what surrounds HAProxy.
 
-#![allow(
-    dead_code,
-    reason = "shared by several test crates; each uses a part (an `expect` would be unfulfilled in some)"
-)]
-
-pub mod haproxy;
+pub mod wire;
 
 use rctl_agent::judge::{Fields, Generation, Judge, Observer, Outcome};
 use rctl_agent::spop::data::Value;
@@ -242,35 +237,19 @@ pub fn notify(sid: u64, fid: u64, target: &[u8], ua: &[u8]) -> Vec<u8> {
 
 impl Peer {
     pub async fn connect(addr: &str) -> Peer {
-        let io: Box<dyn Io> = if let Some(p) = addr.strip_prefix("unix:") {
-            Box::new(tokio::net::UnixStream::connect(p).await.expect("connect"))
-        } else {
-            let a = addr.strip_prefix("tcp:").unwrap();
-            Box::new(tokio::net::TcpStream::connect(a).await.expect("connect"))
-        };
-        Peer {
-            io,
-            buf: Vec::new(),
-        }
+        Peer::try_connect(addr).await.expect("connect")
     }
 
     /// A connection, if the address accepts one.
     pub async fn try_connect(addr: &str) -> Option<Peer> {
-        if let Some(p) = addr.strip_prefix("unix:") {
-            let s = tokio::net::UnixStream::connect(p).await.ok()?;
-            Some(Peer {
-                io: Box::new(s),
-                buf: Vec::new(),
-            })
+        let io: Box<dyn Io> = if let Some(p) = addr.strip_prefix("unix:") {
+            Box::new(tokio::net::UnixStream::connect(p).await.ok()?)
         } else {
-            let s = tokio::net::TcpStream::connect(addr.strip_prefix("tcp:")?)
-                .await
-                .ok()?;
-            Some(Peer {
-                io: Box::new(s),
-                buf: Vec::new(),
-            })
-        }
+            let a = addr.strip_prefix("tcp:")?;
+            Box::new(tokio::net::TcpStream::connect(a).await.ok()?)
+        };
+        let buf = Vec::new();
+        Some(Peer { io, buf })
     }
 
     /// Writes `bytes` until done or the agent closes.

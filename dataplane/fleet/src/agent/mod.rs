@@ -7,7 +7,8 @@
 //! enforces its last good generation from local disk before etcd answers.
 //!
 //! - [`local`]: the last good and pending artifacts on disk.
-//! - `apply`: one apply of both planes.
+//! - `apply`: one apply of both planes ([`rctl_agent::apply`], as `rctl
+//!   apply` runs it), and the records on disk around it.
 //! - `watch`: following the pointers from a revision.
 //! - `report`: the host's report under its lease.
 
@@ -22,7 +23,7 @@ use crate::etcd::{now_unix, EtcdConfig};
 use crate::shared::RedisConfig;
 use local::{Local, Record};
 pub use progress::Progress;
-use rctl_agent::control::Control;
+use rctl_agent::control::{Control, EtcdStatus, FleetStatus};
 use rctl_agent::judge::Judge;
 use rctl_agent::serve::{Config as ServeConfig, Server};
 use rctl_dataplane::xdp::ClockMode;
@@ -253,10 +254,25 @@ pub fn run(
         .map_err(|e| FleetError::new(ErrorKind::Io, e.to_string()))?;
         let start = start?;
         serve.artifact_bytes = Some(start.bytes);
+        serve.first_generation = start
+            .record
+            .as_ref()
+            .and_then(|r| u64::try_from(r.generation).ok());
         serve.site = config.site.clone();
         let mut server = Server::bind(serve)
             .await
             .map_err(|e| FleetError::new(ErrorKind::Io, e.message))?;
+        if let Some(x) = &config.xdp {
+            // rctl_up{plane="xdp"}: the program attached, read at scrape.
+            let (paths, iface) = (x.paths.clone(), x.iface.clone());
+            server.metrics().add_plane(
+                "xdp",
+                Arc::new(move || {
+                    rctl_loader::host::status(&paths, Some(&iface))
+                        .is_ok_and(|v| v.iter().all(|s| s.enforcing) && !v.is_empty())
+                }),
+            );
+        }
         let (changed, _) = tokio::sync::watch::channel(0);
         let generation = start.record.as_ref().map_or(0, |r| r.generation);
         let progress = Progress {
@@ -307,7 +323,7 @@ pub fn run(
             let (ctx, shared) = (Arc::clone(&ctx), shared.clone());
             server
                 .control()
-                .set_status_extra(Box::new(move || status_json(&ctx, shared.as_deref())));
+                .set_status_extra(Box::new(move || status(&ctx, shared.as_deref())));
         }
         ready(&server, &start.note);
         server.notify_ready();
@@ -335,28 +351,28 @@ pub fn run(
 }
 
 /// What `rctl status` shows of the fleet agent.
-fn status_json(ctx: &Ctx, shared: Option<&crate::shared::Sync>) -> serde_json::Value {
+fn status(ctx: &Ctx, shared: Option<&crate::shared::Sync>) -> FleetStatus {
     let p = ctx.progress();
-    serde_json::json!({
-        "host": ctx.config.host,
-        "site": ctx.config.site,
-        "etcd": {
-            "endpoints": ctx.config.etcd.endpoints,
-            "prefix": ctx.config.etcd.prefix,
-            "connected": p.etcd_connected,
-            "error": p.etcd_error,
-            "report_error": p.report_error,
-            "revision": p.revision,
+    FleetStatus {
+        host: ctx.config.host.clone(),
+        site: ctx.config.site.clone(),
+        etcd: EtcdStatus {
+            endpoints: ctx.config.etcd.endpoints.clone(),
+            prefix: ctx.config.etcd.prefix.clone(),
+            connected: p.etcd_connected,
+            error: p.etcd_error,
+            report_error: p.report_error,
+            revision: p.revision,
         },
-        "generation": p.generation,
-        "applied_unix": p.applied_unix,
-        "state": p.state,
-        "last_error": p.last_error,
-        "target_generation": p.target_generation,
-        "target_sha256": p.target_sha256,
-        "failures": p.failures,
-        "started": p.started,
-        "iface": ctx.config.xdp.as_ref().map(|x| x.iface.clone()),
-        "shared": shared.map(|s| s.status(&ctx.judge)),
-    })
+        generation: p.generation,
+        applied_unix: p.applied_unix,
+        state: p.state,
+        last_error: p.last_error,
+        target_generation: p.target_generation,
+        target_sha256: p.target_sha256,
+        failures: p.failures,
+        started: p.started,
+        iface: ctx.config.xdp.as_ref().map(|x| x.iface.clone()),
+        shared: shared.map(|s| s.status(&ctx.judge)),
+    }
 }

@@ -231,6 +231,13 @@ async fn evaluate(
         }
     };
     let (generation, sha) = (cur.generation, cur.pointer.sha256.clone());
+    let before = ctx.progress().target_generation;
+    if before != generation {
+        rctl_agent::event::line(&format!(
+            "target changed: generation {generation} (artifact {}), was {before}",
+            fetch::short(&sha)
+        ));
+    }
     ctx.update(|p| {
         p.target_generation = generation;
         p.target_sha256 = Some(sha.clone());
@@ -264,7 +271,7 @@ async fn evaluate(
         Err(e) => Err(e),
     };
     match result {
-        Ok(()) => {
+        Ok(apply::Outcome::Applied) => {
             *failed = None;
             ctx.update(|p| {
                 p.generation = generation;
@@ -272,6 +279,19 @@ async fn evaluate(
                 p.state = "ok".into();
                 p.last_error = None;
                 p.error_generation = 0;
+            });
+        }
+        Ok(apply::Outcome::Incomplete(why)) => {
+            // It runs the generation, but is not done with it: failed,
+            // with what did not happen, until a try finishes it.
+            *failed = Some((generation, Instant::now()));
+            ctx.update(|p| {
+                p.generation = generation;
+                p.applied_unix = crate::etcd::now_unix();
+                p.state = "failed".into();
+                p.failures += 1;
+                p.error_generation = generation;
+                p.last_error = Some(format!("generation {generation} applied: {why}"));
             });
         }
         Err(e) => fail(ctx, generation, &e, failed),
@@ -290,6 +310,10 @@ fn fail(ctx: &Ctx, generation: i64, e: &FleetError, failed: &mut Option<(i64, In
             e.message,
             p.generation,
             fetch::short(&running)
+        ));
+        rctl_agent::event::line(&format!(
+            "apply failed: {}",
+            p.last_error.as_deref().unwrap_or_default()
         ));
     });
 }

@@ -41,10 +41,10 @@
 
 use crate::backoff::{sleep_or_stop, Backoff};
 use crate::error::{ErrorKind, FleetError};
+use rctl_agent::control::{SharedLimiter, SharedStatus};
 use rctl_agent::judge::Judge;
 use rctl_compiler::ir::{Action, Rule};
 use rctl_dataplane::limiter::{Limiter, SharedDelta, SharedUpdate};
-use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -167,30 +167,38 @@ impl Sync {
     }
 
     /// What `rctl status` shows.
-    pub fn status(&self, judge: &Judge) -> serde_json::Value {
+    pub fn status(&self, judge: &Judge) -> SharedStatus {
         let g = judge.current();
-        let limiters: Vec<serde_json::Value> = shared_limiters(&g.engine)
+        let limiters = shared_limiters(&g.engine)
             .map(|(rule, l)| {
                 let s = l.shared().map(|s| s.stats()).unwrap_or_default();
-                json!({"rule": rule.name, "online": s.online, "offline_hits": s.offline_hits,
-                       "remote_bans": s.remote_bans})
+                SharedLimiter {
+                    rule: rule.name.clone(),
+                    online: s.online,
+                    offline_hits: s.offline_hits,
+                    remote_bans: s.remote_bans,
+                }
             })
             .collect();
-        json!({
-            "redis": redact(&self.config.url),
-            "site": self.site,
-            "online": self.is_online(),
-            "hosts": self.hosts.load(Relaxed),
-            "sync_ms": self.config.sync.as_millis() as u64,
-            "syncs_ok": self.syncs_ok.load(Relaxed),
-            "syncs_failed": self.syncs_failed.load(Relaxed),
-            "keys_synced": self.keys_synced.load(Relaxed),
-            "bans_published": self.bans_published.load(Relaxed),
-            "last_sync_us": self.last_sync_us.load(Relaxed),
-            "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or_default(),
-            "warning": self.warning.lock().map(|e| e.clone()).unwrap_or_default(),
-            "limiters": limiters,
-        })
+        SharedStatus {
+            redis: redact(&self.config.url),
+            site: self.site.clone(),
+            online: self.is_online(),
+            hosts: self.hosts.load(Relaxed),
+            sync_ms: self.config.sync.as_millis() as u64,
+            syncs_ok: self.syncs_ok.load(Relaxed),
+            syncs_failed: self.syncs_failed.load(Relaxed),
+            keys_synced: self.keys_synced.load(Relaxed),
+            bans_published: self.bans_published.load(Relaxed),
+            last_sync_us: self.last_sync_us.load(Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .map(|e| e.clone())
+                .unwrap_or_default(),
+            warning: self.warning.lock().map(|e| e.clone()).unwrap_or_default(),
+            limiters,
+        }
     }
 
     /// Counters for metrics: (online, syncs ok, syncs failed, offline

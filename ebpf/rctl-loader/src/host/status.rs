@@ -59,6 +59,10 @@ pub struct Status {
     pub buckets_capacity: u32,
     /// Where the interface's artifact is installed.
     pub artifact: PathBuf,
+    /// Whether the artifact installed for the interface is the one its
+    /// live generation runs (`None`: no generation runs, or an apply left
+    /// its artifact staged).
+    pub runs_installed: Option<bool>,
     /// What is wrong, and what fixes it.
     pub problems: Vec<String>,
 }
@@ -180,6 +184,7 @@ fn one(paths: &Paths, name: &IfName) -> Status {
         }
         None => (None, MetaSource::Missing),
     };
+    let mut runs_installed = None;
     if let (Some(a), Some(g)) = (&attached, obs.live) {
         let installed = paths.artifact(name);
         let staged = paths.staged_artifact(name, g);
@@ -190,10 +195,13 @@ fn one(paths: &Paths, name: &IfName) -> Status {
                 staged.display()
             ));
         } else if header_hash(&installed).as_ref() != Some(&a.artifact_sha256) {
+            runs_installed = Some(false);
             problems.push(format!(
                 "{} is not the artifact in force (the next apply installs its own)",
                 installed.display()
             ));
+        } else {
+            runs_installed = Some(true);
         }
     }
     let mut st = Status {
@@ -210,6 +218,7 @@ fn one(paths: &Paths, name: &IfName) -> Status {
         buckets_banned: 0,
         buckets_capacity: MAX_BUCKETS,
         artifact: paths.artifact(name),
+        runs_installed,
         problems,
     };
     if let Some(g) = source {
