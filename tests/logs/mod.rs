@@ -5,6 +5,8 @@
 //! their positions in bounded memory.
 
 use crate::util::{rctl, root, tempdir};
+mod inputs;
+
 use rctl_testkit::lab;
 use rctl_testkit::proc::{free_port, settled, Proc};
 use rctl_testkit::servers::{self, haproxy::Haproxy, nginx::Nginx, varnish::Varnish};
