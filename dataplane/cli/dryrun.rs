@@ -2,6 +2,7 @@
 //! (`rctl_dataplane::dryrun`); this module expands the inputs and renders
 //! the report as text, JSON or HTML (`html`, below it).
 
+mod follow;
 mod html;
 mod logs;
 

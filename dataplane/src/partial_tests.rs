@@ -71,7 +71,11 @@ fn ruleset(r: &mut Rng, throttles: bool) -> Option<Ruleset> {
                 r.pick(&["ip", "header(\"user-agent\")", "host, path"])
             ),
         };
-        let shadow = if r.next().is_multiple_of(6) { "shadow\n" } else { "" };
+        let shadow = if r.next().is_multiple_of(6) {
+            "shadow\n"
+        } else {
+            ""
+        };
         src.push_str(&format!(
             "rule r{i} {{\npriority {}\n{shadow}when {}\n{action}\n}}\n",
             r.next() % 4,

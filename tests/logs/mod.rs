@@ -5,6 +5,7 @@
 //! their positions in bounded memory.
 
 use crate::util::{rctl, root, tempdir};
+mod follow;
 mod inputs;
 
 use rctl_testkit::lab;

@@ -55,6 +55,14 @@ pub struct LogArgs {
     /// List the fields each log format carries, and exit.
     #[arg(long)]
     pub explain_input: bool,
+    /// Follow the one --log (a file, through its rotations, or `-`) as
+    /// it grows: a screen on stderr every --every, the report at SIGINT
+    /// (or at the end of stdin).
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: seconds between screens.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub every: u64,
 }
 
 fn cidr(s: &str) -> Result<(IpAddr, u8)> {
@@ -180,11 +188,16 @@ pub fn explain_input(args: &LogArgs) -> Result<String> {
     Ok(o)
 }
 
-/// Replays the logs; the summary, and whether the run must fail (too
-/// many bad lines, a read error, an input with no judged line).
+/// Replays the logs (or follows one); the summary, and whether the run
+/// must fail (too many bad lines, a read error, an input with no judged
+/// line).
 pub fn replay(run: &mut DryRun, args: &LogArgs) -> Result<(Summary, bool)> {
     let opts = args.options()?;
-    let summary = rctl_logs::replay(run, &args.log, &opts).map_err(anyhow::Error::msg)?;
+    let summary = if args.follow {
+        super::follow::run(run, args, &opts)?
+    } else {
+        rctl_logs::replay(run, &args.log, &opts).map_err(anyhow::Error::msg)?
+    };
     let bad = summary.bad_lines();
     let mut failed = !summary.errors.is_empty();
     for e in &summary.errors {

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod detect;
+pub mod follow;
 pub mod format;
 pub mod haproxy;
 pub mod input;

@@ -280,6 +280,16 @@ impl Source {
 
     /// Judges the parsed line.
     pub fn judge(&mut self, run: &mut DryRun, headers: &mut HeaderBuf) {
+        self.judge_with(run, headers, |_| {});
+    }
+
+    /// Judges the parsed line, and shows the request to `seen`.
+    pub fn judge_with(
+        &mut self,
+        run: &mut DryRun,
+        headers: &mut HeaderBuf,
+        mut seen: impl FnMut(&rctl_dataplane::Request<'_>),
+    ) {
         if !self.ready {
             return;
         }
@@ -292,7 +302,10 @@ impl Source {
             self.reader.line(),
             &self.arena,
             &f.header_names,
-            |req| run.log_request(id, req),
+            |req| {
+                run.log_request(id, req);
+                seen(req);
+            },
         );
     }
 

@@ -18,7 +18,8 @@ use crate::Request;
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
 pub use report::{
-    BadLine, Change, Counts, InputReport, LogInput, Report, RuleReport, Totals, Unmatched,
+    BadLine, Change, Counts, InputReport, LogInput, Report, RuleReport, RuleSoFar, Totals,
+    Unmatched,
 };
 use requests::{
     change_report, changed, count, describe, ip_key, show_ip, Blinds, Changes, RequestSide,
@@ -207,6 +208,11 @@ impl DryRun {
             self.packets.stopped[i].add_parts(req.ip, ua);
             self.packets.totals.stopped_requests += 1;
         }
+    }
+
+    /// Each rule's counts so far (a followed log's running screen).
+    pub fn so_far(&self) -> Vec<RuleSoFar> {
+        self.requests.so_far()
     }
 
     /// Records what was read from request input `input`: its lines, bad

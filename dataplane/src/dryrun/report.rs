@@ -18,6 +18,19 @@ pub struct Counts {
     pub log: u64,
 }
 
+/// One rule's counts while a replay runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSoFar {
+    /// Rule name.
+    pub name: String,
+    /// Requests it matched.
+    pub matches: u64,
+    /// Its verdicts on them.
+    pub requests: Counts,
+    /// Requests whose verdict it left unknown.
+    pub unknown: u64,
+}
+
 /// What one rule did.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuleReport {

@@ -2,7 +2,7 @@
 //! the request decision, and the per-rule statistics. It runs on its own
 //! thread, fed in capture order by the packet side (see `super`).
 
-use super::report::{Change, Counts, RuleReport, Unmatched};
+use super::report::{Change, Counts, RuleReport, RuleSoFar, Unmatched};
 use super::series::Series;
 use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
@@ -256,6 +256,19 @@ impl RequestSide {
             partial: PartialTrace::default(),
             unknown: 0,
         }
+    }
+
+    /// Per rule so far: its name, matches, verdicts and unknown requests.
+    pub fn so_far(&self) -> Vec<RuleSoFar> {
+        self.rules
+            .iter()
+            .map(|r| RuleSoFar {
+                name: r.report.name.clone(),
+                matches: r.report.matches,
+                requests: r.report.requests.clone(),
+                unknown: r.report.unknown,
+            })
+            .collect()
     }
 
     /// Also decides every request with `old`, for `--against`.
