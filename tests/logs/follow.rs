@@ -116,39 +116,32 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
 #[test]
 fn follow_on_stdin_ends_with_it() {
     let dir = tempdir("logs-follow-stdin");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .arg("dry-run")
-        .arg(root().join("rules"))
-        .args([
-            "--log",
-            "-",
-            "--follow",
-            "--log-format",
-            "nginx-combined",
-            "--format",
-            "json",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for i in 0..20 {
-        writeln!(
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+    cmd.arg("dry-run").arg(root().join("rules")).args([
+        "--log",
+        "-",
+        "--follow",
+        "--log-format",
+        "nginx-combined",
+        "--format",
+        "json",
+    ]);
+    let o = super::piped(cmd, |stdin| {
+        for i in 0..20 {
+            writeln!(
+                stdin,
+                "192.0.2.{i} - - [13/May/2026:12:00:{i:02} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+            )
+            .unwrap();
+        }
+        // The last line has no newline: at the end of a pipe it still
+        // counts.
+        write!(
             stdin,
-            "192.0.2.{i} - - [13/May/2026:12:00:{i:02} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+            "192.0.2.99 - - [13/May/2026:12:00:59 +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
         )
         .unwrap();
-    }
-    // The last line has no newline: at the end of a pipe it still counts.
-    write!(
-        stdin,
-        "192.0.2.99 - - [13/May/2026:12:00:59 +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
-    )
-    .unwrap();
-    drop(stdin);
-    let o = child.wait_with_output().unwrap();
+    });
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["totals"]["captured_requests"], 21, "{v}");

@@ -2,13 +2,13 @@
 //! standard input, several hosts' logs merged in time order; where the
 //! client address comes from; sampled logs; what each format carries.
 
-use super::{dry_run, per_rule};
+use super::{dry_run, per_rule, piped};
 use crate::util::{rctl, tempdir};
 use rctl_testkit::proc::must;
 use serde_json::Value;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// A throttle whose verdicts depend on the order requests come in, and
 /// a rule on the client address.
@@ -95,21 +95,16 @@ fn compressed_directories_stdin_and_hosts_merged_in_time_order() {
     }
     // Standard input, compressed too.
     let gz = std::fs::read(hosts.join("a.log.gz")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .args([
-            "dry-run",
-            &p(&dir.join("r.rctl")),
-            "--log",
-            "-",
-            "--format",
-            "json",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&gz).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+    cmd.args([
+        "dry-run",
+        &p(&dir.join("r.rctl")),
+        "--log",
+        "-",
+        "--format",
+        "json",
+    ]);
+    let o = piped(cmd, move |stdin| stdin.write_all(&gz).unwrap());
     assert!(o.status.success());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["totals"]["captured_requests"], 60, "{v}");

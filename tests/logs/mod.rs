@@ -46,6 +46,26 @@ fn dry_run(rules: &Path, args: &[&str]) -> (Value, String) {
     (v, err)
 }
 
+/// Runs `cmd` with pipes on stdin, stdout and stderr; `feed` writes its
+/// stdin on a thread of its own (closed when `feed` returns).
+fn piped(
+    mut cmd: Command,
+    feed: impl FnOnce(&mut std::process::ChildStdin) + Send + 'static,
+) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || feed(&mut stdin));
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    o
+}
+
 /// Per rule: (matches, allow, deny, throttle, drop, log).
 fn per_rule(v: &Value) -> Vec<(String, [u64; 6])> {
     v["rules"]
@@ -519,8 +539,8 @@ fn bad_lines_have_positions_and_a_1gb_line_takes_no_gigabyte() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("2 of 4 lines judged, 2 bad"));
     // A 1 GiB line between good ones, through stdin, gzip-free: peak RSS
     // stays far below it.
-    let mut child = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "%M"])
         .arg(env!("CARGO_BIN_EXE_rctl"))
         .args([
             "dry-run",
@@ -531,14 +551,8 @@ fn bad_lines_have_positions_and_a_1gb_line_takes_no_gigabyte() {
             "nginx-combined",
             "--format",
             "json",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
+        ]);
+    let o = piped(cmd, move |stdin| {
         stdin.write_all(good.as_bytes()).unwrap();
         let chunk = vec![b'x'; 1 << 20];
         for _ in 0..1024 {
@@ -547,8 +561,6 @@ fn bad_lines_have_positions_and_a_1gb_line_takes_no_gigabyte() {
         stdin.write_all(b"\n").unwrap();
         stdin.write_all(good.as_bytes()).unwrap();
     });
-    let o = child.wait_with_output().unwrap();
-    writer.join().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     let rss_kb: u64 = err.lines().last().unwrap().trim().parse().unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
