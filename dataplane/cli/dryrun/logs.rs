@@ -328,7 +328,7 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
     if let Some(n) = sampled {
         let _ = writeln!(
             o,
-            "  sampled 1 in {n}: counts are scaled by {n}; throttle verdicts are not simulated (a limiter needs every request of a key, and a sample has one in {n})"
+            "  sampled 1 in {n}: counts are scaled by {n}; throttle verdicts are not simulated (a limiter needs every request of a key, and a sample has one in {n}): judge the throttles on the full log"
         );
         let _ = writeln!(
             o,
