@@ -6,6 +6,7 @@
 
 use crate::util::{rctl, root, tempdir};
 mod follow;
+mod formats;
 mod inputs;
 
 use rctl_testkit::lab;
