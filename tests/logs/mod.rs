@@ -93,7 +93,7 @@ fn per_rule(v: &Value) -> Vec<(String, [u64; 6])> {
 
 fn start_tcpdump(dir: &Path, port: u16) -> Proc {
     let mut cmd = Command::new("tcpdump");
-    cmd.args(["-i", "lo", "-U", "-s", "0", "-w"])
+    cmd.args(["-i", "lo", "-U", "--immediate-mode", "-s", "0", "-w"])
         .arg(dir.join("cap.pcap"))
         .args(["tcp", "port", &port.to_string()]);
     let mut p = Proc::spawn("tcpdump", dir, cmd);
@@ -148,6 +148,42 @@ fn client(dir: &Path, plan: &Value) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// How many keys each shipped rule the clients reach throttles.
+fn keys(rule: &str) -> u64 {
+    match rule {
+        "wdqs_generic_clients" | "restbase_rerender_loop" => 1,
+        "wdqs_sparql_per_ip" => 1 + swarm().len() as u64,
+        _ => 0,
+    }
+}
+
+/// `got` against `want` per rule: the same matches and the same
+/// verdicts but throttles, and those within `bound(rule, keys)`.
+fn within(
+    got: &[(String, [u64; 6])],
+    want: &[(String, [u64; 6])],
+    bound: impl Fn(&str, u64) -> u64,
+    what: &str,
+) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for ((name, c), (_, w)) in got.iter().zip(want) {
+        let b = bound(name, keys(name));
+        let d = c[3].abs_diff(w[3]);
+        assert_eq!(c[0], w[0], "{what}: {name}: matches do not depend on time");
+        assert_eq!(
+            (c[1], c[2], c[4], c[5]),
+            (w[1], w[2], w[4], w[5]),
+            "{what}: {name}"
+        );
+        assert!(
+            d <= b,
+            "{what}: {name}: throttles {} against {} (bound {b})",
+            c[3],
+            w[3]
+        );
+    }
+}
+
 /// The largest difference a 1 s resolution can make to one throttle's
 /// verdicts: ⌈rate × 1 s⌉ + 1 per key it throttles (see the logs manual).
 fn bound(rule: &str, keys: u64) -> u64 {
@@ -198,7 +234,10 @@ fn one_traffic_three_inputs_are_judged_alike() {
     let haproxy = Haproxy::start(&hdir, &cfg, &[], &[front]);
     let mut tcpdump = start_tcpdump(&dir, hp);
     let got = client(&dir, &plan(front));
-    std::thread::sleep(Duration::from_millis(500));
+    // Packets reach the file as they come (--immediate-mode: no kernel
+    // block held back at stop); stopped once the file has stopped growing.
+    let pcap = dir.join("cap.pcap");
+    settled(|| std::fs::metadata(&pcap).map_or(0, |m| m.len()).to_string());
     tcpdump.stop();
     let hlog = haproxy.log();
     std::fs::write(dir.join("haproxy.log"), &hlog).unwrap();
@@ -266,8 +305,13 @@ fn one_traffic_three_inputs_are_judged_alike() {
     // Millisecond formats: the same matches and verdicts as the capture.
     let want = per_rule(&cap);
     assert_eq!(per_rule(&hap), want, "haproxy %tr against the capture");
-    assert_eq!(per_rule(&json), want, "nginx $msec against the capture");
-    assert_eq!(per_rule(&full), want, "nginx (full) against the capture");
+    // nginx's $msec is when it writes the line (the response's end,
+    // behind HAProxy), not when the request came: a few ms late, by a
+    // different amount each time, so a throttle can be one request off
+    // per key at a refill (see the logs manual); everything else equal.
+    for (name, v) in [("nginx $msec json", &json), ("nginx $msec", &full)] {
+        within(&per_rule(v), &want, |_, keys| keys, name);
+    }
     // The incident's shape holds: the updater all allowed, the swarm and
     // the scraper throttled.
     let by = |v: &Value, n: &str| {
@@ -307,26 +351,15 @@ fn one_traffic_three_inputs_are_judged_alike() {
         .unwrap()
         .iter()
         .any(|f| f == "host"));
-    for (name, c) in per_rule(&comb) {
-        let (_, w) = want.iter().find(|(n, _)| *n == name).unwrap();
-        if name == "restbase_rerender_loop" {
-            continue;
-        }
-        let keys = match name.as_str() {
-            "wdqs_generic_clients" => 1,
-            "wdqs_sparql_per_ip" => 1 + swarm().len() as u64,
-            _ => 0,
-        };
-        assert_eq!(c[0], w[0], "{name}: matches do not depend on time");
-        let diff = c[3].abs_diff(w[3]);
-        assert!(
-            diff <= bound(&name, keys),
-            "{name}: throttles {} against {} (bound {})",
-            c[3],
-            w[3],
-            bound(&name, keys)
-        );
-    }
+    let comb: Vec<_> = per_rule(&comb)
+        .into_iter()
+        .filter(|(n, _)| n != "restbase_rerender_loop")
+        .collect();
+    let want: Vec<_> = want
+        .into_iter()
+        .filter(|(n, _)| n != "restbase_rerender_loop")
+        .collect();
+    within(&comb, &want, bound, "nginx combined (1 s)");
     let text = rctl(&[
         "dry-run",
         rules.to_str().unwrap(),
