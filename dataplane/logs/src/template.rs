@@ -358,7 +358,7 @@ impl Template {
                                     None
                                 }
                             } else {
-                                memchr::memmem::find(rest, l)
+                                find(rest, l)
                             };
                             match at {
                                 Some(a) => p + a,
@@ -398,6 +398,24 @@ impl Template {
         }
         Ok(())
     }
+}
+
+/// The first occurrence of `needle` in `hay`: memchr for its first byte,
+/// then a comparison (separators are short; a memmem finder built per
+/// field would cost more than the search).
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else {
+        return Some(0);
+    };
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(first, &hay[from..]) {
+        let at = from + i;
+        if hay[at + 1..].starts_with(rest) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 #[cfg(test)]
