@@ -46,6 +46,12 @@ command -v etcdctl >/dev/null || missing="$missing etcd-client"
 command -v redis-server >/dev/null || missing="$missing redis-server"
 command -v redis-cli >/dev/null || missing="$missing redis-tools"
 command -v protoc >/dev/null || missing="$missing protobuf-compiler"
+# The package's test verifies its units (systemd-analyze), its logrotate
+# snippet and man pages, and asks the agent with curl.
+command -v systemd-analyze >/dev/null || missing="$missing systemd"
+command -v logrotate >/dev/null || missing="$missing logrotate"
+command -v man >/dev/null || missing="$missing man-db"
+command -v curl >/dev/null || missing="$missing curl"
 # The fleet's TLS test makes its CA and certificates with openssl.
 command -v openssl >/dev/null || missing="$missing openssl"
 if [ -n "$missing" ]; then
@@ -82,6 +88,16 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "the Debian package"
+# Built as an operator builds it (release rctl with the XDP program in,
+# man pages, completions, units); tests/package.rs installs and purges it.
+if ! cargo deb --version 2>/dev/null | grep -q '3\.8\.0'; then
+  cargo install cargo-deb@3.8.0 --locked
+fi
+bash dataplane/cli/debian/build.sh
+RCTL_DEB="$(ls "$PWD"/target/debian/rctl_*.deb)"
+export RCTL_DEB
 
 step "cargo test"
 cargo test --workspace --locked
@@ -123,6 +139,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
   mkdir -p fuzz/corpus/artifact
   cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- -runs=0
   cargo +nightly fuzz run --sanitizer none artifact fuzz/corpus/artifact fuzz/seeds/artifact -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
+  mkdir -p fuzz/corpus/suggest
+  cargo +nightly fuzz run --sanitizer none suggest fuzz/corpus/suggest fuzz/seeds/suggest -- -runs=0
+  cargo +nightly fuzz run --sanitizer none suggest fuzz/corpus/suggest fuzz/seeds/suggest -- \
     -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 -rss_limit_mb=2048
   mkdir -p fuzz/corpus/capture
   cargo +nightly fuzz run --sanitizer none capture fuzz/corpus/capture fuzz/seeds/capture -- -runs=0

@@ -6,7 +6,7 @@
 //! `Args`, and its `run`), and the mapping of errors to exit codes (2 for
 //! an error; a command returns 1 itself for "ran, and found a failure").
 //!
-//! - Rules: `check`, `compile`, `explain`, `eval`, `dryrun`,
+//! - Rules: `check`, `compile`, `explain`, `eval`, `dryrun`, `suggest`,
 //!   `test`, `format` (`rctl fmt`), `debug`, `import`, `emit`.
 //! - A host: `apply`, `status`, `log`, `detach`, `serve`.
 //! - A fleet: `push`, `agent`, `fleet`.
@@ -41,6 +41,7 @@ mod output;
 mod push;
 mod serve;
 mod status;
+mod suggest;
 mod term;
 mod test;
 
@@ -81,6 +82,10 @@ enum Command {
     /// Replay captured traffic through the rules and report what each rule
     /// would do, to whom.
     DryRun(dryrun::Args),
+    /// Find the heavy clients of a capture and propose rules for them,
+    /// each with a test block, its effect and its collateral measured on
+    /// the same traffic.
+    Suggest(suggest::Args),
     /// Run the ruleset's `test` blocks through the engine.
     Test(test::Args),
     /// Format rule files canonically.
@@ -197,6 +202,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Explain(a) => explain::run(a),
         Command::Eval(a) => eval::run(a),
         Command::DryRun(a) => dryrun::run(a),
+        Command::Suggest(a) => suggest::run(a),
         Command::Test(a) => test::run(a),
         Command::Fmt(a) => format::run(a),
         Command::Apply(a) => apply::run(a),

@@ -183,21 +183,8 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(root.join("target"))
-        .join("rctl-bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("large-{mb}mb.pcap"));
-    if !path.exists() {
-        let t = Instant::now();
-        let (p, r) = capgen::write(&path, mb << 20).unwrap();
-        eprintln!(
-            "wrote {} ({p} packets, {r} requests) in {:.1?}",
-            path.display(),
-            t.elapsed()
-        );
-    }
+    let dir = capgen::bench_dir();
+    let path = capgen::cached(mb);
     let size = std::fs::metadata(&path).unwrap().len();
     if std::env::var_os("RCTL_BENCH_ONLY_LIBS").is_some() {
         libs::compare(&path, 7);

@@ -22,5 +22,6 @@ target/release/rctl generate completions bash > "$assets/completions/rctl"
 target/release/rctl generate completions zsh > "$assets/completions/_rctl"
 target/release/rctl generate completions fish > "$assets/completions/rctl.fish"
 
-cargo deb --no-build --locked -p rctl "$@"
+# Stripped: the profile keeps debug info for benchmarks and backtraces.
+cargo deb --no-build --strip --locked -p rctl "$@"
 ls -l target/debian/*.deb

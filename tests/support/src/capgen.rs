@@ -241,3 +241,31 @@ pub fn write_live(
     f.finish()?;
     Ok((packets, requests))
 }
+
+/// Where benchmarks keep their generated captures: `rctl-bench` under
+/// `CARGO_TARGET_DIR`, else under the workspace's `target` (created).
+pub fn bench_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or(root.join("target"))
+        .join("rctl-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The [`write`] capture of `mb` megabytes in [`bench_dir`], written the
+/// first time it is asked for (and said so on stderr).
+pub fn cached(mb: u64) -> std::path::PathBuf {
+    let path = bench_dir().join(format!("large-{mb}mb.pcap"));
+    if !path.exists() {
+        let t = std::time::Instant::now();
+        let (p, r) = write(&path, mb << 20).unwrap();
+        eprintln!(
+            "wrote {} ({p} packets, {r} requests) in {:.1?}",
+            path.display(),
+            t.elapsed()
+        );
+    }
+    path
+}

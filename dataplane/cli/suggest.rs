@@ -1,0 +1,319 @@
+//! `rctl suggest`: heavy hitters over all of a capture's requests turned
+//! into rules (`rctl_suggest`), each measured on the same traffic; this
+//! module reads the inputs, writes the file and prints the summary.
+
+use crate::common::{load_ruleset, report, Format, Limits};
+use anyhow::{bail, Context, Result};
+use rctl_suggest::{Effect, Finding, Obs};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `rctl suggest`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The existing ruleset's sources: suggestions come after every rule
+    /// of it (its exemptions keep winning), and what it already limits is
+    /// not suggested again.
+    paths: Vec<PathBuf>,
+    /// Capture files (pcap or pcapng): every request in them is counted.
+    #[arg(long, required = true)]
+    pcap: Vec<PathBuf>,
+    /// An ipblock of the existing rules whose addresses must never be
+    /// limited: a suggestion that would is collateral (repeatable).
+    #[arg(long, value_name = "ipblock@SCOPE/NAME")]
+    trusted: Vec<String>,
+    /// The most collateral a suggestion may have: the share of the
+    /// legitimate-looking requests it would limit, like 1% or 0.
+    #[arg(long, default_value = "1%", value_parser = parse_share)]
+    budget: f64,
+    /// Write the suggested rules here (a .rctl file `rctl check` and
+    /// `rctl test` accept as it is); default: print them.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The summary's format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    let (n, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 100.0),
+        None => (s, 1.0),
+    };
+    match n.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 && v / scale <= 1.0 => Ok(v / scale),
+        _ => Err(format!("`{s}` is not a share: write it like 1% or 0.01")),
+    }
+}
+
+/// One suggestion, measured.
+struct Measured {
+    name: String,
+    finding: Finding,
+    effect: Effect,
+    over_budget: bool,
+}
+
+/// Exit 0 with the suggestions written (none on quiet traffic), 1 when
+/// the existing rules have errors or the suggested file fails its own
+/// check or tests.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let opts = a.limits.options();
+    if rctl_compiler::input::is_artifact(&a.paths) {
+        bail!("rctl suggest needs the existing rules' sources, not an artifact: the suggestions are written to sit beside them");
+    }
+    let existing = if a.paths.is_empty() {
+        None
+    } else {
+        match load_ruleset(&a.paths, &opts)? {
+            Some(l) => Some(l.ruleset),
+            None => return Ok(ExitCode::from(1)),
+        }
+    };
+    let traffic = read_traffic(&a.pcap)?;
+    let sets = rctl_suggest::trusted_blocks(existing.as_ref(), &a.trusted)
+        .map_err(|n| anyhow::anyhow!("--trusted {n}: the existing rules have no ipblock {n}"))?;
+    let trusted = |ip| rctl_suggest::in_sets(&sets, ip);
+    let seen = rctl_suggest::existing(existing.clone(), &traffic)?;
+    let findings = rctl_suggest::find(&traffic, &seen, &trusted, &rctl_suggest::Options::default());
+    let first = rctl_suggest::first_priority(existing.as_ref());
+    let named: Vec<(String, Finding)> = findings
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (format!("suggested_{}", i + 1), f))
+        .collect();
+
+    // Measured on the merged ruleset: the existing rules and the drafts.
+    let draft = file_text(&named, &traffic, first, |_| None);
+    let dir = scratch_dir()?;
+    let draft_path = dir.join("suggested.rctl");
+    std::fs::write(&draft_path, &draft)?;
+    let mut paths = a.paths.clone();
+    paths.push(draft_path.clone());
+    let merged = rctl_compiler::compile_paths(&paths, &opts);
+    if report(&merged.sources, &merged.diagnostics, false) {
+        let _ = std::fs::remove_dir_all(&dir);
+        bail!(
+            "the suggested rules do not compile beside the existing ones (a bug in rctl suggest)"
+        );
+    }
+    let Some(ruleset) = merged.ruleset else {
+        bail!("no ruleset produced")
+    };
+    let names: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
+    let effects = rctl_suggest::measure(ruleset, &traffic, &names, &trusted)?;
+    let legit = traffic.iter().filter(|r| r.looks_legitimate()).count() as f64;
+    let measured: Vec<Measured> = named
+        .into_iter()
+        .map(|(name, finding)| {
+            let effect = effects.get(&name).cloned().unwrap_or_default();
+            let over_budget = effect.collateral_requests as f64 > a.budget * legit;
+            Measured {
+                name,
+                finding,
+                effect,
+                over_budget,
+            }
+        })
+        .collect();
+
+    // The file: the suggestions within the budget, with their figures.
+    let kept: Vec<(String, Finding)> = measured
+        .iter()
+        .filter(|m| !m.over_budget)
+        .map(|m| (m.name.clone(), m.finding.clone()))
+        .collect();
+    let text = file_text(&kept, &traffic, first, |name| {
+        measured.iter().find(|m| m.name == name).map(|m| &m.effect)
+    });
+    let final_path = match &a.output {
+        Some(p) => p.clone(),
+        None => dir.join("suggested.rctl"),
+    };
+    std::fs::write(&final_path, &text)
+        .with_context(|| format!("cannot write {}", final_path.display()))?;
+    let ok = self_check(&a.paths, &final_path, &opts);
+    if a.output.is_none() {
+        print!("{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    summary(&a, &traffic, &measured)?;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Every request of the captures, in time order; a capture that cannot
+/// be read to its end is reported with where it stopped, and what was
+/// read of it is kept.
+fn read_traffic(pcaps: &[PathBuf]) -> Result<Vec<Obs>> {
+    let mut traffic = Vec::new();
+    for p in pcaps {
+        let file =
+            std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let (reqs, err) = rctl_dataplane::dryrun::requests_in(std::io::BufReader::new(file));
+        if let Some(e) = err {
+            crate::common::warn(&format!(
+                "{}: {e} (the requests before it are counted)",
+                p.display()
+            ));
+        }
+        traffic.extend(reqs.iter().map(Obs::from_http));
+    }
+    traffic.sort_by_key(|r| r.time_ns);
+    Ok(traffic)
+}
+
+fn scratch_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("rctl-suggest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The suggested file: a header, then each rule and its test.
+fn file_text<'a>(
+    named: &[(String, Finding)],
+    traffic: &[Obs],
+    first: i64,
+    effect: impl Fn(&str) -> Option<&'a Effect>,
+) -> String {
+    let mut out = format!(
+        "# Suggested by rctl suggest from {} requests. Each rule is in shadow:\n\
+         # it logs what it would limit; remove `shadow` to enforce it.\n",
+        traffic.len()
+    );
+    if named.is_empty() {
+        out.push_str("# Nothing to suggest: no client stands out from the normal ones.\n");
+    }
+    for (i, (name, f)) in named.iter().enumerate() {
+        let mut comment = format!(
+            "{}; limit {} per {}s ({})",
+            f.what, f.limit, f.period_s, f.basis
+        );
+        if let Some(e) = effect(name) {
+            let _ = write!(
+                comment,
+                "; on this traffic: {} requests from {} clients limited, collateral {} requests from {} clients",
+                e.requests_limited, e.clients_limited, e.collateral_requests, e.collateral_clients
+            );
+        }
+        let Some(rule) = rctl_suggest::write::rule(f, name, first + 10 * i as i64, &comment) else {
+            continue;
+        };
+        out.push('\n');
+        out.push_str(&rule);
+        out.push('\n');
+        out.push_str(&rctl_suggest::write::test_block(f, name, traffic));
+    }
+    out
+}
+
+/// `rctl check` and `rctl test` of the written file, alone and beside the
+/// existing rules; their diagnostics and failures are printed.
+fn self_check(existing: &[PathBuf], file: &Path, opts: &rctl_compiler::Options) -> bool {
+    let mut ok = true;
+    let mut sets = vec![vec![file.to_path_buf()]];
+    if !existing.is_empty() {
+        let mut all = existing.to_vec();
+        all.push(file.to_path_buf());
+        sets.push(all);
+    }
+    for paths in sets {
+        let c = rctl_compiler::compile_paths(&paths, opts);
+        if report(&c.sources, &c.diagnostics, false) {
+            ok = false;
+            continue;
+        }
+        for r in rctl_dataplane::testing::run_tests(&c, Some("suggested_")) {
+            match r {
+                Ok(r) if r.passed() => {}
+                Ok(r) => {
+                    ok = false;
+                    for f in r.failures {
+                        crate::common::warn(&format!(
+                            "test {:?} line {}: {}",
+                            r.name, f.line, f.message
+                        ));
+                    }
+                }
+                Err(e) => {
+                    ok = false;
+                    crate::common::warn(&format!("{e}"));
+                }
+            }
+        }
+    }
+    ok
+}
+
+fn key_name(k: &rctl_suggest::Key) -> &'static str {
+    match k {
+        rctl_suggest::Key::Ip => "ip",
+        rctl_suggest::Key::Prefix => "prefix",
+        rctl_suggest::Key::UserAgent => "user-agent",
+        rctl_suggest::Key::HostPath => "host, path",
+    }
+}
+
+/// The summary, ranked by requests removed against collateral.
+fn summary(a: &Args, traffic: &[Obs], measured: &[Measured]) -> Result<()> {
+    let mut ranked: Vec<&Measured> = measured.iter().collect();
+    ranked.sort_by_key(|m| {
+        std::cmp::Reverse(
+            m.effect.requests_limited as i64 - 10 * m.effect.collateral_requests as i64,
+        )
+    });
+    let mut out = std::io::stdout().lock();
+    if a.format == Format::Json {
+        let v = serde_json::json!({
+            "requests": traffic.len(),
+            "budget": a.budget,
+            "suggestions": ranked.iter().map(|m| serde_json::json!({
+                "rule": m.name,
+                "what": m.finding.what,
+                "key": key_name(&m.finding.key),
+                "limit": m.finding.limit,
+                "period_s": m.finding.period_s,
+                "basis": m.finding.basis,
+                "offender_requests": m.finding.requests.len(),
+                "effect": m.effect,
+                "over_budget": m.over_budget,
+                "written": !m.over_budget,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(
+            out,
+            "{}",
+            crate::term::json(&serde_json::to_string_pretty(&v)?)
+        )?;
+        return Ok(());
+    }
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "{} requests read; {}",
+        traffic.len(),
+        crate::common::count(measured.len(), "suggestion")
+    )?;
+    for m in ranked {
+        let e = &m.effect;
+        writeln!(
+            err,
+            "  {}{}: {}\n    limits {} requests from {} clients; collateral {} requests from {} clients",
+            m.name,
+            if m.over_budget { " (over the budget, not written)" } else { "" },
+            crate::term::text(&m.finding.what),
+            e.requests_limited,
+            e.clients_limited,
+            e.collateral_requests,
+            e.collateral_clients
+        )?;
+    }
+    Ok(())
+}

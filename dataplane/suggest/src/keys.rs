@@ -1,0 +1,130 @@
+//! The keys heavy clients are found by: address and prefix, User-Agent
+//! family, path template, query shape.
+
+use std::net::IpAddr;
+
+/// A User-Agent's family: its first product token, lower-cased, with its
+/// version stripped (`python-requests/2.31.0` is `python-requests`);
+/// browsers are one family each (`Firefox`, `Chrome`, `Safari`), empty
+/// User-Agents `-`.
+pub fn ua_family(ua: &[u8]) -> String {
+    let ua = String::from_utf8_lossy(ua);
+    let ua = ua.trim();
+    if ua.is_empty() {
+        return "-".into();
+    }
+    if ua.starts_with("Mozilla/5.0") {
+        for b in ["Edg/", "Firefox/", "Chrome/", "Safari/"] {
+            if ua.contains(b) {
+                return format!("browser:{}", b.trim_end_matches('/').to_lowercase());
+            }
+        }
+    }
+    let first = ua
+        .split(|c: char| c == '/' || c.is_whitespace() || c == '(' || c == ';')
+        .next()
+        .unwrap_or(ua);
+    first.to_lowercase()
+}
+
+/// The User-Agent family's prefix as the rule language matches it: the
+/// product token the User-Agent starts with, and its `/` (or the whole
+/// User-Agent when it has none).
+pub fn ua_prefix(ua: &[u8]) -> String {
+    let ua = String::from_utf8_lossy(ua);
+    match ua.find('/') {
+        Some(i) => ua[..=i].to_string(),
+        None => ua.into_owned(),
+    }
+}
+
+/// A path's template: each segment that is an id (digits, a long hex
+/// run, a UUID) becomes `*`; the rest is kept, so `/wiki/Special:Random`
+/// and `/api/rest_v1/page/html/Paris` stay themselves and
+/// `/w/123/edit` is `/w/*/edit`.
+pub fn path_template(path: &[u8]) -> String {
+    let p = String::from_utf8_lossy(path);
+    let mut out = String::with_capacity(p.len());
+    for (i, seg) in p.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        if is_id(seg) {
+            out.push('*');
+        } else {
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+/// Digits with at most two letters before them and an extension after
+/// (`123`, `Q42`, `Q42.json`), or a long hex run or UUID.
+fn is_id(seg: &str) -> bool {
+    let stem = seg.split('.').next().unwrap_or(seg);
+    let letters = stem.bytes().take_while(u8::is_ascii_alphabetic).count();
+    let digits = &stem[letters..];
+    let numbered = letters <= 2 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    let hex = seg.len() >= 12 && seg.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    numbered || hex
+}
+
+/// A query's shape: its parameter names, sorted, deduplicated.
+pub fn query_shape(query: &[u8]) -> String {
+    let q = String::from_utf8_lossy(query);
+    let mut names: Vec<&str> = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split('=').next().unwrap_or(p))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.join("&")
+}
+
+/// The /24 of an IPv4 address, the /48 of an IPv6 one, as CIDR text.
+pub fn prefix(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+        }
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_templates_shapes_and_prefixes() {
+        assert_eq!(ua_family(b"python-requests/2.31.0"), "python-requests");
+        assert_eq!(ua_prefix(b"python-requests/2.31.0"), "python-requests/");
+        assert_eq!(
+            ua_family(b"Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"),
+            "browser:firefox"
+        );
+        assert_eq!(ua_family(b""), "-");
+        assert_eq!(path_template(b"/w/123/edit"), "/w/*/edit");
+        assert_eq!(path_template(b"/sparql"), "/sparql");
+        assert_eq!(path_template(b"/x/0123456789abcdef"), "/x/*");
+        assert_eq!(
+            path_template(b"/wiki/Special:EntityData/Q42.json"),
+            "/wiki/Special:EntityData/*"
+        );
+        assert_eq!(
+            path_template(b"/api/rest_v1/page/html/Paris"),
+            "/api/rest_v1/page/html/Paris"
+        );
+        assert_eq!(query_shape(b"query=a&format=json&query=b"), "format&query");
+        assert_eq!(prefix("185.220.101.7".parse().unwrap()), "185.220.101.0/24");
+        assert_eq!(
+            prefix("2001:db8:5:1::7".parse().unwrap()),
+            "2001:db8:5::/48"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! `rctl suggest`: from all the traffic to proposed rules.
+//!
+//! Every request of the input is decided by the existing ruleset first:
+//! what it allows is never limited, what it already limits is not
+//! suggested again. The rest is counted per endpoint (host and path
+//! template) by the keys that matter ([`find`]): each address, each /24
+//! or /48, a User-Agent sent from many addresses (a swarm that stays
+//! under any per-address limit), and one path re-requested among its
+//! siblings (a loop keyed by what is requested). An offender is heavy
+//! against the normal clients of the same endpoint: those whose requests
+//! look like a person's browser (a browser's User-Agent and an
+//! Accept-Language), and the limit is derived from their percentiles.
+//!
+//! Each finding becomes a rule of the language ([`write`]), `shadow`
+//! first, with a test block built from real requests, ordered after every
+//! existing rule so that the existing exemptions keep winning. Its effect
+//! and collateral are measured by replaying the same traffic through the
+//! merged ruleset ([`effect`]).
+
+pub mod effect;
+pub mod find;
+pub mod keys;
+pub mod obs;
+pub mod write;
+
+pub use effect::{measure, Effect};
+pub use find::{find, Existing, Finding, Key, Options};
+pub use obs::Obs;
+
+use rctl_compiler::ir::cidr::PrefixSet;
+use rctl_compiler::ir::Ruleset;
+use rctl_dataplane::{Engine, EngineConfig, EngineError, Verdict};
+use std::net::IpAddr;
+
+/// What `ruleset` does to each request of `traffic` (in time order).
+pub fn existing(ruleset: Option<Ruleset>, traffic: &[Obs]) -> Result<Vec<Existing>, EngineError> {
+    let Some(rs) = ruleset else {
+        return Ok(vec![Existing::Pass; traffic.len()]);
+    };
+    let engine = Engine::new(rs, &EngineConfig::default())?;
+    let mut scratch = engine.scratch();
+    Ok(traffic
+        .iter()
+        .map(|r| {
+            match r
+                .with_request(|q| engine.decide_request_with(q, &mut scratch, None))
+                .verdict
+            {
+                Verdict::Pass => Existing::Pass,
+                Verdict::Allow { .. } => Existing::Allowed,
+                _ => Existing::Limited,
+            }
+        })
+        .collect())
+}
+
+/// The priority after every rule of `ruleset`: where suggestions go, so
+/// that no existing `allow` is pre-empted.
+pub fn first_priority(ruleset: Option<&Ruleset>) -> i64 {
+    let last = ruleset
+        .and_then(|rs| rs.rules.iter().map(|r| i64::from(r.priority)).max())
+        .unwrap_or(0);
+    (last / 100 + 1) * 100 + 900
+}
+
+/// The prefixes of the ipblocks `names` (`scope/name`, or
+/// `ipblock@scope/name`) of `ruleset`; an unknown name is the error.
+pub fn trusted_blocks(
+    ruleset: Option<&Ruleset>,
+    names: &[String],
+) -> Result<Vec<PrefixSet>, String> {
+    let mut out = Vec::new();
+    for n in names {
+        let n = n.strip_prefix("ipblock@").unwrap_or(n);
+        let set = ruleset
+            .and_then(|rs| rs.ipsets.iter().find(|s| s.name == n))
+            .ok_or_else(|| n.to_string())?;
+        out.push(set.prefixes.clone());
+    }
+    Ok(out)
+}
+
+/// Whether `ip` is in any of `sets`.
+pub fn in_sets(sets: &[PrefixSet], ip: IpAddr) -> bool {
+    sets.iter().any(|s| match ip {
+        IpAddr::V4(a) => {
+            let a = u32::from(a);
+            s.v4.iter().any(|&(net, len)| {
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(len))
+                };
+                a & mask == net & mask
+            })
+        }
+        IpAddr::V6(a) => {
+            let a = u128::from(a);
+            s.v6.iter().any(|&(net, len)| {
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                };
+                a & mask == net & mask
+            })
+        }
+    })
+}

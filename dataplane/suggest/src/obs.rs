@@ -1,0 +1,149 @@
+//! One observed request, owned: what the suggester counts and replays.
+
+use rctl_dataplane::capture::stream::HttpRequest;
+use rctl_dataplane::Request;
+use std::net::IpAddr;
+
+/// A request of the traffic, with what is needed to decide it again.
+#[derive(Debug, Clone)]
+pub struct Obs {
+    /// Arrival time, nanoseconds (the capture's or the log's clock).
+    pub time_ns: u64,
+    /// Client address.
+    pub ip: IpAddr,
+    /// The address the client reached, when known.
+    pub dst: Option<IpAddr>,
+    /// Destination port.
+    pub port: u16,
+    /// Method.
+    pub method: Vec<u8>,
+    /// Host header.
+    pub host: Vec<u8>,
+    /// Target as sent: path and `?query`.
+    pub target: Vec<u8>,
+    /// Headers in order (names as sent).
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Obs {
+    /// From a request reassembled out of a capture.
+    pub fn from_http(r: &HttpRequest) -> Obs {
+        Obs {
+            time_ns: r.time_ns,
+            ip: r.client.0,
+            dst: Some(r.server.0),
+            port: r.server.1,
+            method: r.method().to_vec(),
+            host: r.header("host").unwrap_or_default().to_vec(),
+            target: r.target().to_vec(),
+            headers: r.headers().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+        }
+    }
+
+    /// The first header called `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// The User-Agent, empty when none was sent.
+    pub fn user_agent(&self) -> &[u8] {
+        self.header("user-agent").unwrap_or_default()
+    }
+
+    /// The path: the target up to its `?`.
+    pub fn path(&self) -> &[u8] {
+        let t = &self.target;
+        t.split(|&b| b == b'?').next().unwrap_or(t)
+    }
+
+    /// The query, after the `?` (empty without one).
+    pub fn query(&self) -> &[u8] {
+        match self.target.iter().position(|&b| b == b'?') {
+            Some(i) => &self.target[i + 1..],
+            None => b"",
+        }
+    }
+
+    /// Whether the request looks like a person's browser: a browser's
+    /// User-Agent and an Accept-Language header. Requests that look so
+    /// and are limited are the collateral a suggestion is judged by.
+    pub fn looks_legitimate(&self) -> bool {
+        let ua = self.user_agent();
+        let browser = ua.starts_with(b"Mozilla/5.0")
+            && [&b"Firefox/"[..], b"Chrome/", b"Safari/", b"Edg/"]
+                .iter()
+                .any(|b| contains(ua, b));
+        browser
+            && self
+                .header("accept-language")
+                .is_some_and(|v| !v.is_empty())
+    }
+
+    /// Calls `f` with the engine's view of this request.
+    pub fn with_request<R>(&self, f: impl FnOnce(&Request<'_>) -> R) -> R {
+        let headers: Vec<(&[u8], &[u8])> = self
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect();
+        f(&Request {
+            method: &self.method,
+            host: &self.host,
+            target: &self.target,
+            headers: &headers,
+            ip: self.ip,
+            dst: self.dst,
+            port: self.port,
+            time_ns: self.time_ns,
+        })
+    }
+}
+
+/// Whether `needle` occurs in `hay`.
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(headers: &[(&str, &str)]) -> Obs {
+        Obs {
+            time_ns: 0,
+            ip: "192.0.2.1".parse().unwrap(),
+            dst: None,
+            port: 443,
+            method: b"GET".to_vec(),
+            host: b"example.org".to_vec(),
+            target: b"/w/index.php?title=X&action=raw".to_vec(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_browser_needs_its_user_agent_and_a_language() {
+        let ff = (
+            "User-Agent",
+            "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+        );
+        assert!(obs(&[ff, ("Accept-Language", "fr")]).looks_legitimate());
+        assert!(!obs(&[ff]).looks_legitimate());
+        assert!(!obs(&[
+            ("User-Agent", "python-requests/2.31"),
+            ("Accept-Language", "en")
+        ])
+        .looks_legitimate());
+        let o = obs(&[]);
+        assert_eq!(
+            (o.path(), o.query()),
+            (&b"/w/index.php"[..], &b"title=X&action=raw"[..])
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! `rctl suggest` on captures with known offenders and known legitimate
+//! clients: the WDQS shape (a python-requests swarm on /sparql, each
+//! address under any per-address limit, beside the exempt updater and
+//! readers), the re-render loop (one title re-requested with no-cache
+//! from several hosts), a browser-UA scraper on one path, and a quiet day
+//! where the right answer is nothing. Each suggested file passes `rctl
+//! check` and `rctl test` as it is, alone and beside the existing rules,
+//! and each suggestion's effect equals `rctl dry-run` of the file on the
+//! same capture.
+
+use crate::util::{rctl, tempdir};
+use rctl_testkit::capgen::Pcap;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The rules in force before the incident: the updater exempt, nothing
+/// else.
+const EXISTING: &str = r#"
+ipblock wdqs/updater {
+  208.80.154.224/28
+}
+
+rule wdqs_updater_exempt {
+  priority 10
+  when ipblock@wdqs/updater and header("user-agent") starts_with "wmf-streaming-updater-consumer/"
+  allow
+}
+"#;
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36";
+
+/// One request of a scenario.
+struct Req {
+    t_ms: u64,
+    ip: [u8; 4],
+    host: &'static str,
+    target: String,
+    headers: Vec<(&'static str, String)>,
+}
+
+/// A scenario's requests, over 60 s.
+#[derive(Default)]
+struct Traffic(Vec<Req>);
+
+impl Traffic {
+    /// `n` requests from `ip`, spread over the minute, targets from `target`.
+    fn client(
+        &mut self,
+        ip: [u8; 4],
+        host: &'static str,
+        n: u64,
+        headers: &[(&'static str, &str)],
+        target: impl Fn(u64) -> String,
+    ) {
+        for i in 0..n {
+            self.0.push(Req {
+                t_ms: (i * 59_000) / n.max(1) + u64::from(ip[3]) * 7 % 1000,
+                ip,
+                host,
+                target: target(i),
+                headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+            });
+        }
+    }
+
+    /// Readers: browsers with Accept-Language, a few pages each, some of
+    /// them on /sparql.
+    fn readers(&mut self, n: u8) {
+        for r in 1..=n {
+            let ua = if r % 2 == 0 { FIREFOX } else { CHROME };
+            let h = [("User-Agent", ua), ("Accept-Language", "en-GB,en;q=0.8")];
+            self.client(
+                [93, 184, 216, r],
+                "www.wikidata.org",
+                5 + u64::from(r % 7),
+                &h,
+                |i| format!("/wiki/Q{}", 42 + i * u64::from(r)),
+            );
+            self.client(
+                [93, 184, 216, r],
+                "query.wikidata.org",
+                2 + u64::from(r % 4),
+                &h,
+                |i| format!("/sparql?query=SELECT%20{i}"),
+            );
+            self.client([93, 184, 216, r], "fr.wikipedia.org", 3, &h, |i| {
+                format!("/api/rest_v1/page/html/Titre_{}", u64::from(r) * 3 + i)
+            });
+        }
+    }
+
+    /// Writes the capture: each request its own connection (SYN, then
+    /// the head), in time order.
+    fn write(mut self, path: &Path) {
+        self.0.sort_by_key(|r| r.t_ms);
+        let mut pcap = Pcap::new(std::io::BufWriter::new(
+            std::fs::File::create(path).unwrap(),
+        ))
+        .unwrap();
+        let server = ([198, 51, 100, 1], 80);
+        for (n, r) in self.0.iter().enumerate() {
+            let mut head = format!("GET {} HTTP/1.1\r\nHost: {}\r\n", r.target, r.host);
+            for (k, v) in &r.headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            head.push_str("\r\n");
+            let client = (r.ip, 10_000 + (n % 50_000) as u16);
+            let t = 1_790_000_000_000_000 + r.t_ms * 1000;
+            pcap.tcp(t, client, server, 1000, 0x02, b"").unwrap();
+            pcap.tcp(t + 1, client, server, 1001, 0x18, head.as_bytes())
+                .unwrap();
+        }
+        pcap.finish().unwrap();
+    }
+}
+
+/// Runs `rctl suggest` (JSON summary); returns it and the written file.
+fn suggest(dir: &Path, existing: Option<&Path>, pcap: &Path, extra: &[&str]) -> (Value, String) {
+    let out = dir.join("suggested.rctl");
+    let mut args = vec!["suggest"];
+    if let Some(e) = existing {
+        args.push(e.to_str().unwrap());
+    }
+    args.extend([
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    args.extend(extra);
+    let o = rctl(&args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "rctl suggest: {err}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    (v, std::fs::read_to_string(&out).unwrap())
+}
+
+/// `rctl check` and `rctl test` accept `paths` as they are.
+fn accepted(paths: &[&Path]) {
+    for cmd in ["check", "test"] {
+        let mut args = vec![cmd];
+        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+        let o = rctl(&args);
+        assert!(
+            o.status.success(),
+            "rctl {cmd}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// Each suggestion's measured effect equals `rctl dry-run`'s count of
+/// what its (shadow) rule would throttle, on the same capture.
+fn effects_equal_dry_run(rules: &[&Path], pcap: &Path, v: &Value) {
+    let mut args = vec!["dry-run"];
+    args.extend(rules.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["--pcap", pcap.to_str().unwrap(), "--format", "json"]);
+    let o = rctl(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for s in v["suggestions"].as_array().unwrap() {
+        if !s["written"].as_bool().unwrap() {
+            continue;
+        }
+        let name = s["rule"].as_str().unwrap();
+        let r = d["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in the dry run"));
+        assert_eq!(r["shadow"], true, "{r}");
+        assert_eq!(
+            r["would"]["throttle"], s["effect"]["requests_limited"],
+            "{name}: dry run {r}\nsuggest {s}"
+        );
+    }
+}
+
+fn existing(dir: &Path) -> PathBuf {
+    let p = dir.join("existing.rctl");
+    std::fs::write(&p, EXISTING).unwrap();
+    p
+}
+
+fn written(v: &Value) -> Vec<&Value> {
+    v["suggestions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["written"] == true)
+        .collect()
+}
+
+#[test]
+fn the_wdqs_swarm_the_sample_missed_is_found_and_the_updater_never_limited() {
+    let dir = tempdir("suggest-wdqs");
+    let mut t = Traffic::default();
+    t.readers(20);
+    // 30 addresses in 30 networks, 20 requests each: none stands out
+    // alone, no prefix does either.
+    for i in 1..=30 {
+        t.client(
+            [185, 100 + i, 101, 7],
+            "query.wikidata.org",
+            20,
+            &[("User-Agent", "python-requests/2.31.0")],
+            |n| format!("/sparql?query=SELECT%20*%20WHERE%20{{?s%20?p%20{n}}}"),
+        );
+    }
+    // The updater: far heavier than anyone, and exempt.
+    t.client(
+        [208, 80, 154, 230],
+        "query.wikidata.org",
+        600,
+        &[("User-Agent", "wmf-streaming-updater-consumer/0.3")],
+        |n| format!("/sparql?update={n}"),
+    );
+    let pcap = dir.join("wdqs.pcap");
+    t.write(&pcap);
+    let rules = existing(&dir);
+    let (v, file) = suggest(
+        &dir,
+        Some(&rules),
+        &pcap,
+        &["--trusted", "ipblock@wdqs/updater", "--budget", "0"],
+    );
+    let w = written(&v);
+    assert_eq!(w.len(), 1, "{v:#}\n{file}");
+    let s = w[0];
+    assert_eq!(s["key"], "user-agent", "{s}");
+    assert!(
+        s["what"].as_str().unwrap().contains("from 30 addresses"),
+        "{s}"
+    );
+    // Every swarm request past the limit is limited; no reader, no updater.
+    let e = &s["effect"];
+    assert_eq!(e["clients_limited"], 30, "{s}");
+    assert_eq!(e["collateral_requests"], 0, "{s}");
+    assert!(
+        e["requests_limited"].as_u64().unwrap() >= 600 - 2 * s["limit"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert!(
+        file.contains("header(\"user-agent\") starts_with \"python-requests/\""),
+        "{file}"
+    );
+    assert!(file.contains("  shadow\n"), "{file}");
+    let out = dir.join("suggested.rctl");
+    accepted(&[&out]);
+    accepted(&[&rules, &out]);
+    effects_equal_dry_run(&[&rules, &out], &pcap, &v);
+    // The updater is allowed, never throttled, in the merged ruleset.
+    let o = rctl(&[
+        "dry-run",
+        rules.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let exempt = d["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "wdqs_updater_exempt")
+        .unwrap();
+    assert_eq!(exempt["requests"]["allow"], 600, "{exempt}");
+}
+
+#[test]
+fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
+    let dir = tempdir("suggest-loop");
+    let mut t = Traffic::default();
+    t.readers(20);
+    // The loop: one title, no-cache, from six service hosts.
+    for h in 1..=6 {
+        t.client(
+            [208, 80, 153, 40 + h],
+            "fr.wikipedia.org",
+            50,
+            &[
+                ("User-Agent", "ChangePropagation/WMF"),
+                ("Cache-Control", "no-cache"),
+            ],
+            |_| "/api/rest_v1/page/html/%EA%9D%AE".to_string(),
+        );
+    }
+    // A scraper with a browser's User-Agent (and no language) on one page.
+    t.client(
+        [45, 83, 64, 7],
+        "www.wikidata.org",
+        400,
+        &[("User-Agent", CHROME)],
+        |n| format!("/wiki/Special:EntityData/Q{n}.json"),
+    );
+    let pcap = dir.join("loop.pcap");
+    t.write(&pcap);
+    let (v, file) = suggest(&dir, None, &pcap, &[]);
+    let w = written(&v);
+    let keys: Vec<&str> = w.iter().map(|s| s["key"].as_str().unwrap()).collect();
+    assert!(keys.contains(&"host, path"), "{v:#}");
+    assert!(keys.contains(&"ip"), "{v:#}");
+    assert_eq!(w.len(), 2, "{v:#}\n{file}");
+    for s in &w {
+        assert_eq!(s["effect"]["collateral_requests"], 0, "{s}");
+        assert!(
+            s["effect"]["requests_limited"].as_u64().unwrap() > 200,
+            "{s}"
+        );
+    }
+    let lp = w.iter().find(|s| s["key"] == "host, path").unwrap();
+    assert_eq!(lp["effect"]["clients_limited"], 6, "{lp}");
+    // Cached readers of the title are never limited: no-cache is required.
+    assert!(file.contains("contains \"no-cache\""), "{file}");
+    let out = dir.join("suggested.rctl");
+    accepted(&[&out]);
+    effects_equal_dry_run(&[&out], &pcap, &v);
+}
+
+#[test]
+fn a_quiet_day_gets_no_suggestion() {
+    let dir = tempdir("suggest-quiet");
+    let mut t = Traffic::default();
+    t.readers(40);
+    let pcap = dir.join("quiet.pcap");
+    t.write(&pcap);
+    let rules = existing(&dir);
+    let (v, file) = suggest(&dir, Some(&rules), &pcap, &[]);
+    assert_eq!(v["suggestions"], serde_json::json!([]), "{v:#}\n{file}");
+    assert!(file.contains("Nothing to suggest"), "{file}");
+    assert!(v["requests"].as_u64().unwrap() > 400, "{v}");
+    accepted(&[&dir.join("suggested.rctl")]);
+}
+
+#[test]
+fn what_the_existing_rules_already_limit_is_not_suggested_again() {
+    let dir = tempdir("suggest-covered");
+    let mut t = Traffic::default();
+    t.readers(20);
+    t.client(
+        [45, 83, 64, 7],
+        "www.wikidata.org",
+        400,
+        &[("User-Agent", "Go-http-client/1.1")],
+        |n| format!("/wiki/Q{n}"),
+    );
+    let pcap = dir.join("covered.pcap");
+    t.write(&pcap);
+    let rules = dir.join("existing.rctl");
+    std::fs::write(
+        &rules,
+        "rule go_clients {\n  when header(\"user-agent\") starts_with \"Go-http-client/\"\n  deny 403 \"no\"\n}\n",
+    )
+    .unwrap();
+    let (v, _) = suggest(&dir, Some(&rules), &pcap, &[]);
+    assert_eq!(v["suggestions"], serde_json::json!([]), "{v:#}");
+    // Without the rule the same scraper is found.
+    let (v, _) = suggest(&dir, None, &pcap, &[]);
+    assert_eq!(written(&v).len(), 1, "{v:#}");
+}
