@@ -110,6 +110,9 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
     // The screens: each rule's interval counts and the talkers.
     let err = rctl.stderr();
     assert!(err.contains("addresses      127.0.0.1 "), "{err}");
+    // Loopback clients reach no shipped rule; an idle interval is empty.
+    assert!(err.contains("(no rule matched in the interval)"), "{err}");
+    assert!(err.contains("--- last 1 s: 0 requests"), "{err}");
     assert!(err.contains("user agents    follow/1 "), "{err}");
 }
 

@@ -86,6 +86,7 @@ fn screen(now: &[RuleSoFar], last: &[RuleSoFar], t: &Talkers, total: u64, every:
         "rule", "matches", "allow", "deny", "throttle", "drop", "log", "unknown"
     );
     let zero = RuleSoFar::default();
+    let mut shown = 0;
     for (i, r) in now.iter().enumerate() {
         let p = last.get(i).unwrap_or(&zero);
         let (q, pq) = (&r.requests, &p.requests);
@@ -104,6 +105,10 @@ fn screen(now: &[RuleSoFar], last: &[RuleSoFar], t: &Talkers, total: u64, every:
             q.log - pq.log,
             r.unknown - p.unknown
         );
+        shown += 1;
+    }
+    if shown == 0 {
+        let _ = writeln!(o, "(no rule matched in the interval)");
     }
     let line = |o: &mut String, what: &str, v: Vec<(String, u64)>| {
         let items: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
