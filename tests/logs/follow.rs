@@ -53,20 +53,23 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
         log.display()
     );
     let server = Nginx::start(&dir, &nginx::conf(&dir, 1, &http), &[at]);
+    // A rule the /a/ requests match, so the screens count something.
+    let rules = dir.join("r.rctl");
+    std::fs::write(
+        &rules,
+        "rule first_batch {\n  priority 1\n  when path starts_with \"/a/\"\n  deny 403 \"no\"\n}\n",
+    )
+    .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
-    cmd.arg("dry-run")
-        .arg(root().join("rules"))
-        .arg("--log")
-        .arg(&log)
-        .args([
-            "--log-format",
-            "nginx-combined",
-            "--follow",
-            "--every",
-            "1",
-            "--format",
-            "json",
-        ]);
+    cmd.arg("dry-run").arg(&rules).arg("--log").arg(&log).args([
+        "--log-format",
+        "nginx-combined",
+        "--follow",
+        "--every",
+        "1",
+        "--format",
+        "json",
+    ]);
     let mut rctl = Proc::spawn("rctl", &dir, cmd);
     let screens = |rctl: &Proc| rctl.stderr().matches("--- last 1 s").count();
     get(at, 30, "/a/");
@@ -110,7 +113,18 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
     // The screens: each rule's interval counts and the talkers.
     let err = rctl.stderr();
     assert!(err.contains("addresses      127.0.0.1 "), "{err}");
-    // Loopback clients reach no shipped rule; an idle interval is empty.
+    // Over the screens: the 30 /a/ requests, all denied by the rule.
+    let (mut matches, mut deny) = (0, 0);
+    for row in err.lines().filter(|l| l.starts_with("first_batch ")) {
+        let n: Vec<u64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        (matches, deny) = (matches + n[0], deny + n[2]);
+    }
+    assert_eq!((matches, deny), (30, 30), "{err}");
+    // Intervals without /a/ requests: no rule matched; an idle one is empty.
     assert!(err.contains("(no rule matched in the interval)"), "{err}");
     assert!(err.contains("--- last 1 s: 0 requests"), "{err}");
     assert!(err.contains("user agents    follow/1 "), "{err}");
