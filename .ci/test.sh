@@ -169,6 +169,17 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 )
 
 (
+  cd dataplane/logs
+  cargo +nightly fuzz build --sanitizer none
+  for target in haproxy nginx varnishncsa webrequest; do
+    mkdir -p "fuzz/corpus/$target"
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
+    cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+  done
+)
+
+(
   cd dataplane/agent
   cargo +nightly fuzz build --sanitizer none
   for target in spop_frame spop_session; do

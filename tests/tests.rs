@@ -27,6 +27,7 @@ mod import;
 mod invariants;
 mod language;
 mod limits;
+mod logs;
 mod native;
 mod neighbours;
 mod netns;

@@ -2,7 +2,9 @@
 //! (`rctl_dataplane::dryrun`); this module expands the inputs and renders
 //! the report as text, JSON or HTML (`html`, below it).
 
+mod follow;
 mod html;
+mod logs;
 
 use crate::common::{exit, load_ruleset, parse_size, print, warn_site, Format, Limits};
 use anyhow::{Context, Result};
@@ -16,11 +18,13 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// Sources, or one compiled .rctlc artifact.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "explain_input")]
     paths: Vec<PathBuf>,
     /// Capture files (pcap or pcapng), directories of them, or `-`.
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present_any = ["log", "explain_input"])]
     pcap: Vec<PathBuf>,
+    #[command(flatten)]
+    logs: logs::LogArgs,
     /// Compare with an older ruleset (artifact or sources): which
     /// decisions change, for how many requests, and for whom.
     #[arg(long)]
@@ -47,6 +51,10 @@ pub struct Args {
 /// Exit 1 when the sources have errors or an input could not be read to
 /// its end.
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.logs.explain_input {
+        print(&logs::explain_input(&a.logs)?, Format::Text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let opts = a.limits.options();
     let Some(new) = load_ruleset(&a.paths, &opts)? else {
         return Ok(ExitCode::from(1));
@@ -64,19 +72,32 @@ pub fn run(a: Args) -> Result<ExitCode> {
         run.against(old.ruleset, a.site)?;
     }
     inputs.extend(files.iter().cloned());
+    inputs.extend(a.logs.log.iter().cloned());
     // Refused before the replay, which can take long, and again when
     // written.
     if let Some(p) = &a.report {
         crate::output::check_target(p, &inputs)?;
     }
-    let complete = replay_all(&mut run, &files);
-    let report = run.finish();
+    let mut complete = replay_all(&mut run, &files);
+    let from_logs = if a.logs.log.is_empty() {
+        None
+    } else {
+        let (summary, failed) = logs::replay(&mut run, &a.logs)?;
+        complete &= !failed;
+        Some(summary)
+    };
+    let sampled = a.logs.sampled.filter(|&n| n > 1);
+    let mut report = run.finish();
+    if let Some(n) = sampled {
+        logs::scale(&mut report, n);
+    }
     if let Some(p) = a.report {
         crate::output::write(&p, html::render(&report).as_bytes(), &inputs)?;
     }
-    let out = match a.format {
-        Format::Text => text(&report),
-        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+    let out = match (a.format, &from_logs) {
+        (Format::Text, None) => text(&report),
+        (Format::Text, Some(s)) => text(&report) + "\n" + &logs::text(&report, s, sampled),
+        (Format::Json, _) => logs::json(&report, sampled)?,
     };
     print(&out, a.format)?;
     Ok(exit(!complete))

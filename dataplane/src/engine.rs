@@ -12,9 +12,9 @@ use rctl_compiler::ir::{Cond, Rule, Ruleset};
 
 /// Per-thread working memory for decisions; reuse one per thread.
 pub struct Scratch {
-    atoms: AtomSet,
+    pub(crate) atoms: AtomSet,
     patterns: MatchScratch,
-    candidates: Vec<u32>,
+    pub(crate) candidates: Vec<u32>,
 }
 
 /// What `rctl eval` shows: the atoms that held and each rule that matched.
@@ -43,8 +43,8 @@ struct Term {
 /// evaluates only rules with a complete term. Cost follows the atoms a
 /// request matches, not the number of rules.
 pub struct Engine {
-    core: Core,
-    matcher: Matcher,
+    pub(crate) core: Core,
+    pub(crate) matcher: Matcher,
     /// Per atom: the terms anchored on it.
     postings: Vec<Vec<u32>>,
     /// The DNF terms of every rule that has positive atoms.
@@ -204,7 +204,7 @@ impl Engine {
         trace: Option<&mut Trace>,
     ) -> Decision {
         let f = Fields::new(req);
-        self.candidates(&f, s);
+        self.candidates_for(&f, s);
         let atoms = &s.atoms;
         match trace {
             None => self.core.decide_request(
@@ -232,7 +232,7 @@ impl Engine {
     }
 
     /// Matches the request's fields and selects the rules that can match.
-    fn candidates(&self, f: &Fields<'_>, s: &mut Scratch) {
+    pub(crate) fn candidates_for(&self, f: &Fields<'_>, s: &mut Scratch) {
         s.atoms.clear();
         self.matcher.request_atoms(f, &mut s.atoms, &mut s.patterns);
         s.candidates.clear();
@@ -261,7 +261,7 @@ impl Engine {
         steps: &mut Vec<Step>,
     ) -> Decision {
         let f = Fields::new(req);
-        self.candidates(&f, s);
+        self.candidates_for(&f, s);
         let atoms = &s.atoms;
         self.core.decide_request(
             &f,

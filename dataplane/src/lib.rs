@@ -21,6 +21,9 @@ pub mod iptable;
 pub mod limiter;
 pub mod matcher;
 pub mod naive;
+pub mod partial;
+#[cfg(test)]
+mod partial_tests;
 pub mod request;
 pub mod snapshot;
 pub mod testing;

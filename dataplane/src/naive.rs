@@ -109,7 +109,7 @@ impl NaiveEngine {
         })
     }
 
-    fn atom(&self, i: u32, f: &Fields<'_>) -> bool {
+    pub(crate) fn atom(&self, i: u32, f: &Fields<'_>) -> bool {
         let a = &self.core.ruleset.atoms[i as usize];
         let req = f.request();
         if let Some(v) = self.l4(a, req.ip, req.dst, Proto::Tcp, req.port) {

@@ -29,7 +29,7 @@ mod module;
 mod monitoring;
 mod nginx_heads;
 mod parity;
-mod stack;
+pub(crate) mod stack;
 mod suggest;
 mod wiring;
 

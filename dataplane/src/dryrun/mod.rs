@@ -12,12 +12,18 @@ mod report;
 mod requests;
 mod series;
 
+pub use crate::partial::Known;
 use crate::topk::TopK;
+use crate::Request;
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use rctl_compiler::ir::{Proto, Ruleset};
-pub use report::{Change, Counts, InputReport, Report, RuleReport, Totals, Unmatched};
+pub use report::{
+    BadLine, Change, Counts, InputReport, LogInput, Report, RuleReport, RuleSoFar, Totals,
+    Unmatched,
+};
 use requests::{
-    change_report, changed, count, describe, ip_key, show_ip, Changes, RequestSide, CANDIDATES, TOP,
+    change_report, changed, count, describe, ip_key, show_ip, Blinds, Changes, RequestSide,
+    CANDIDATES, TOP,
 };
 use std::io::{BufRead, Read};
 use std::sync::Arc;
@@ -76,6 +82,12 @@ pub struct DryRun {
     packets: PacketSide,
     requests: RequestSide,
     inputs: Vec<InputReport>,
+    /// Per input: what it lacks (`None` for captures, which lack nothing).
+    blinds: Vec<Option<Blinds>>,
+    engine: Arc<Engine>,
+    old: Option<Arc<Engine>>,
+    /// Per rule: the fields it reads that some input lacks.
+    missing: Vec<Vec<String>>,
 }
 
 /// The packet decision, reassembly and parsing.
@@ -108,7 +120,11 @@ impl DryRun {
     pub fn new(ruleset: Ruleset, site: Option<String>) -> Result<DryRun, EngineError> {
         let n = ruleset.rules.len();
         let engine = engine_for(ruleset, site)?;
+        let engine2 = engine.clone();
         Ok(DryRun {
+            blinds: Vec::new(),
+            old: None,
+            missing: vec![Vec::new(); n],
             requests: RequestSide::new(engine.clone()),
             packets: PacketSide {
                 scratch: engine.scratch(),
@@ -122,6 +138,7 @@ impl DryRun {
                 changes: Changes::new(),
             },
             inputs: Vec::new(),
+            engine: engine2,
         })
     }
 
@@ -137,7 +154,78 @@ impl DryRun {
         let engine = engine_for(old, site)?;
         self.requests.against(engine.clone());
         self.packets.old = Some((engine.clone(), engine.scratch()));
+        self.old = Some(engine);
         Ok(())
+    }
+
+    /// Starts an input of requests that carries the fields `known` says
+    /// (a log, in the format `format`); returns its index for
+    /// [`DryRun::log_request`]. A rule that reads a field it lacks is
+    /// not judged on it: the requests whose verdict that leaves unknown
+    /// are counted as such (never as passing).
+    pub fn add_request_input(&mut self, name: &str, format: &str, known: &Known) -> usize {
+        let new = self.engine.blind(known);
+        let mut missing_fields = Vec::new();
+        for (i, m) in self.missing.iter_mut().enumerate() {
+            for f in new.missing(i) {
+                if !m.contains(f) {
+                    m.push(f.clone());
+                }
+                if !missing_fields.contains(f) {
+                    missing_fields.push(f.clone());
+                }
+            }
+        }
+        missing_fields.sort();
+        let old = self.old.as_ref().map(|o| o.blind(known));
+        self.blinds.push(Some(Blinds { new, old }));
+        self.inputs.push(InputReport {
+            path: name.to_string(),
+            packets: 0,
+            error: None,
+            log: Some(LogInput {
+                format: format.to_string(),
+                missing_fields,
+                ..LogInput::default()
+            }),
+        });
+        self.inputs.len() - 1
+    }
+
+    /// Decides and counts one request of input `input` (from
+    /// [`DryRun::add_request_input`]), on its own time.
+    pub fn log_request(&mut self, input: usize, req: &Request<'_>) {
+        let t = &mut self.packets.totals;
+        t.first_ns = Some(t.first_ns.map_or(req.time_ns, |x| x.min(req.time_ns)));
+        t.last_ns = Some(t.last_ns.map_or(req.time_ns, |x| x.max(req.time_ns)));
+        let blinds = self.blinds.get(input).and_then(Option::as_ref);
+        if let Some(i) = self.requests.decide(req, blinds) {
+            let ua = req
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(b"user-agent"))
+                .map_or(&b""[..], |(_, v)| v);
+            self.packets.stopped[i].add_parts(req.ip, ua);
+            self.packets.totals.stopped_requests += 1;
+        }
+    }
+
+    /// Each rule's counts so far (a followed log's running screen).
+    pub fn so_far(&self) -> Vec<RuleSoFar> {
+        self.requests.so_far()
+    }
+
+    /// Records what was read from request input `input`: its lines, bad
+    /// lines and time resolution, and the error that stopped it, if any.
+    pub fn finish_request_input(&mut self, input: usize, log: LogInput, error: Option<String>) {
+        if let Some(i) = self.inputs.get_mut(input) {
+            let missing_fields = i.log.take().map(|l| l.missing_fields).unwrap_or_default();
+            i.log = Some(LogInput {
+                missing_fields,
+                ..log
+            });
+            i.error = error;
+        }
     }
 
     /// Replays one capture. On a read error, everything before it counts
@@ -147,6 +235,7 @@ impl DryRun {
             packets,
             requests,
             inputs,
+            ..
         } = self;
         let before = packets.totals.packets;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(IN_FLIGHT);
@@ -190,7 +279,9 @@ impl DryRun {
             path: name.to_string(),
             packets: packets.totals.packets - before,
             error: result.as_ref().err().map(|e: &CaptureError| e.to_string()),
+            log: None,
         });
+        self.blinds.push(None);
         result
     }
 }
@@ -299,14 +390,18 @@ struct Stopped {
 
 impl Stopped {
     fn add(&mut self, r: &HttpRequest) {
+        self.add_parts(r.client.0, r.header("user-agent").unwrap_or(b""));
+    }
+
+    fn add_parts(&mut self, client: std::net::IpAddr, ua: &[u8]) {
         self.requests += 1;
-        let ip = ip_key(r.client.0);
+        let ip = ip_key(client);
         self.ips
             .get_or_insert_with(|| TopK::new(CANDIDATES))
             .add(&ip.0[..ip.1]);
         self.uas
             .get_or_insert_with(|| TopK::new(CANDIDATES))
-            .add(r.header("user-agent").unwrap_or(b""));
+            .add(ua);
     }
 }
 
@@ -326,15 +421,22 @@ impl DryRun {
         t.buffered_peak_bytes = st.buffered_peak;
         t.shed_flows = st.shed_flows;
         t.shed_bytes = st.shed_bytes;
+        let unknown = self.requests.unknown;
         let r = self.requests.finish(t.first_ns);
         t.requests = r.requests;
+        t.unknown_requests = unknown;
         t.captured_requests = t.requests + t.stopped_requests;
         let rules = r
             .rules
             .into_iter()
             .zip(p.decided)
             .zip(p.stopped)
-            .map(|((rule, packets), s)| RuleReport {
+            .zip(self.missing)
+            .map(|(((rule, packets), s), mut missing_fields)| RuleReport {
+                missing_fields: {
+                    missing_fields.sort();
+                    missing_fields
+                },
                 stopped_packets: packets.drop + packets.throttle,
                 stopped_requests: s.requests,
                 stopped_top_ips: s.ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),

@@ -18,6 +18,19 @@ pub struct Counts {
     pub log: u64,
 }
 
+/// One rule's counts while a replay runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSoFar {
+    /// Rule name.
+    pub name: String,
+    /// Requests it matched.
+    pub matches: u64,
+    /// Its verdicts on them.
+    pub requests: Counts,
+    /// Requests whose verdict it left unknown.
+    pub unknown: u64,
+}
+
 /// What one rule did.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuleReport {
@@ -56,6 +69,20 @@ pub struct RuleReport {
     pub stopped_top_ips: Vec<Hitter>,
     /// Busiest User-Agents among the requests it stopped.
     pub stopped_top_user_agents: Vec<Hitter>,
+    /// Requests (from logs) whose verdict is unknown from this rule on:
+    /// its condition, or its throttle's key, reads a field the input
+    /// lacks (for shadow and log rules: matches left unknown). Never
+    /// counted as passing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown: u64,
+    /// The fields it reads that some input lacks, as the language writes
+    /// them (`header("referer")`, `port`): it is not judged on that input.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_fields: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Input totals.
@@ -106,6 +133,10 @@ pub struct Totals {
     pub shed_flows: u64,
     /// Stream bytes dropped that way (requests in them are not seen).
     pub shed_bytes: u64,
+    /// Requests (from logs) whose verdict depends on a field the input
+    /// lacks; they are neither passed nor enforced (see the rules'
+    /// `unknown`).
+    pub unknown_requests: u64,
     /// First and last capture time, ns.
     pub first_ns: Option<u64>,
     /// See `first_ns`.
@@ -134,6 +165,44 @@ pub struct InputReport {
     pub packets: u64,
     /// The error that stopped reading it, if any.
     pub error: Option<String>,
+    /// For a log: what was read from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogInput>,
+}
+
+/// What a log input held and how much of it was judged.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LogInput {
+    /// Its format's name.
+    pub format: String,
+    /// Lines read.
+    pub lines: u64,
+    /// Lines judged (requests).
+    pub judged: u64,
+    /// Lines that could not be read as a request of the format (too
+    /// long, malformed, no client address or time).
+    pub bad_lines: u64,
+    /// The first bad lines: position, what is wrong, a short escaped
+    /// excerpt.
+    pub bad: Vec<BadLine>,
+    /// The resolution of its times, ns (1 s: limiters ran on
+    /// second-resolution timestamps, lines within a second in file order).
+    pub resolution_ns: u64,
+    /// The fields the ruleset reads that it lacks.
+    pub missing_fields: Vec<String>,
+}
+
+/// One line that could not be judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct BadLine {
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's start.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+    /// Its first bytes, escaped.
+    pub excerpt: String,
 }
 
 /// Traffic whose decision differs between the old ruleset (`--against`)

@@ -2,15 +2,24 @@
 //! the request decision, and the per-rule statistics. It runs on its own
 //! thread, fed in capture order by the packet side (see `super`).
 
-use super::report::{Change, Counts, RuleReport, Unmatched};
+use super::report::{Change, Counts, RuleReport, RuleSoFar, Unmatched};
 use super::series::Series;
 use crate::capture::stream::HttpRequest;
+use crate::partial::{Blind, Judged, PartialTrace};
 use crate::topk::TopK;
-use crate::{Engine, Request, Scratch, Trace, Verdict};
+use crate::{Decision, Engine, Request, Scratch, Trace, Verdict};
 use rctl_compiler::ir::Ruleset;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+/// What an input lacks, for the engine and for the `--against` engine.
+pub struct Blinds {
+    /// For the engine.
+    pub new: Blind,
+    /// For the `--against` engine.
+    pub old: Option<Blind>,
+}
 
 /// Reported top keys per table.
 pub(super) const TOP: usize = 10;
@@ -134,7 +143,14 @@ pub(super) fn show_ip(k: &[u8]) -> String {
     }
 }
 
-fn path_of(target: &[u8]) -> &[u8] {
+fn header<'a>(req: &Request<'a>, lower: &[u8]) -> Option<&'a [u8]> {
+    req.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(lower))
+        .map(|(_, v)| *v)
+}
+
+pub(super) fn path_of(target: &[u8]) -> &[u8] {
     target.split(|&b| b == b'?').next().unwrap_or(target)
 }
 
@@ -168,6 +184,9 @@ pub(super) struct RequestSide {
     series: Series,
     /// The header list's buffer, kept from one request to the next.
     headers: Vec<(&'static [u8], &'static [u8])>,
+    partial: PartialTrace,
+    /// Requests whose verdict is unknown.
+    pub unknown: u64,
 }
 
 /// An empty vector with `v`'s allocation, for items of another lifetime
@@ -209,6 +228,8 @@ impl RequestSide {
                     stopped_requests: 0,
                     stopped_top_ips: Vec::new(),
                     stopped_top_user_agents: Vec::new(),
+                    unknown: 0,
+                    missing_fields: Vec::new(),
                 },
                 ips: shared.sharing(CANDIDATES),
                 uas: shared.sharing(CANDIDATES),
@@ -232,7 +253,22 @@ impl RequestSide {
             changes: Changes::new(),
             series: Series::new(n),
             headers: Vec::new(),
+            partial: PartialTrace::default(),
+            unknown: 0,
         }
+    }
+
+    /// Per rule so far: its name, matches, verdicts and unknown requests.
+    pub fn so_far(&self) -> Vec<RuleSoFar> {
+        self.rules
+            .iter()
+            .map(|r| RuleSoFar {
+                name: r.report.name.clone(),
+                matches: r.report.matches,
+                requests: r.report.requests.clone(),
+                unknown: r.report.unknown,
+            })
+            .collect()
     }
 
     /// Also decides every request with `old`, for `--against`.
@@ -243,7 +279,6 @@ impl RequestSide {
 
     /// Decides and counts one request.
     pub fn request(&mut self, r: &HttpRequest) {
-        self.requests += 1;
         let mut headers = reuse(std::mem::take(&mut self.headers));
         headers.extend(r.headers());
         let req = Request {
@@ -256,48 +291,111 @@ impl RequestSide {
             port: r.server.1,
             time_ns: r.time_ns,
         };
+        self.decide(&req, None);
+        self.headers = reuse(headers);
+    }
+
+    /// Decides and counts one request from an input that may lack
+    /// fields (`blind`: what it lacks); `Some(rule)` if a packet-plane
+    /// rule stopped it (the caller counts it there).
+    pub fn decide(&mut self, req: &Request<'_>, blinds: Option<&Blinds>) -> Option<usize> {
         self.trace.steps.clear();
-        let d = self
-            .engine
-            .decide_request_steps(&req, &mut self.scratch, &mut self.trace.steps);
-        let ip = ip_key(r.client.0);
+        self.partial.clear();
+        let (d, unknown) = match blinds.map(|b| &b.new) {
+            None => (
+                self.engine
+                    .decide_request_steps(req, &mut self.scratch, &mut self.trace.steps),
+                false,
+            ),
+            Some(b) => {
+                match self
+                    .engine
+                    .judge_request(req, b, &mut self.scratch, &mut self.partial)
+                {
+                    Judged::Stopped(i) => return Some(i),
+                    Judged::Decided(d) => {
+                        std::mem::swap(&mut self.trace.steps, &mut self.partial.steps);
+                        (d, false)
+                    }
+                    Judged::Unknown { logged, .. } => {
+                        std::mem::swap(&mut self.trace.steps, &mut self.partial.steps);
+                        (
+                            Decision {
+                                verdict: Verdict::Pass,
+                                logged,
+                            },
+                            true,
+                        )
+                    }
+                }
+            }
+        };
+        self.requests += 1;
+        let ip = ip_key(req.ip);
         let ip = &ip.0[..ip.1];
-        let ua = r.header("user-agent").unwrap_or(b"(none)");
-        let path = path_of(r.target());
+        let ua = header(req, b"user-agent").unwrap_or(b"(none)");
+        let path = path_of(req.target);
         if let Some((old, scratch)) = &mut self.old {
-            let od = old.decide_request_with(&req, scratch, None);
-            let (a, b) = (
-                describe(old.ruleset(), &od.verdict),
-                describe(self.engine.ruleset(), &d.verdict),
-            );
+            let a = match blinds.and_then(|b| b.old.as_ref()) {
+                None => describe(
+                    old.ruleset(),
+                    &old.decide_request_with(req, scratch, None).verdict,
+                ),
+                Some(ob) => {
+                    let mut t = PartialTrace::default();
+                    match old.judge_request(req, ob, scratch, &mut t) {
+                        Judged::Decided(od) => describe(old.ruleset(), &od.verdict),
+                        Judged::Stopped(i) => format!("drop by {}", old.rule(i).name),
+                        Judged::Unknown { .. } => "unknown".to_string(),
+                    }
+                }
+            };
+            let b = if unknown {
+                "unknown".to_string()
+            } else {
+                describe(self.engine.ruleset(), &d.verdict)
+            };
             if a != b {
                 changed(&mut self.changes, a, b, ip, Some((ua, path)));
             }
         }
-        self.headers = reuse(headers);
         let fp = &self.unmatched.1;
         let fps = (fp.fingerprint(ip), fp.fingerprint(ua), fp.fingerprint(path));
+        // A shadow rule left unknown leaves its own match unknown; the
+        // rule that made the verdict unknown is the last one.
+        for &i in &self.partial.unknown {
+            self.rules[i].report.unknown += 1;
+        }
+        if unknown {
+            self.unknown += 1;
+        }
         if self.trace.steps.is_empty() {
+            if !self.partial.unknown.is_empty() {
+                return None;
+            }
             let u = &mut self.unmatched;
             u.0 += 1;
             u.1.add_hashed(fps.0, ip);
             u.2.add_hashed(fps.1, ua);
             u.3.add_hashed(fps.2, path);
-            return;
+            return None;
         }
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
             let decided = d.verdict.rule() == Some(rule);
             self.series.tick(
                 rule,
-                r.time_ns,
+                req.time_ns,
                 !shadow && decided && d.verdict.kind() != "allow",
             );
             let s = &mut self.rules[rule];
             let rep = &mut s.report;
             rep.matches += 1;
-            rep.first_seen_ns = Some(rep.first_seen_ns.map_or(r.time_ns, |t| t.min(r.time_ns)));
-            rep.last_seen_ns = Some(rep.last_seen_ns.map_or(r.time_ns, |t| t.max(r.time_ns)));
+            rep.first_seen_ns = Some(
+                rep.first_seen_ns
+                    .map_or(req.time_ns, |t| t.min(req.time_ns)),
+            );
+            rep.last_seen_ns = Some(rep.last_seen_ns.map_or(req.time_ns, |t| t.max(req.time_ns)));
             if shadow {
                 rep.requests.log += 1;
                 count(&mut rep.would, &self.trace.steps[i].effect);
@@ -308,6 +406,7 @@ impl RequestSide {
             s.uas.add_hashed(fps.1, ua);
             s.paths.add_hashed(fps.2, path);
         }
+        None
     }
 
     /// The statistics, with each table cut to its top entries; the series

@@ -1,0 +1,144 @@
+//! `rctl dry-run --log FILE --follow`: one log judged as it grows,
+//! through its rotations (`rctl_logs::follow`), with a compact screen on
+//! stderr every `--every` seconds (each rule's matches and verdicts over
+//! the interval, the top talkers), until SIGINT or SIGTERM (or the end of
+//! stdin); then the report, as without `--follow`.
+
+use super::logs::LogArgs;
+use anyhow::{bail, Context, Result};
+use rctl_dataplane::dryrun::{DryRun, RuleSoFar};
+use rctl_logs::follow::{follow, Follow, FollowOptions, Talkers};
+use rctl_logs::run::{Options, Source, Summary};
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Follows the one `--log`; returns what was read.
+pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> {
+    let [path] = args.log.as_slice() else {
+        bail!("--follow follows one --log (a file or -)");
+    };
+    let stdin = path == Path::new("-");
+    let (name, reader): (String, Box<dyn Read + Send>) = if stdin {
+        ("-".into(), Box::new(std::io::stdin()))
+    } else {
+        let f = Follow::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        (path.display().to_string(), Box::new(f))
+    };
+    let src = Source::from_reader(run, &name, reader, opts).map_err(anyhow::Error::msg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    on_signal(stop.clone());
+    let fo = FollowOptions {
+        every: Duration::from_secs(args.every),
+        poll: Duration::from_millis(50),
+        stop: &stop,
+        ends: stdin,
+    };
+    let mut last: Vec<RuleSoFar> = Vec::new();
+    let mut total = 0u64;
+    let summary = follow(run, src, &fo, |run, talkers| {
+        let now = run.so_far();
+        total += talkers.requests;
+        let s = screen(&now, &last, talkers, total, args.every);
+        last = now;
+        use std::io::Write as _;
+        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+    });
+    Ok(summary)
+}
+
+/// Sets `stop` at the first SIGINT or SIGTERM (from now on).
+fn on_signal(stop: Arc<AtomicBool>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            let _ = tx.send(());
+            return;
+        };
+        rt.block_on(async {
+            let fired = rctl_agent::serve::signalled();
+            let _ = tx.send(());
+            fired.await;
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+    // The handlers are in place before the first line is read.
+    let _ = rx.recv();
+}
+
+/// One screen: the interval's verdicts per rule, then its top talkers.
+fn screen(now: &[RuleSoFar], last: &[RuleSoFar], t: &Talkers, total: u64, every: u64) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "--- last {every} s: {} requests ({total} so far)",
+        t.requests
+    );
+    let _ = writeln!(
+        o,
+        "{:<32} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8}",
+        "rule", "matches", "allow", "deny", "throttle", "drop", "log", "unknown"
+    );
+    let zero = RuleSoFar::default();
+    let mut shown = 0;
+    for (i, r) in now.iter().enumerate() {
+        let p = last.get(i).unwrap_or(&zero);
+        let (q, pq) = (&r.requests, &p.requests);
+        if r.matches == p.matches && r.unknown == p.unknown {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "{:<32} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8}",
+            r.name,
+            r.matches - p.matches,
+            q.allow - pq.allow,
+            q.deny - pq.deny,
+            q.throttle - pq.throttle,
+            q.drop - pq.drop,
+            q.log - pq.log,
+            r.unknown - p.unknown
+        );
+        shown += 1;
+    }
+    if shown == 0 {
+        let _ = writeln!(o, "(no rule matched in the interval)");
+    }
+    let line = |o: &mut String, what: &str, v: Vec<(String, u64)>| {
+        let items: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(o, "{what:<14} {}", items.join(", "));
+    };
+    let s = |b: &[u8]| crate::term::text(&String::from_utf8_lossy(b)).into_owned();
+    line(
+        &mut o,
+        "addresses",
+        Talkers::top(&t.ips, 5)
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), n))
+            .collect(),
+    );
+    line(&mut o, "/24 and /48", Talkers::top(&t.prefixes, 5));
+    line(
+        &mut o,
+        "user agents",
+        Talkers::top(&t.user_agents, 3)
+            .into_iter()
+            .map(|(k, n)| (s(&k), n))
+            .collect(),
+    );
+    line(
+        &mut o,
+        "paths",
+        Talkers::top(&t.paths, 3)
+            .into_iter()
+            .map(|(k, n)| (s(&k), n))
+            .collect(),
+    );
+    o
+}

@@ -1,0 +1,384 @@
+//! `rctl dry-run --log`: logs as the dry run's input (rctl-logs), the
+//! flags, and what the report says about logs (lines judged, bad lines,
+//! rules not judged, time resolution, sampling).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rctl_dataplane::dryrun::{DryRun, Report};
+use rctl_logs::detect::Spec;
+use rctl_logs::run::{Options, Summary};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// The flags of a dry run on logs.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LogArgs {
+    /// Access logs (files, directories of them, `-` for stdin; gzip and
+    /// zstd read as they are), merged in time order.
+    #[arg(long)]
+    pub log: Vec<PathBuf>,
+    /// The logs' format: haproxy-httplog, nginx-combined, varnishncsa,
+    /// webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
+    /// varnishncsa:FORMAT; detected from the first lines if left out.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// HAProxy: the `capture request header` names, in order (comma
+    /// separated or repeated).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub capture_request_header: Vec<String>,
+    /// HAProxy: read the capture names from this configuration.
+    #[arg(long, value_name = "FILE")]
+    pub haproxy_config: Option<PathBuf>,
+    /// With --haproxy-config: the frontend whose captures the log holds
+    /// (needed when several capture headers).
+    #[arg(long, value_name = "NAME")]
+    pub haproxy_frontend: Option<String>,
+    /// Take the client address from this logged header (X-Client-IP,
+    /// X-Forwarded-For: its last address not of a --trusted-proxy).
+    #[arg(long, value_name = "HEADER")]
+    pub client_ip_field: Option<String>,
+    /// A proxy (address or CIDR) whose addresses in --client-ip-field are
+    /// skipped from the right.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub trusted_proxy: Vec<String>,
+    /// The log holds one line in N: counts are scaled by N, and throttles
+    /// are not run (their verdicts need every request).
+    #[arg(long, value_name = "N")]
+    pub sampled: Option<u64>,
+    /// Fail (exit 1) when more lines than this cannot be judged.
+    #[arg(long, value_name = "N")]
+    pub max_bad_lines: Option<u64>,
+    /// The longest line read; a longer one is reported and skipped.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_size)]
+    pub max_line: usize,
+    /// List the fields each log format carries, and exit.
+    #[arg(long)]
+    pub explain_input: bool,
+    /// Follow the one --log (a file, through its rotations, or `-`) as
+    /// it grows: a screen on stderr every --every, the report at SIGINT
+    /// (or at the end of stdin).
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: seconds between screens.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub every: u64,
+}
+
+fn cidr(s: &str) -> Result<(IpAddr, u8)> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: IpAddr = a
+        .parse()
+        .with_context(|| format!("--trusted-proxy {s}: not an address"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .with_context(|| format!("--trusted-proxy {s}: the prefix length is 0 to {max}"))?,
+        None => max,
+    };
+    Ok((ip, len))
+}
+
+impl LogArgs {
+    /// The reading options these flags make.
+    pub fn options(&self) -> Result<Options> {
+        let mut captures = self.capture_request_header.clone();
+        if let Some(cfg) = &self.haproxy_config {
+            let text = std::fs::read_to_string(cfg)
+                .with_context(|| format!("cannot read {}", cfg.display()))?;
+            let all = rctl_logs::haproxy::captures_in_config(&text);
+            let with: Vec<_> = all.iter().filter(|(_, c)| !c.is_empty()).collect();
+            let chosen =
+                match &self.haproxy_frontend {
+                    Some(n) => all.iter().find(|(f, _)| f == n).with_context(|| {
+                        format!("{}: no frontend or listen section {n}", cfg.display())
+                    })?,
+                    None if with.len() <= 1 => match with.first() {
+                        Some(c) => c,
+                        None => &all.first().cloned().unwrap_or_default(),
+                    },
+                    None => bail!(
+                    "{}: several sections capture headers ({}): name one with --haproxy-frontend",
+                    cfg.display(),
+                    with.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                };
+            captures = chosen.1.clone();
+        }
+        let trusted = self
+            .trusted_proxy
+            .iter()
+            .map(|s| cidr(s))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(0) = self.sampled {
+            bail!("--sampled N: N is at least 1 (one line kept in N)");
+        }
+        Ok(Options {
+            format: self.log_format.clone(),
+            spec: Spec { captures },
+            client_ip_field: self.client_ip_field.clone().map(|h| (h, trusted)),
+            max_line: self.max_line,
+            sampled: self.sampled.filter(|&n| n > 1),
+        })
+    }
+}
+
+/// `rctl dry-run --explain-input`: what each format carries.
+pub fn explain_input(args: &LogArgs) -> Result<String> {
+    let opts = args.options()?;
+    let mut names: Vec<String> = rctl_logs::detect::NAMES[..4]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(f) = &args.log_format {
+        names = vec![f.clone()];
+    }
+    let mut o = String::new();
+    for n in names {
+        let f = rctl_logs::detect::by_name(&n, &opts.spec).map_err(anyhow::Error::msg)?;
+        let k = &f.known;
+        let yes = |b: bool, s: &str| if b { Some(s.to_string()) } else { None };
+        let mut has: Vec<String> = [
+            Some("ip".to_string()),
+            yes(k.method, "method"),
+            yes(k.host, "host"),
+            yes(k.path, "path"),
+            yes(k.query, "query, query(…)"),
+            yes(k.url, "url"),
+            yes(k.dst_ip, "dst_ip"),
+            yes(k.port, "port"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        has.extend(f.header_names.iter().map(|h| format!("header({h:?})")));
+        let res = if f.resolution_ns >= 1_000_000_000 {
+            "1 s (limiters run on second timestamps, lines within a second in file order)"
+        } else {
+            "1 ms or finer"
+        };
+        let _ = writeln!(
+            o,
+            "{}:\n  carries: {}\n  time:    {res}",
+            f.name,
+            has.join(", ")
+        );
+        let mut lacks = Vec::new();
+        if !k.host {
+            lacks.push("host");
+        }
+        if !k.port {
+            lacks.push("port");
+        }
+        if !k.dst_ip {
+            lacks.push("dst_ip");
+        }
+        let _ = writeln!(
+            o,
+            "  lacks:   {}every other header; a rule reading what it lacks is not judged on it",
+            lacks.iter().map(|l| format!("{l}, ")).collect::<String>()
+        );
+    }
+    Ok(o)
+}
+
+/// Replays the logs (or follows one); the summary, and whether the run
+/// must fail (too many bad lines, a read error, an input with no judged
+/// line).
+pub fn replay(run: &mut DryRun, args: &LogArgs) -> Result<(Summary, bool)> {
+    let opts = args.options()?;
+    let summary = if args.follow {
+        super::follow::run(run, args, &opts)?
+    } else {
+        rctl_logs::replay(run, &args.log, &opts).map_err(anyhow::Error::msg)?
+    };
+    let bad = summary.bad_lines();
+    let mut failed = !summary.errors.is_empty();
+    for e in &summary.errors {
+        eprintln!("rctl: error: {e}; the report covers everything before it");
+    }
+    for (name, l) in &summary.inputs {
+        if l.lines > 0 && l.judged == 0 {
+            eprintln!(
+                "rctl: error: {name}: none of its {} lines is a {} line",
+                l.lines, l.format
+            );
+            failed = true;
+        }
+    }
+    if let Some(max) = args.max_bad_lines {
+        if bad > max {
+            eprintln!("rctl: error: {bad} lines could not be judged (--max-bad-lines {max})");
+            failed = true;
+        }
+    }
+    Ok((summary, failed))
+}
+
+/// Scales a sampled report's counts by `n`.
+pub fn scale(r: &mut Report, n: u64) {
+    let t = &mut r.totals;
+    for c in [
+        &mut t.requests,
+        &mut t.captured_requests,
+        &mut t.stopped_requests,
+        &mut t.unknown_requests,
+    ] {
+        *c *= n;
+    }
+    let counts = |c: &mut rctl_dataplane::dryrun::Counts| {
+        for x in [
+            &mut c.allow,
+            &mut c.deny,
+            &mut c.throttle,
+            &mut c.drop,
+            &mut c.log,
+        ] {
+            *x *= n;
+        }
+    };
+    let hitters = |h: &mut Vec<rctl_dataplane::topk::Hitter>| {
+        for x in h {
+            x.count *= n;
+            x.error *= n;
+        }
+    };
+    for rule in &mut r.rules {
+        rule.matches *= n;
+        rule.unknown *= n;
+        rule.stopped_requests *= n;
+        counts(&mut rule.requests);
+        counts(&mut rule.would);
+        hitters(&mut rule.top_ips);
+        hitters(&mut rule.top_user_agents);
+        hitters(&mut rule.top_paths);
+        hitters(&mut rule.stopped_top_ips);
+    }
+    r.unmatched.requests *= n;
+    hitters(&mut r.unmatched.top_ips);
+    hitters(&mut r.unmatched.top_user_agents);
+    hitters(&mut r.unmatched.top_paths);
+}
+
+/// The chance that a client sending `requests` left no line in a
+/// 1-in-`n` sample.
+pub fn missed(requests: f64, n: u64) -> f64 {
+    (-requests / n as f64).exp()
+}
+
+/// What the text report says about logs: inputs, rules not judged,
+/// time resolution, sampling. `r` is the (scaled) report.
+pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "logs:");
+    for (name, l) in &s.inputs {
+        let _ = writeln!(
+            o,
+            "  {name} ({}): {} of {} lines judged, {} bad",
+            l.format, l.judged, l.lines, l.bad_lines
+        );
+        for b in &l.bad {
+            let _ = writeln!(
+                o,
+                "      {name}:{} (byte {}): {}: {}",
+                b.line, b.offset, b.reason, b.excerpt
+            );
+        }
+        if !l.missing_fields.is_empty() {
+            let _ = writeln!(
+                o,
+                "      lacks what the rules read: {}",
+                l.missing_fields.join(", ")
+            );
+        }
+    }
+    if s.resolution_ns() >= 1_000_000_000 {
+        let _ = writeln!(
+            o,
+            "  time: limiters ran on 1 s timestamps (lines within a second in file order); throttle verdicts can differ from live (see the logs manual)"
+        );
+    }
+    let not_judged: Vec<_> = r
+        .rules
+        .iter()
+        .filter(|x| !x.missing_fields.is_empty())
+        .collect();
+    if !not_judged.is_empty() || r.totals.unknown_requests > 0 {
+        let _ = writeln!(
+            o,
+            "  not judged on this input: {} requests have an unknown verdict (not counted as passing)",
+            r.totals.unknown_requests
+        );
+        for x in not_judged {
+            let _ = writeln!(
+                o,
+                "    {}: reads {}; its condition left {} requests unknown",
+                x.name,
+                x.missing_fields.join(", "),
+                x.unknown
+            );
+        }
+    }
+    if let Some(n) = sampled {
+        let _ = writeln!(
+            o,
+            "  sampled 1 in {n}: counts are scaled by {n}; throttle verdicts are not simulated (a limiter needs every request of a key, and a sample has one in {n}): judge the throttles on the full log"
+        );
+        let _ = writeln!(
+            o,
+            "    a client sending k requests left no line with chance e^(-k/{n}): {:.0}% at k = {n}, 1% at k = {}",
+            100.0 * missed(n as f64, n),
+            (4.605 * n as f64).round()
+        );
+        for x in &r.rules {
+            if let Some(h) = x.top_ips.first() {
+                let _ = writeln!(
+                    o,
+                    "    {}: top address {} with ~{} requests: chance such a client left no line {:.2e}",
+                    x.name,
+                    h.key,
+                    h.count,
+                    missed(h.count as f64, n)
+                );
+            }
+        }
+    }
+    o
+}
+
+/// The JSON report with the logs' part: `logs` (inputs) and, sampled,
+/// `sampling` (the factor and, per rule, the chance its top addresses
+/// left no line).
+pub fn json(r: &Report, sampled: Option<u64>) -> Result<String> {
+    let mut v = serde_json::to_value(r)?;
+    if let (Some(n), Some(obj)) = (sampled, v.as_object_mut()) {
+        let rules: Vec<serde_json::Value> = r
+            .rules
+            .iter()
+            .map(|x| {
+                serde_json::json!({
+                    "name": x.name,
+                    "top_ips_missed_chance": x.top_ips.iter().map(|h| serde_json::json!({
+                        "key": h.key, "requests": h.count, "missed": missed(h.count as f64, n)
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        obj.insert(
+            "sampling".into(),
+            serde_json::json!({
+                "every": n,
+                "throttles_simulated": false,
+                "why": "a limiter needs every request of a key; a sample holds one in N",
+                "rules": rules,
+            }),
+        );
+    }
+    Ok(serde_json::to_string_pretty(&v)? + "\n")
+}

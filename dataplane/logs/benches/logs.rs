@@ -1,0 +1,240 @@
+//! Dry runs on access logs: generated logs of about 1 GB (nginx combined,
+//! HAProxy httplog, webrequest JSON) through the shipped rules on one
+//! thread, against baselines on the same file in the same run: `wc -l`
+//! (the floor: reading and counting lines), and, on the nginx log,
+//! GoAccess (`goaccess --log-format=COMBINED`) and CrowdSec's replay
+//! (`crowdsec -dsn file://… -type nginx -no-api`) where installed.
+//!
+//! `RCTL_BENCH_LOG_MB` sets the size (default 1024); `RCTL_BENCH_CROWDSEC_LINES`
+//! how many lines CrowdSec replays (default 20000: it runs at hundreds to
+//! thousands a second, so the full file would take hours; its rate is
+//! taken on that prefix). The logs go to the temporary directory and are
+//! deleted afterwards.
+//!
+//! ```sh
+//! cargo bench -p rctl-logs --bench logs
+//! ```
+
+use rctl_dataplane::dryrun::DryRun;
+use rctl_logs::detect::Spec;
+use rctl_logs::run::Options;
+use rctl_testkit::Rng;
+use std::io::{BufWriter, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const UAS: [&str; 6] = [
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36",
+    "python-requests/2.31.0",
+    "curl/7.88.1",
+    "wmf-streaming-updater-consumer/0.3.140 (query-service)",
+    "WDQS-reader/1.0 (ops@example.org)",
+];
+
+const PATHS: [&str; 6] = [
+    "/wiki/Main_Page",
+    "/sparql?query=SELECT%20%3Fitem%20WHERE%20%7B%7D",
+    "/w/index.php?title=Special:Search&search=rust",
+    "/api/rest_v1/page/html/%EA%9D%AE",
+    "/w/api.php?action=query&format=json&titles=Foo",
+    "/static/images/project-logos/enwiki.png",
+];
+
+const HOSTS: [&str; 3] = ["en.wikipedia.org", "query.wikidata.org", "fr.wikipedia.org"];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Nginx,
+    Haproxy,
+    Webrequest,
+}
+
+fn months(m: u64) -> &'static str {
+    [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][m as usize % 12]
+}
+
+/// Writes about `mb` MB of `kind` lines; returns the line count.
+fn generate(path: &Path, kind: Kind, mb: u64) -> u64 {
+    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut bytes, mut lines) = (0u64, 0u64);
+    let mut line = String::with_capacity(512);
+    while bytes < mb << 20 {
+        // About 10,000 requests a second; a day's clock from noon.
+        let ms = lines / 10;
+        let (s, frac) = (ms / 1000, ms % 1000);
+        let (h, m, sec) = (12 + s / 3600 % 12, s / 60 % 60, s % 60);
+        let ip = format!(
+            "{}.{}.{}.{}",
+            1 + r.below(223),
+            r.below(256),
+            r.below(256),
+            1 + r.below(254)
+        );
+        let ua = UAS[r.below(UAS.len() as u64) as usize];
+        let path = PATHS[r.below(PATHS.len() as u64) as usize];
+        let host = HOSTS[r.below(HOSTS.len() as u64) as usize];
+        let status = [200, 200, 200, 304, 404, 429][r.below(6) as usize];
+        line.clear();
+        use std::fmt::Write as _;
+        let _ = match kind {
+            Kind::Nginx => writeln!(
+                line,
+                "{ip} - - [13/{}/2026:{h:02}:{m:02}:{sec:02} +0000] \"GET {path} HTTP/1.1\" {status} {} \"-\" \"{ua}\"",
+                months(4),
+                r.below(50_000)
+            ),
+            Kind::Haproxy => writeln!(
+                line,
+                "{ip}:{} [13/{}/2026:{h:02}:{m:02}:{sec:02}.{frac:03}] edge origin/o 0/0/0/1/1 {status} {} - - ---- 1/1/0/0/0 0/0 {{{ua}|{host}}} \"GET {path} HTTP/1.1\"",
+                1024 + r.below(60_000),
+                months(4),
+                r.below(50_000)
+            ),
+            Kind::Webrequest => {
+                let (p, q) = path.split_once('?').map_or((path, ""), |(p, q)| (p, q));
+                let q = if q.is_empty() { String::new() } else { format!("?{q}") };
+                writeln!(
+                    line,
+                    "{{\"dt\":\"2026-05-13T{h:02}:{m:02}:{sec:02}.{frac:03}Z\",\"ip\":\"{ip}\",\"uri_host\":\"{host}\",\"uri_path\":\"{p}\",\"uri_query\":\"{q}\",\"http_method\":\"GET\",\"user_agent\":\"{ua}\",\"accept_language\":\"en\",\"referer\":\"-\",\"x_analytics\":\"\",\"http_status\":\"{status}\"}}"
+                )
+            }
+        };
+        w.write_all(line.as_bytes()).unwrap();
+        bytes += line.len() as u64;
+        lines += 1;
+    }
+    w.flush().unwrap();
+    lines
+}
+
+/// Wall seconds of `cmd`, its stdout discarded; `None` if it failed.
+fn timed(mut cmd: Command) -> Option<f64> {
+    let t = Instant::now();
+    let ok = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| t.elapsed().as_secs_f64())
+}
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn row(what: &str, lines: u64, bytes: u64, secs: f64) {
+    println!(
+        "| {what} | {lines} | {:.2} | {:.0} | {:.0} |",
+        secs,
+        lines as f64 / secs,
+        bytes as f64 / secs / 1e6
+    );
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let c = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
+    let rs = c.ruleset.expect("the shipped rules compile");
+    let mb: u64 = std::env::var("RCTL_BENCH_LOG_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let cs_lines: u64 = std::env::var("RCTL_BENCH_CROWDSEC_LINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let dir = std::env::temp_dir().join(format!("rctl-bench-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    println!("| run | lines | seconds | lines/s | MB/s |");
+    println!("|---|---|---|---|---|");
+    for (kind, name, format) in [
+        (Kind::Nginx, "nginx combined", "nginx-combined"),
+        (Kind::Haproxy, "HAProxy httplog", "haproxy-httplog"),
+        (Kind::Webrequest, "webrequest JSON", "webrequest"),
+    ] {
+        let path = dir.join(format!("{format}.log"));
+        let lines = generate(&path, kind, mb);
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        // Warm the page cache, then the floor.
+        let mut wc = Command::new("wc");
+        wc.arg("-l").arg(&path);
+        let _ = timed(wc);
+        let mut wc = Command::new("wc");
+        wc.arg("-l").arg(&path);
+        let floor = timed(wc).expect("wc -l");
+        let opts = Options {
+            format: Some(format.to_string()),
+            spec: Spec {
+                captures: vec!["user-agent".into(), "host".into()],
+            },
+            ..Options::default()
+        };
+        let mut run = DryRun::new(rs.clone(), None).unwrap();
+        let t = Instant::now();
+        let summary = rctl_logs::replay(&mut run, std::slice::from_ref(&path), &opts).unwrap();
+        let report = run.finish();
+        let secs = t.elapsed().as_secs_f64();
+        let (_, l) = &summary.inputs[0];
+        assert_eq!(
+            (l.lines, l.judged),
+            (lines, lines),
+            "{name}: every line judged"
+        );
+        assert_eq!(report.totals.captured_requests, lines);
+        row(
+            &format!("rctl dry-run, {name}, shipped rules"),
+            lines,
+            bytes,
+            secs,
+        );
+        row(&format!("wc -l, {name}"), lines, bytes, floor);
+        if let Kind::Nginx = kind {
+            if installed("goaccess") {
+                let mut g = Command::new("goaccess");
+                g.arg(&path)
+                    .args(["--log-format=COMBINED", "-o"])
+                    .arg(dir.join("goaccess.html"));
+                if let Some(s) = timed(g) {
+                    row("goaccess --log-format=COMBINED", lines, bytes, s);
+                }
+            }
+            if installed("crowdsec") {
+                let head = dir.join("head.log");
+                let text = std::fs::read(&path).unwrap();
+                let end = text
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &b)| b == b'\n')
+                    .nth(cs_lines.saturating_sub(1) as usize)
+                    .map_or(text.len(), |(i, _)| i + 1);
+                std::fs::write(&head, &text[..end]).unwrap();
+                drop(text);
+                let n = cs_lines.min(lines);
+                let mut cs = Command::new("timeout");
+                cs.args(["600", "crowdsec", "-dsn"])
+                    .arg(format!("file://{}", head.display()))
+                    .args(["-type", "nginx", "-no-api"]);
+                match timed(cs) {
+                    Some(s) => row(
+                        &format!("crowdsec -dsn file://… -type nginx -no-api (first {n} lines)"),
+                        n,
+                        end as u64,
+                        s,
+                    ),
+                    None => println!("| crowdsec replay: did not run (its configuration or hub is missing) | | | | |"),
+                }
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

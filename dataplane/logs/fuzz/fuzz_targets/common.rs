@@ -1,0 +1,74 @@
+//! What every log-format target does with its input.
+//!
+//! Input framing: the first line is a custom format in the program's own
+//! syntax (tried after the predefined one, if it compiles), the rest is
+//! the log. Each line goes through the parser alone, then the whole log
+//! through a dry run with a small line bound (the line reader, the
+//! engine): never a panic, and the counts add up.
+
+use rctl_dataplane::dryrun::DryRun;
+use rctl_logs::detect::{by_name, Spec};
+use rctl_logs::run::{replay_sources, Options, Source};
+use std::sync::OnceLock;
+
+/// Small (an engine is built for every input), but reading every
+/// field a log may lack, with a throttle on the log's clock.
+const RULES: &str = r#"rule by_header {
+  priority 1
+  when header("x-debug") present and port == 443
+  deny 403 "no"
+}
+rule by_ua {
+  priority 2
+  when header("user-agent") starts_with "evil" or host == "a.example"
+  deny 403 "no"
+}
+rule per_ip {
+  priority 3
+  when path starts_with "/w/" and method == "GET"
+  throttle 10 requests per 1m burst 5 by ip status 429 reason "slow"
+}
+"#;
+
+fn ruleset() -> &'static rctl_compiler::ir::Ruleset {
+    static R: OnceLock<rctl_compiler::ir::Ruleset> = OnceLock::new();
+    R.get_or_init(|| {
+        let c = rctl_compiler::compile_str("fuzz.rctl", RULES, &Default::default());
+        c.ruleset.expect("the fuzz rules compile")
+    })
+}
+
+/// Fuzzes `predefined` and, from the input's first line, `kind:FORMAT`.
+pub fn run(data: &[u8], predefined: &str, kind: Option<&str>) {
+    let (first, log) = match data.iter().position(|&b| b == b'\n') {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (&data[..0], data),
+    };
+    let spec = Spec {
+        captures: vec!["user-agent".into(), "host".into(), "referer".into()],
+    };
+    let mut names = vec![predefined.to_string()];
+    if let (Some(k), Ok(f)) = (kind, std::str::from_utf8(first)) {
+        names.push(format!("{k}:{f}"));
+    }
+    for name in names {
+        let Ok(format) = by_name(&name, &spec) else { continue };
+        for line in log.split(|&b| b == b'\n') {
+            let _ = rctl_logs::record::parse_owned(&format, line);
+        }
+        let mut run = DryRun::new(ruleset().clone(), None).expect("engine");
+        let opts = Options {
+            format: Some(name.clone()),
+            spec: spec.clone(),
+            max_line: 256,
+            ..Options::default()
+        };
+        let r: Box<dyn std::io::Read + Send> = Box::new(std::io::Cursor::new(log.to_vec()));
+        let Ok(src) = Source::from_reader(&mut run, "fuzz", r, &opts) else { continue };
+        let summary = replay_sources(&mut run, vec![src]);
+        let (_, l) = &summary.inputs[0];
+        assert_eq!(l.judged + l.bad_lines, l.lines, "{name}: every line judged or bad");
+        let report = run.finish();
+        assert!(report.totals.unknown_requests <= report.totals.captured_requests);
+    }
+}

@@ -1,0 +1,7 @@
+//! The webrequest parser: arbitrary lines never
+//! panic, and every line is judged or reported bad (see `common`).
+#![no_main]
+
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::run(data, "webrequest", None));

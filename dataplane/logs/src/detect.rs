@@ -1,0 +1,98 @@
+//! Naming and detecting formats. A format is detected only where that is
+//! unambiguous: the first lines must all fit exactly one of the
+//! predefined formats. Custom formats are always named.
+
+use crate::format::Format;
+use crate::record::Record;
+use crate::{haproxy, nginx, varnish, webrequest};
+
+/// The predefined formats, by name.
+pub const NAMES: [&str; 5] = [
+    "haproxy-httplog",
+    "nginx-combined",
+    "varnishncsa",
+    "webrequest",
+    "webrequest-parquet",
+];
+
+/// What `--log-format` takes, with what a format needs besides its name.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    /// The captured request headers' names, in order (HAProxy).
+    pub captures: Vec<String>,
+}
+
+/// A format by name: one of [`NAMES`], or `haproxy:FORMAT`,
+/// `nginx:FORMAT` (`nginx:escape=json FORMAT`), `varnishncsa:FORMAT`.
+pub fn by_name(name: &str, spec: &Spec) -> Result<Format, String> {
+    let (kind, custom) = match name.split_once(':') {
+        Some((k, f)) => (k, Some(f)),
+        None => (name, None),
+    };
+    match (kind, custom) {
+        ("haproxy-httplog" | "haproxy", None) => haproxy::compile(name, haproxy::HTTPLOG, &spec.captures),
+        ("haproxy", Some(f)) => haproxy::compile(name, f, &spec.captures),
+        ("nginx-combined" | "nginx" | "combined", None) => nginx::compile(name, nginx::COMBINED),
+        ("nginx", Some(f)) => nginx::compile(name, f),
+        ("varnishncsa" | "varnish", None) => varnish::compile(name, varnish::DEFAULT),
+        ("varnishncsa" | "varnish", Some(f)) => varnish::compile(name, f),
+        ("webrequest" | "webrequest-json", None) => Ok(webrequest::format()),
+        ("webrequest-parquet", None) => Err("webrequest-parquet is read from .parquet files".into()),
+        _ => Err(format!(
+            "unknown log format {name:?}: name one of {}, or give haproxy:FORMAT, nginx:FORMAT or varnishncsa:FORMAT",
+            NAMES.join(", ")
+        )),
+    }
+}
+
+/// The predefined format every one of `lines` fits, if exactly one
+/// does (nginx's combined and varnishncsa's default differ in the
+/// request line: varnishncsa writes an absolute URL).
+pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
+    let lines: Vec<&[u8]> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.trim_ascii().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return Err("the input is empty, so its format cannot be detected".into());
+    }
+    // The format most lines fit, if more than half do (a bad line
+    // or two among the first must not hide the format).
+    let mut fits = Vec::new();
+    let (mut rec, mut arena) = (Record::default(), Vec::new());
+    let mut best = 0;
+    for name in ["haproxy-httplog", "nginx-combined", "webrequest"] {
+        let Ok(f) = by_name(name, spec) else { continue };
+        let n = lines
+            .iter()
+            .filter(|l| f.parse(l, &mut rec, &mut arena).is_ok())
+            .count();
+        if n * 2 <= lines.len() || n < best {
+            continue;
+        }
+        if n > best {
+            fits.clear();
+            best = n;
+        }
+        fits.push(f);
+    }
+    let absolute = |l: &&[u8]| {
+        let q = memchr::memchr(b'"', l).map_or(&l[..0], |i| &l[i..]);
+        memchr::memmem::find(q, b" http://").is_some()
+            || memchr::memmem::find(q, b" https://").is_some()
+    };
+    match fits.len() {
+        1 if fits[0].name == "nginx-combined"
+            && lines.iter().filter(|l| absolute(l)).count() * 2 > lines.len() =>
+        {
+            by_name("varnishncsa", spec)
+        }
+        1 => Ok(fits.remove(0)),
+        0 => Err(format!(
+            "the format of the first lines is none of {}: name it with --log-format (a custom format as haproxy:…, nginx:… or varnishncsa:…)",
+            NAMES[..4].join(", ")
+        )),
+        _ => Err("the first lines fit several formats: name one with --log-format".into()),
+    }
+}

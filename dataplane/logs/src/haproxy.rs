@@ -1,0 +1,204 @@
+//! HAProxy's logs: `option httplog` and any `log-format` in HAProxy's
+//! `%` syntax. Captured request headers (`%hr`, `%[capture.req.hdr(N)]`)
+//! are named by the `capture request header` lines of the frontend,
+//! given as a list or read from the configuration.
+
+use crate::format::Format;
+use crate::template::{Escape, Field, Template, Token};
+use crate::time::TimeFormat;
+
+/// `option httplog`'s format (HAProxy 2.6).
+pub const HTTPLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
+
+/// What a `%` variable is (`r`, `ci`, `tr`…); `captures` names `%hr`'s.
+fn variable(v: &str, captures: &[String]) -> (Field, Escape) {
+    let f = match v {
+        "ci" => Field::ClientIp,
+        "fi" => Field::ServerIp,
+        "fp" => Field::ServerPort,
+        "t" | "tr" | "tq" => Field::Time(TimeFormat::ClfMillis),
+        "T" | "trg" | "Tl" | "trl" => Field::Time(TimeFormat::Clf),
+        "Ts" | "tsq" => Field::Time(TimeFormat::EpochSeconds),
+        "ms" => Field::Millis,
+        "HM" => Field::Method,
+        "HU" => Field::Target,
+        "HP" => Field::Path,
+        "HQ" => Field::Query,
+        "r" => Field::RequestLine,
+        "hr" => Field::Captures(captures.to_vec()),
+        "hs" => Field::ResponseCaptures,
+        _ => Field::Skip,
+    };
+    // HAProxy writes the request line and captures with `#HH` escapes.
+    let esc = match v {
+        "r" | "hr" | "HU" | "HP" | "HQ" => Escape::Hash,
+        _ => Escape::None,
+    };
+    (f, esc)
+}
+
+/// A sample-fetch expression, `%[…]`.
+fn sample(expr: &str, captures: &[String]) -> Field {
+    // A converter changes the value: it is not the field any more.
+    if expr.contains(',') {
+        return Field::Skip;
+    }
+    let arg = |prefix: &str| expr.strip_prefix(prefix).and_then(|r| r.strip_suffix(')'));
+    if let Some(n) = arg("capture.req.hdr(") {
+        return match n.trim().parse::<usize>().ok().and_then(|n| captures.get(n)) {
+            Some(h) => Field::Header(h.clone()),
+            None => Field::Skip,
+        };
+    }
+    match expr {
+        "src" => Field::ClientIp,
+        "dst" => Field::ServerIp,
+        "dst_port" => Field::ServerPort,
+        "method" => Field::Method,
+        "path" => Field::Path,
+        "query" => Field::Query,
+        "url" | "pathq" => Field::Target,
+        "capture.req.method" => Field::Method,
+        "capture.req.uri" => Field::Target,
+        _ => Field::Skip,
+    }
+}
+
+/// Takes a `log-format` argument as the configuration writes it: one
+/// pair of double quotes around it, `\"`, `\\` and `\ ` inside.
+fn unquote(s: &str) -> String {
+    let t = s.trim();
+    let t = t
+        .strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .unwrap_or(t);
+    let mut out = String::with_capacity(t.len());
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(d) = chars.next() {
+                out.push(d);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Compiles a `log-format` string; `captures` are the captured request
+/// headers' names in the frontend's order.
+pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, String> {
+    let spec = unquote(spec);
+    let captures: Vec<String> = captures.iter().map(|c| c.to_ascii_lowercase()).collect();
+    let mut tokens = Vec::new();
+    let mut lit = Vec::new();
+    let mut rest = spec.as_str();
+    while let Some(i) = rest.find('%') {
+        lit.extend_from_slice(&rest.as_bytes()[..i]);
+        rest = &rest[i + 1..];
+        if let Some(r) = rest.strip_prefix('%') {
+            lit.push(b'%');
+            rest = r;
+            continue;
+        }
+        let mut quoted = false;
+        let mut esc_flag = false;
+        if let Some(r) = rest.strip_prefix('{') {
+            let end = r.find('}').ok_or("an unclosed %{ in the log-format")?;
+            for flag in r[..end].split(',') {
+                match flag.trim() {
+                    "+Q" => quoted = true,
+                    "+E" => esc_flag = true,
+                    _ => {}
+                }
+            }
+            rest = &r[end + 1..];
+        }
+        let (field, mut esc) = if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']').ok_or("an unclosed %[ in the log-format")?;
+            let f = sample(r[..end].trim(), &captures);
+            rest = &r[end + 1..];
+            (f, Escape::None)
+        } else {
+            let len = rest
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(rest.len());
+            if len == 0 {
+                return Err(format!(
+                    "a % without a variable in the log-format, before {rest:?}"
+                ));
+            }
+            let v = &rest[..len];
+            rest = &rest[len..];
+            variable(v, &captures)
+        };
+        if esc_flag {
+            esc = Escape::Backslash;
+        }
+        // `%ci:%cp`: the address and its port together, as the last
+        // colon splits an unbracketed IPv6 address from its port.
+        if field == Field::ClientIp && rest.starts_with(":%cp") {
+            rest = &rest[4..];
+            tokens.push(Token::Lit(std::mem::take(&mut lit)));
+            tokens.push(Token::Field(Field::ClientIpPort, esc));
+            continue;
+        }
+        if quoted {
+            lit.push(b'"');
+        }
+        tokens.push(Token::Lit(std::mem::take(&mut lit)));
+        tokens.push(Token::Field(field, esc));
+        if quoted {
+            lit.push(b'"');
+        }
+    }
+    lit.extend_from_slice(rest.as_bytes());
+    tokens.push(Token::Lit(lit));
+    Ok(Format::from_template(name, Template::new(tokens), true))
+}
+
+/// The `capture request header` names of a HAProxy configuration, per
+/// frontend (or `defaults`-less listen section), in order.
+pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["frontend" | "listen", name, ..] => out.push((name.to_string(), Vec::new())),
+            ["backend" | "defaults" | "global" | "resolvers" | "peers" | "userlist" | "program"
+            | "cache" | "ring" | "mailers" | "http-errors", ..] => {
+                out.push((String::new(), Vec::new()))
+            }
+            ["capture", "request", "header", name, ..] => {
+                if let Some(last) = out.last_mut() {
+                    last.1.push(name.to_ascii_lowercase());
+                }
+            }
+            _ => {}
+        }
+    }
+    out.retain(|(n, _)| !n.is_empty());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_captures() {
+        let c = "frontend a\n  capture request header User-Agent len 10\n  capture request header Host len 5\nbackend b\n  capture request header X len 1\nlisten c\n  capture request header Referer len 9\n";
+        assert_eq!(
+            captures_in_config(c),
+            vec![
+                (
+                    "a".to_string(),
+                    vec!["user-agent".to_string(), "host".to_string()]
+                ),
+                ("c".to_string(), vec!["referer".to_string()])
+            ]
+        );
+        assert_eq!(unquote(r#""%ci\ %HM \"x\"""#), r#"%ci %HM "x""#);
+    }
+}

@@ -1,0 +1,181 @@
+//! One parsed line: where each request field is, borrowed from the line
+//! or from a per-line arena, and the request the engine decides.
+
+use crate::template::Span;
+use rctl_dataplane::Request;
+use std::net::IpAddr;
+
+/// A request header's value: the name is an index into the format's
+/// header names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeaderValue {
+    /// Index into [`crate::Format::header_names`].
+    pub name: u16,
+    /// Where its value is.
+    pub value: Span,
+}
+
+/// A parsed line, as positions; reused from line to line.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    /// Nanoseconds since the epoch.
+    pub time_ns: u64,
+    /// The resolution this line's time was written with.
+    pub resolution_ns: u64,
+    /// The client address.
+    pub ip: Option<IpAddr>,
+    /// The address the client reached.
+    pub dst: Option<IpAddr>,
+    /// The port the client reached.
+    pub port: Option<u16>,
+    /// The method.
+    pub method: Span,
+    /// The Host.
+    pub host: Span,
+    /// The target (path and `?query`).
+    pub target: Span,
+    /// The path, when the format writes it apart from the query.
+    pub path: Option<Span>,
+    /// The query, when the format writes it apart from the path.
+    pub query: Option<Span>,
+    /// Headers present on this line.
+    pub headers: Vec<HeaderValue>,
+    /// Milliseconds to add (HAProxy's `%Ts.%ms`).
+    pub millis: Option<u64>,
+}
+
+impl Record {
+    /// Empties it for the next line (keeping its allocation).
+    pub fn clear(&mut self) {
+        self.time_ns = 0;
+        self.resolution_ns = 0;
+        self.ip = None;
+        self.dst = None;
+        self.port = None;
+        self.method = Span::default();
+        self.host = Span::default();
+        self.target = Span::default();
+        self.path = None;
+        self.query = None;
+        self.headers.clear();
+        self.millis = None;
+    }
+}
+
+/// The header list of a request, its buffer kept from one request to the
+/// next (no allocation per line).
+#[derive(Default)]
+pub struct HeaderBuf {
+    buf: Vec<(&'static [u8], &'static [u8])>,
+}
+
+/// An empty vector with `v`'s allocation, for items of another lifetime
+/// (the in-place collect reuses the buffer; no item is ever converted).
+#[expect(
+    clippy::unnecessary_filter_map,
+    reason = "the map is what changes the items' lifetime"
+)]
+fn reuse<'b>(mut v: Vec<(&[u8], &[u8])>) -> Vec<(&'b [u8], &'b [u8])> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+impl HeaderBuf {
+    /// Builds the request of `rec` and hands it to `f`.
+    pub fn with_request<T>(
+        &mut self,
+        rec: &Record,
+        line: &[u8],
+        arena: &[u8],
+        names: &[String],
+        f: impl FnOnce(&Request<'_>) -> T,
+    ) -> Option<T> {
+        let ip = rec.ip?;
+        let mut headers = reuse(std::mem::take(&mut self.buf));
+        for h in &rec.headers {
+            if let Some(n) = names.get(h.name as usize) {
+                headers.push((n.as_bytes(), h.value.get(line, arena)));
+            }
+        }
+        let req = Request {
+            method: rec.method.get(line, arena),
+            host: rec.host.get(line, arena),
+            target: rec.target.get(line, arena),
+            headers: &headers,
+            ip,
+            dst: rec.dst,
+            port: rec.port.unwrap_or(0),
+            time_ns: rec.time_ns,
+        };
+        let out = f(&req);
+        self.buf = reuse(headers);
+        Some(out)
+    }
+}
+
+/// A parsed line as owned values, for tests, tools and fuzzing (the
+/// dry run never makes one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    /// Nanoseconds since the epoch.
+    pub time_ns: u64,
+    /// The client address.
+    pub ip: IpAddr,
+    /// The address the client reached.
+    pub dst: Option<IpAddr>,
+    /// The port.
+    pub port: Option<u16>,
+    /// The method.
+    pub method: Vec<u8>,
+    /// The Host.
+    pub host: Vec<u8>,
+    /// The target.
+    pub target: Vec<u8>,
+    /// The headers present, lower-case names.
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Owned {
+    /// The first header with this (lower-case) name, as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+/// Parses one line of `format` into owned values.
+pub fn parse_owned(
+    format: &crate::Format,
+    line: &[u8],
+) -> Result<Owned, crate::template::Mismatch> {
+    let (mut rec, mut arena) = (Record::default(), Vec::new());
+    format.parse(line, &mut rec, &mut arena)?;
+    let g = |s: crate::template::Span| s.get(line, &arena).to_vec();
+    Ok(Owned {
+        time_ns: rec.time_ns,
+        ip: rec
+            .ip
+            .ok_or(crate::template::Mismatch::Missing("client address"))?,
+        dst: rec.dst,
+        port: rec.port,
+        method: g(rec.method),
+        host: g(rec.host),
+        target: g(rec.target),
+        headers: rec
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    format
+                        .header_names
+                        .get(h.name as usize)
+                        .cloned()
+                        .unwrap_or_default(),
+                    g(h.value),
+                )
+            })
+            .collect(),
+    })
+}

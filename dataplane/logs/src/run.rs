@@ -1,0 +1,367 @@
+//! A dry run over logs: every line of every input through the engine,
+//! inputs merged in time order, bad lines counted with their positions.
+
+use crate::detect::{self, Spec};
+use crate::format::Format;
+use crate::input;
+use crate::lines::{LineReader, Next, MAX_LINE};
+use crate::record::{HeaderBuf, Record};
+use crate::template::Mismatch;
+use rctl_dataplane::dryrun::{BadLine, DryRun, LogInput};
+use std::fmt;
+use std::io::{self, Read};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Bad lines kept per input, for the report.
+pub const BAD_EXAMPLES: usize = 10;
+
+/// How logs are read.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `--log-format`; detected from the first lines if `None`.
+    pub format: Option<String>,
+    /// What formats need besides their name.
+    pub spec: Spec,
+    /// `--client-ip-field`: a header, and trusted proxies to skip.
+    pub client_ip_field: Option<(String, Vec<(IpAddr, u8)>)>,
+    /// The longest line read.
+    pub max_line: usize,
+    /// `--sampled N`: one line in N was kept (throttles are not run).
+    pub sampled: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            format: None,
+            spec: Spec::default(),
+            client_ip_field: None,
+            max_line: MAX_LINE,
+            sampled: None,
+        }
+    }
+}
+
+/// What stops a run before it starts: an input that cannot be opened,
+/// or a format that cannot be had.
+#[derive(Debug)]
+pub enum LogError {
+    /// The input could not be opened.
+    Open(PathBuf, io::Error),
+    /// The format is unknown, cannot be detected or does not fit a flag.
+    Format(String, String),
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::Open(p, e) => write!(f, "cannot open {}: {e}", p.display()),
+            LogError::Format(p, e) => write!(f, "{p}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+/// What was read, per input.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Per input: its name and what was read from it.
+    pub inputs: Vec<(String, LogInput)>,
+    /// Read errors that stopped an input (everything before counts).
+    pub errors: Vec<String>,
+}
+
+impl Summary {
+    /// Bad lines over all inputs.
+    pub fn bad_lines(&self) -> u64 {
+        self.inputs.iter().map(|(_, l)| l.bad_lines).sum()
+    }
+
+    /// The coarsest time resolution of the inputs, ns.
+    pub fn resolution_ns(&self) -> u64 {
+        self.inputs
+            .iter()
+            .map(|(_, l)| l.resolution_ns)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A line's first bytes, escaped, for a report.
+pub fn excerpt(line: &[u8]) -> String {
+    let mut s = String::new();
+    for &b in line.iter().take(80) {
+        match b {
+            b'\\' => s.push_str("\\\\"),
+            0x20..=0x7e => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if line.len() > 80 {
+        s.push('…');
+    }
+    s
+}
+
+fn reason(m: Mismatch) -> String {
+    match m {
+        Mismatch::Literal(p) => format!("does not fit the format at byte {p}"),
+        Mismatch::Unterminated(p) => format!("a field from byte {p} has no end"),
+        Mismatch::Value(p, what) => format!("not a valid {what} at byte {p}"),
+        Mismatch::Missing(what) => format!("no {what}"),
+    }
+}
+
+/// One input being read.
+pub struct Source {
+    /// Its name.
+    pub name: String,
+    reader: LineReader<Box<dyn Read + Send>>,
+    /// Its format.
+    pub format: Format,
+    rec: Record,
+    arena: Vec<u8>,
+    /// Its index in the dry run.
+    pub id: usize,
+    /// What was read.
+    pub stats: LogInput,
+    /// A parsed line waits in `rec`.
+    ready: bool,
+    /// The read error that stopped it.
+    pub error: Option<String>,
+}
+
+/// Reads the first lines of a stream without losing them: the stream
+/// that follows still starts at its first byte.
+fn peek(mut r: Box<dyn Read + Send>) -> io::Result<(Vec<u8>, Box<dyn Read + Send>)> {
+    let mut head = vec![0u8; 64 << 10];
+    let mut n = 0;
+    while n < head.len() {
+        match r.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if memchr::memchr_iter(b'\n', &head[..n]).count() >= 20 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    head.truncate(n);
+    let rest: Box<dyn Read + Send> = Box::new(io::Cursor::new(head.clone()).chain(r));
+    Ok((head, rest))
+}
+
+/// The format of an input: named, or detected from its first lines.
+pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, LogError> {
+    let mut f = match &opts.format {
+        Some(n) => detect::by_name(n, &opts.spec),
+        None => {
+            let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').take(20).collect();
+            // The last piece may be cut short.
+            let n = if head.ends_with(b"\n") || lines.len() < 2 {
+                lines.len()
+            } else {
+                lines.len() - 1
+            };
+            detect::detect(&lines[..n], &opts.spec)
+        }
+    }
+    .map_err(|e| LogError::Format(name.to_string(), e))?;
+    if let Some((h, trusted)) = &opts.client_ip_field {
+        f.set_client_ip_field(h, trusted.clone())
+            .map_err(|e| LogError::Format(name.to_string(), e))?;
+    }
+    if opts.sampled.is_some() {
+        f.known.complete = false;
+    }
+    Ok(f)
+}
+
+impl Source {
+    /// Opens `path` and finds its format; registers it with the run.
+    pub fn open(run: &mut DryRun, path: &Path, opts: &Options) -> Result<Source, LogError> {
+        let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
+        Source::from_reader(run, &path.display().to_string(), r, opts)
+    }
+
+    /// A source reading `r`.
+    pub fn from_reader(
+        run: &mut DryRun,
+        name: &str,
+        r: Box<dyn Read + Send>,
+        opts: &Options,
+    ) -> Result<Source, LogError> {
+        let (head, r) = peek(r).map_err(|e| LogError::Open(name.into(), e))?;
+        let format = format_for(opts, &head, name)?;
+        let id = run.add_request_input(name, &format.name, &format.known);
+        Ok(Source {
+            name: name.to_string(),
+            reader: LineReader::new(r, opts.max_line),
+            stats: LogInput {
+                format: format.name.clone(),
+                resolution_ns: format.resolution_ns,
+                ..LogInput::default()
+            },
+            format,
+            rec: Record::default(),
+            arena: Vec::new(),
+            id,
+            ready: false,
+            error: None,
+        })
+    }
+
+    /// The reader, for a follower.
+    pub fn reader_mut(&mut self) -> &mut LineReader<Box<dyn Read + Send>> {
+        &mut self.reader
+    }
+
+    fn bad(&mut self, why: String, excerpt: String) {
+        self.stats.bad_lines += 1;
+        if self.stats.bad.len() < BAD_EXAMPLES {
+            self.stats.bad.push(BadLine {
+                line: self.reader.line_no(),
+                offset: self.reader.offset(),
+                reason: why,
+                excerpt,
+            });
+        }
+    }
+
+    /// Reads on to the next line that parses; false at the end (or at a
+    /// read error, kept in `error`).
+    pub fn fill(&mut self) -> bool {
+        self.ready = false;
+        loop {
+            match self.reader.advance() {
+                Ok(Next::Line) => {
+                    self.stats.lines += 1;
+                    let line = self.reader.line();
+                    if line.is_empty() {
+                        self.stats.lines -= 1;
+                        continue;
+                    }
+                    match self.format.parse(line, &mut self.rec, &mut self.arena) {
+                        Ok(()) => {
+                            self.ready = true;
+                            return true;
+                        }
+                        Err(m) => {
+                            let ex = excerpt(line);
+                            self.bad(reason(m), ex);
+                        }
+                    }
+                }
+                Ok(Next::TooLong { len }) => {
+                    self.stats.lines += 1;
+                    self.bad(
+                        format!("{len} bytes long, over the bound on a line"),
+                        String::new(),
+                    );
+                }
+                Ok(Next::End) => return false,
+                Err(e) => {
+                    self.error = Some(format!("{}: {e}", self.name));
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// The parsed line's time.
+    pub fn time_ns(&self) -> u64 {
+        self.rec.time_ns
+    }
+
+    /// Judges the parsed line.
+    pub fn judge(&mut self, run: &mut DryRun, headers: &mut HeaderBuf) {
+        self.judge_with(run, headers, |_| {});
+    }
+
+    /// Judges the parsed line, and shows the request to `seen`.
+    pub fn judge_with(
+        &mut self,
+        run: &mut DryRun,
+        headers: &mut HeaderBuf,
+        mut seen: impl FnMut(&rctl_dataplane::Request<'_>),
+    ) {
+        if !self.ready {
+            return;
+        }
+        self.ready = false;
+        self.stats.judged += 1;
+        let f = &self.format;
+        let id = self.id;
+        headers.with_request(
+            &self.rec,
+            self.reader.line(),
+            &self.arena,
+            &f.header_names,
+            |req| {
+                run.log_request(id, req);
+                seen(req);
+            },
+        );
+    }
+
+    /// Hands what was read to the run's report.
+    pub fn finish(self, run: &mut DryRun) -> (String, LogInput, Option<String>) {
+        run.finish_request_input(self.id, self.stats.clone(), self.error.clone());
+        (self.name, self.stats, self.error)
+    }
+}
+
+/// Replays every log in `paths` (files, directories, `-`) through `run`,
+/// merged in time order (ties in the order given; within one input, file
+/// order).
+pub fn replay(run: &mut DryRun, paths: &[PathBuf], opts: &Options) -> Result<Summary, LogError> {
+    let files = input::expand(paths).map_err(|e| LogError::Open(paths[0].clone(), e))?;
+    let mut sources = Vec::with_capacity(files.len());
+    for f in &files {
+        sources.push(Source::open(run, f, opts)?);
+    }
+    Ok(replay_sources(run, sources))
+}
+
+/// Replays opened sources, merged in time order.
+pub fn replay_sources(run: &mut DryRun, mut sources: Vec<Source>) -> Summary {
+    let mut headers = HeaderBuf::default();
+    if sources.len() == 1 {
+        let s = &mut sources[0];
+        while s.fill() {
+            s.judge(run, &mut headers);
+        }
+    } else {
+        let mut live: Vec<usize> = Vec::new();
+        for (i, s) in sources.iter_mut().enumerate() {
+            if s.fill() {
+                live.push(i);
+            }
+        }
+        while !live.is_empty() {
+            // The earliest waiting line (few inputs: a scan is enough).
+            let (k, _) = live
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, &i)| (sources[i].time_ns(), i))
+                .unwrap_or((0, &0));
+            let i = live[k];
+            sources[i].judge(run, &mut headers);
+            if !sources[i].fill() {
+                live.remove(k);
+            }
+        }
+    }
+    let mut summary = Summary::default();
+    for s in sources {
+        let (name, stats, err) = s.finish(run);
+        summary.inputs.push((name, stats));
+        summary.errors.extend(err);
+    }
+    summary
+}

@@ -1,0 +1,198 @@
+//! Wikimedia's `webrequest`, raw: one flat JSON object a line
+//! (`dt`, `ip`, `uri_host`, `uri_path`, `uri_query`, `http_method`,
+//! `user_agent`, `accept_language`, `referer`, `x_analytics`, …). Read
+//! by a scanner that lends string values from the line and decodes only
+//! those with escapes.
+
+use crate::format::{parse_ip, Format, Kind};
+use crate::record::{HeaderValue, Record};
+use crate::template::{unescape, Escape, Mismatch, Span};
+use crate::time::TimeFormat;
+use rctl_dataplane::partial::{Known, KnownHeaders};
+
+/// The request headers webrequest carries, by column.
+pub const HEADERS: [(&str, &str); 6] = [
+    ("user_agent", "user-agent"),
+    ("referer", "referer"),
+    ("accept_language", "accept-language"),
+    ("x_analytics", "x-analytics"),
+    ("accept", "accept"),
+    ("range", "range"),
+];
+
+/// The webrequest JSON format.
+pub fn format() -> Format {
+    let mut names: Vec<String> = HEADERS.iter().map(|(_, h)| h.to_string()).collect();
+    names.push("host".into());
+    let known = Known {
+        method: true,
+        host: true,
+        path: true,
+        query: true,
+        url: true,
+        headers: KnownHeaders::Only(names.clone()),
+        dst_ip: false,
+        port: false,
+        complete: true,
+    };
+    Format {
+        name: "webrequest".into(),
+        kind: Kind::WebrequestJson,
+        syslog: false,
+        header_names: names,
+        known,
+        resolution_ns: 1_000_000,
+        client_ip: None,
+        host_in_url: false,
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the string whose opening quote is at `i - 1`: the index of
+/// its closing quote.
+fn string_end(b: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        let j = i + memchr::memchr2(b'"', b'\\', &b[i..])?;
+        if b[j] == b'"' {
+            return Some(j);
+        }
+        i = j + 2;
+        if i > b.len() {
+            return None;
+        }
+    }
+}
+
+/// The end of a value that is not a string (number, literal, or a nested
+/// object or array, skipped with its strings).
+fn value_end(b: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'"' => i = string_end(b, i + 1)?,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth == 0 => return Some(i),
+            b'}' | b']' => depth -= 1,
+            b',' if depth == 0 => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    (depth == 0).then_some(i)
+}
+
+/// Parses one line into `rec`.
+pub fn parse(
+    f: &Format,
+    line: &[u8],
+    rec: &mut Record,
+    arena: &mut Vec<u8>,
+) -> Result<(), Mismatch> {
+    let b = line;
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return Err(Mismatch::Literal(i));
+    }
+    i += 1;
+    let (mut path, mut query) = (None, None);
+    loop {
+        i = skip_ws(b, i);
+        match b.get(i) {
+            Some(b'}') => break,
+            Some(b'"') => {}
+            _ => return Err(Mismatch::Literal(i)),
+        }
+        let ks = i + 1;
+        let ke = string_end(b, ks).ok_or(Mismatch::Unterminated(ks))?;
+        let key = &b[ks..ke];
+        i = skip_ws(b, ke + 1);
+        if b.get(i) != Some(&b':') {
+            return Err(Mismatch::Literal(i));
+        }
+        i = skip_ws(b, i + 1);
+        let (val, vs) = if b.get(i) == Some(&b'"') {
+            let e = string_end(b, i + 1).ok_or(Mismatch::Unterminated(i))?;
+            let v = (
+                Some(unescape(&b[i + 1..e], i + 1, Escape::Json, arena)),
+                i + 1,
+            );
+            i = e + 1;
+            v
+        } else {
+            let e = value_end(b, i).ok_or(Mismatch::Unterminated(i))?;
+            let raw = b[i..e].trim_ascii_end();
+            let v = ((raw != b"null").then(|| Span::line(i, i + raw.len())), i);
+            i = e;
+            v
+        };
+        if let Some(v) = val {
+            let get = |s: Span| s.get(line, arena);
+            match key {
+                b"dt" => {
+                    let (ns, res) = TimeFormat::Iso8601
+                        .parse(get(v))
+                        .ok_or(Mismatch::Value(vs, "time"))?;
+                    rec.time_ns = ns;
+                    rec.resolution_ns = res;
+                }
+                b"ip" => rec.ip = parse_ip(get(v)),
+                b"uri_host" => {
+                    rec.host = v;
+                    push(f, rec, "host", v, get(v));
+                }
+                b"uri_path" => path = Some(v),
+                b"uri_query" => query = Some(v),
+                b"http_method" => rec.method = v,
+                k => {
+                    if let Some((_, h)) = HEADERS.iter().find(|(c, _)| c.as_bytes() == k) {
+                        push(f, rec, h, v, get(v));
+                    }
+                }
+            }
+        }
+        i = skip_ws(b, i);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => break,
+            _ => return Err(Mismatch::Literal(i)),
+        }
+    }
+    // uri_query holds its `?` (or is empty).
+    let path = path.unwrap_or_default();
+    rec.target = match query.filter(|q| !q.is_empty()) {
+        None => path,
+        Some(q) => {
+            let start = arena.len();
+            for s in [path, q] {
+                match s.arena_range() {
+                    Some(r) => arena.extend_from_within(r),
+                    None => arena.extend_from_slice(s.get(line, &[])),
+                }
+            }
+            if arena.get(start + path.get(line, arena).len()) != Some(&b'?') {
+                let at = start + path.get(line, arena).len();
+                arena.insert(at, b'?');
+            }
+            Span::arena(start, arena.len())
+        }
+    };
+    Ok(())
+}
+
+fn push(f: &Format, rec: &mut Record, name: &str, v: Span, bytes: &[u8]) {
+    if bytes.is_empty() || bytes == b"-" {
+        return;
+    }
+    if let Some(i) = f.header_names.iter().position(|h| h == name) {
+        rec.headers.push(HeaderValue {
+            name: i as u16,
+            value: v,
+        });
+    }
+}

@@ -1,0 +1,166 @@
+//! `--follow` on the log a real nginx writes, through both rotations
+//! logrotate does: rename and reopen (nginx's USR1), and copytruncate.
+//! No line is lost and none counted twice: the report's requests are the
+//! requests sent, and the lines in nginx's files.
+
+use crate::util::{root, tempdir};
+use rctl_testkit::proc::{free_port, Proc};
+use rctl_testkit::servers::nginx::{self, Nginx};
+use rctl_testkit::skip::require;
+use serde_json::Value;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn get(to: SocketAddr, n: usize, path: &str) {
+    for i in 0..n {
+        let mut s = TcpStream::connect(to).unwrap();
+        write!(s, "GET {path}{i} HTTP/1.1\r\nHost: x\r\nUser-Agent: follow/1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut b = Vec::new();
+        let _ = s.read_to_end(&mut b);
+    }
+}
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// Waits until `f` holds (at most 10 s).
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
+    if !require("nginx") {
+        return;
+    }
+    let dir = tempdir("logs-follow");
+    let port = free_port();
+    let at: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let log = dir.join("access.log");
+    let http = format!(
+        "    server {{\n        listen {at};\n        access_log {} combined;\n        location / {{ return 200 \"ok\\n\"; }}\n    }}",
+        log.display()
+    );
+    let server = Nginx::start(&dir, &nginx::conf(&dir, 1, &http), &[at]);
+    // A rule the /a/ requests match, so the screens count something.
+    let rules = dir.join("r.rctl");
+    std::fs::write(
+        &rules,
+        "rule first_batch {\n  priority 1\n  when path starts_with \"/a/\"\n  deny 403 \"no\"\n}\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+    cmd.arg("dry-run").arg(&rules).arg("--log").arg(&log).args([
+        "--log-format",
+        "nginx-combined",
+        "--follow",
+        "--every",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let mut rctl = Proc::spawn("rctl", &dir, cmd);
+    let screens = |rctl: &Proc| rctl.stderr().matches("--- last 1 s").count();
+    get(at, 30, "/a/");
+    until("the first screen", || screens(&rctl) >= 1);
+    // Rename, a few more lines into the renamed file, then nginx reopens.
+    std::fs::rename(&log, dir.join("access.log.1")).unwrap();
+    get(at, 10, "/b/");
+    server.proc.signal("USR1");
+    until("nginx reopened its log", || log.exists());
+    get(at, 30, "/c/");
+    until("the new file", || lines(&log) == 30);
+    let seen = screens(&rctl);
+    until("read on", || screens(&rctl) >= seen + 2);
+    // copytruncate: copied, cut in place; nginx appends at the new end.
+    std::fs::copy(&log, dir.join("access.log.2")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    get(at, 3, "/d/");
+    std::thread::sleep(Duration::from_millis(500));
+    get(at, 27, "/e/");
+    until("the last lines", || lines(&log) == 30);
+    let seen = screens(&rctl);
+    until("read on", || screens(&rctl) >= seen + 2);
+    rctl.signal("INT");
+    until("rctl reports", || rctl.exited().is_some());
+    let out = rctl.stdout();
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {}", rctl.logs()));
+    let on_disk = lines(&dir.join("access.log.1")) + lines(&dir.join("access.log.2")) + lines(&log);
+    assert_eq!(on_disk, 100, "nginx's own files");
+    assert_eq!(v["totals"]["captured_requests"], 100, "{}", rctl.logs());
+    let l = &v["inputs"][0]["log"];
+    assert_eq!(
+        (l["lines"].as_u64(), l["judged"].as_u64()),
+        (Some(100), Some(100)),
+        "{l}"
+    );
+    // The screens: each rule's interval counts and the talkers.
+    let err = rctl.stderr();
+    assert!(err.contains("addresses      127.0.0.1 "), "{err}");
+    // Over the screens: the 30 /a/ requests, all denied by the rule.
+    let (mut matches, mut deny) = (0, 0);
+    for row in err.lines().filter(|l| l.starts_with("first_batch ")) {
+        let n: Vec<u64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        (matches, deny) = (matches + n[0], deny + n[2]);
+    }
+    assert_eq!((matches, deny), (30, 30), "{err}");
+    // Intervals without /a/ requests: no rule matched; an idle one is empty.
+    assert!(err.contains("(no rule matched in the interval)"), "{err}");
+    assert!(err.contains("--- last 1 s: 0 requests"), "{err}");
+    assert!(err.contains("user agents    follow/1 "), "{err}");
+}
+
+#[test]
+fn follow_on_stdin_ends_with_it() {
+    let dir = tempdir("logs-follow-stdin");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+    cmd.arg("dry-run").arg(root().join("rules")).args([
+        "--log",
+        "-",
+        "--follow",
+        "--log-format",
+        "nginx-combined",
+        "--format",
+        "json",
+    ]);
+    let o = super::piped(cmd, |stdin| {
+        for i in 0..20 {
+            writeln!(
+                stdin,
+                "192.0.2.{i} - - [13/May/2026:12:00:{i:02} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+            )
+            .unwrap();
+        }
+        // The last line has no newline: at the end of a pipe it still
+        // counts.
+        write!(
+            stdin,
+            "192.0.2.99 - - [13/May/2026:12:00:59 +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+        )
+        .unwrap();
+    });
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["totals"]["captured_requests"], 21, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}

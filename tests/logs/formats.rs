@@ -1,0 +1,120 @@
+//! HAProxy's formats against what a real HAProxy writes: `option
+//! httplog` without and with captured headers, and a custom `log-format`
+//! with every variable the reader takes, escapes included.
+
+use rctl_logs::detect::{by_name, Spec};
+use rctl_logs::haproxy::captures_in_config;
+use rctl_logs::record::parse_owned;
+use rctl_testkit::proc::free_port;
+use rctl_testkit::servers::haproxy::{base, Haproxy};
+use rctl_testkit::skip::require;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+
+const CUSTOM: &str = r#""%ci %fi:%fp [%tr] %{+Q}HM %{+Q}HU %HP %HQ %ST %[capture.req.hdr(0)] %{+Q}[capture.req.hdr(1)] %Ts.%ms %{+Q,+E}[capture.req.hdr(0)] %hr %{+Q}r %T %t %[src] %[dst] %[dst_port] %[method]""#;
+
+fn send(to: SocketAddr, target: &str, ua: &str, referer: &str) {
+    let mut s = TcpStream::connect(to).unwrap();
+    // No Referer header at all when `referer` is empty.
+    let referer = if referer.is_empty() {
+        String::new()
+    } else {
+        format!("Referer: {referer}\r\n")
+    };
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: {ua}\r\n{referer}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut b = Vec::new();
+    let _ = s.read_to_end(&mut b);
+}
+
+#[test]
+fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
+    if !require("haproxy") {
+        return;
+    }
+    let dir = crate::util::tempdir("logs-haproxy-formats");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let at: Vec<SocketAddr> = ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
+        .collect();
+    let ok = "    http-request return status 200 content-type text/plain string ok\n";
+    let cfg = format!(
+        "{}frontend f1\n    bind {}\n{ok}frontend f2\n    bind {}\n    capture request header User-Agent len 200\n    capture request header Host len 100\n{ok}frontend f3\n    bind {}\n    log-format {CUSTOM}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}",
+        base(&dir),
+        at[0],
+        at[1],
+        at[2]
+    );
+    let server = Haproxy::start(&dir, &cfg, &[], &at);
+    let sent = [
+        ("/a?b=1", "plain/1.0", "http://r/1"),
+        ("/p%20q?x=%22y%22", "Mo\"z|i{l}la #x\\", "http://r/\"q\""),
+        ("/w/index.php", "tab\tua", ""),
+    ];
+    for to in &at {
+        for (t, ua, r) in sent {
+            send(*to, t, ua, r);
+        }
+    }
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 9, "{log}");
+    let caps = captures_in_config(&cfg);
+    let caps_of = |f: &str| caps.iter().find(|(n, _)| n == f).unwrap().1.clone();
+    let formats = [
+        by_name("haproxy-httplog", &Spec::default()).unwrap(),
+        by_name(
+            "haproxy-httplog",
+            &Spec {
+                captures: caps_of("f2"),
+            },
+        )
+        .unwrap(),
+        by_name(
+            &format!("haproxy:{CUSTOM}"),
+            &Spec {
+                captures: caps_of("f3"),
+            },
+        )
+        .unwrap(),
+    ];
+    for (i, f) in formats.iter().enumerate() {
+        let port = ports[i].to_string();
+        let mine: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.contains(&format!(" f{} ", i + 1)) || l.contains(&format!(":{port} [")))
+            .collect();
+        assert_eq!(mine.len(), 3, "f{}: {log}", i + 1);
+        for (l, (t, ua, r)) in mine.iter().zip(sent) {
+            let rec =
+                parse_owned(f, l.as_bytes()).unwrap_or_else(|e| panic!("f{}: {e:?}: {l}", i + 1));
+            assert_eq!(String::from_utf8_lossy(&rec.target), t, "{l}");
+            assert_eq!(String::from_utf8_lossy(&rec.method), "GET");
+            assert_eq!(rec.ip.to_string(), "127.0.0.1");
+            assert!(rec.time_ns > 1_700_000_000_000_000_000);
+            match i {
+                0 => assert_eq!(rec.header("user-agent"), None, "not logged: {l}"),
+                1 => assert_eq!(rec.header("user-agent").as_deref(), Some(ua), "{l}"),
+                _ => {
+                    assert_eq!(rec.header("user-agent").as_deref(), Some(ua), "{l}");
+                    let want = if r.is_empty() {
+                        None
+                    } else {
+                        Some(r.to_string())
+                    };
+                    assert_eq!(rec.header("referer"), want, "{l}");
+                    assert_eq!(rec.port, Some(ports[2]));
+                    assert_eq!(rec.dst.unwrap().to_string(), "127.0.0.1");
+                }
+            }
+        }
+        // Millisecond time on all three.
+        assert!(f.resolution_ns <= 1_000_000, "f{}", i + 1);
+    }
+    assert!(formats[2].known.port && formats[2].known.dst_ip && formats[2].known.url);
+}
