@@ -50,7 +50,8 @@ pub struct Finding {
     pub no_cache: bool,
     /// The key.
     pub key: Key,
-    /// Requests allowed per period.
+    /// Requests allowed per period: the normal clients' rate over the
+    /// traffic's span, scaled to the period.
     pub limit: u64,
     /// The period, seconds.
     pub period_s: u64,
@@ -193,6 +194,18 @@ pub fn find(
             }
         }
         out.extend(e.swarms(&caught));
+    }
+    // Counted over the traffic's span, limited per period: a client's
+    // rate is kept, so a short capture does not make a tight limit.
+    let span = span_s.max(1);
+    for f in &mut out {
+        if span != period_s {
+            f.limit = (f.limit * period_s).div_ceil(span);
+            f.basis = format!(
+                "{}, over {span} s of traffic, scaled to {period_s} s",
+                f.basis
+            );
+        }
     }
     out
 }
@@ -346,7 +359,10 @@ impl Endpoint<'_> {
         format!("{}{}", self.host, self.path)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a finding is its endpoint and these six facts"
+    )]
     fn finding(
         &self,
         what: String,
