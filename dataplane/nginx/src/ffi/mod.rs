@@ -476,10 +476,6 @@ ngx::ngx_modules!(ngx_http_rctl_module);
 /// The module nginx loads (`load_module modules/ngx_http_rctl_module.so;`).
 #[used]
 #[no_mangle]
-#[expect(
-    non_upper_case_globals,
-    reason = "nginx loads the module by this exact symbol name"
-)]
 pub static mut ngx_http_rctl_module: ngx_module_t = ngx_module_t {
     ctx: ptr::addr_of!(CTX) as _,
     commands: ptr::addr_of_mut!(COMMANDS) as *mut _,
