@@ -14,8 +14,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The rules in force before the incident: the updater exempt, nothing
-/// else.
-const EXISTING: &str = r#"
+/// else (the live test through HAProxy uses them too).
+pub(crate) const EXISTING: &str = r#"
 ipblock wdqs/updater {
   208.80.154.224/28
 }
@@ -27,7 +27,8 @@ rule wdqs_updater_exempt {
 }
 "#;
 
-const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+pub(crate) const FIREFOX: &str =
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36";
 
 /// One request of a scenario.

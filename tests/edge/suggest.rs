@@ -7,24 +7,13 @@
 
 use super::rctl_ok;
 use super::stack::{Front, Stack};
+use crate::suggest::{EXISTING, FIREFOX};
 use crate::util::tempdir;
 use rctl_testkit::proc::Proc;
 use rctl_testkit::skip::skip_unless;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
-
-const EXISTING: &str = r#"
-ipblock wdqs/updater {
-  208.80.154.224/28
-}
-
-rule wdqs_updater_exempt {
-  priority 10
-  when ipblock@wdqs/updater and header("user-agent") starts_with "wmf-streaming-updater-consumer/"
-  allow
-}
-"#;
 
 const UPDATER: &str = "208.80.154.230";
 const READERS: [&str; 6] = [
@@ -72,7 +61,7 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
     dump.wait_ready("listening", Duration::from_secs(10), |p| {
         p.stderr().contains("listening on")
     });
-    let browser = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+    let browser = FIREFOX;
     let plan = json!({"duration": 8, "groups": [
         {"name": "readers", "sources": READERS, "threads": 6, "rate": 6,
          "paths": ["/sparql?query=SELECT%201", "/wiki/Q42", "/wiki/Q64"],
