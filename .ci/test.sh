@@ -176,7 +176,11 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
       -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
-  done
+  done  # Parquet files: whole files as inputs, so longer ones.
+  mkdir -p fuzz/corpus/parquet
+  cargo +nightly fuzz run --sanitizer none parquet fuzz/corpus/parquet fuzz/seeds/parquet -- -runs=0
+  cargo +nightly fuzz run --sanitizer none parquet fuzz/corpus/parquet fuzz/seeds/parquet -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=32768 -timeout=10 -rss_limit_mb=2048
 )
 
 (

@@ -8,6 +8,7 @@ use crate::util::{rctl, root, tempdir};
 mod follow;
 mod formats;
 mod inputs;
+mod parquet;
 
 use rctl_testkit::lab;
 use rctl_testkit::proc::{free_port, settled, Proc};

@@ -21,6 +21,8 @@ pub struct LogArgs {
     /// The logs' format: haproxy-httplog, nginx-combined, varnishncsa,
     /// webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
     /// varnishncsa:FORMAT; detected from the first lines if left out.
+    /// Parquet files are recognised as such and read as
+    /// webrequest-parquet.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
     /// HAProxy: the `capture request header` names, in order (comma
@@ -140,6 +142,19 @@ pub fn explain_input(args: &LogArgs) -> Result<String> {
         names = vec![f.clone()];
     }
     let mut o = String::new();
+    if args
+        .log_format
+        .as_deref()
+        .is_none_or(|f| f == "webrequest-parquet")
+    {
+        let _ = writeln!(
+            o,
+            "webrequest-parquet (read from .parquet files, and folders of them partitioned as webrequest is):\n  carries: the columns the table has of ts or dt, ip, http_method, uri_host (and header(\"host\")), uri_path, uri_query, and the headers user_agent, referer, accept_language, x_analytics, accept, range\n  reads:   only the columns the ruleset reads, and the time, ip, uri_path and user_agent the report counts\n  time:    ts at its unit, or dt at 1 ms\n  lacks:   port, dst_ip, every other header, and any of those columns the table does not have; a rule reading what it lacks is not judged on it"
+        );
+        if args.log_format.is_some() {
+            return Ok(o);
+        }
+    }
     for n in names {
         let f = rctl_logs::detect::by_name(&n, &opts.spec).map_err(anyhow::Error::msg)?;
         let k = &f.known;

@@ -15,6 +15,9 @@ pub enum Kind {
     Template(Template),
     /// Wikimedia's webrequest, one JSON object a line.
     WebrequestJson,
+    /// Wikimedia's refined webrequest, Parquet: rows, not lines (read
+    /// by [`crate::parquet`]; a line never fits it).
+    WebrequestParquet,
 }
 
 /// A compiled log format.
@@ -222,6 +225,7 @@ impl Format {
         match &self.kind {
             Kind::Template(t) => self.parse_template(t, line, at, body, rec, arena)?,
             Kind::WebrequestJson => webrequest::parse(self, line, rec, arena)?,
+            Kind::WebrequestParquet => return Err(Mismatch::Literal(0)),
         }
         if let Some(m) = rec.millis {
             rec.time_ns += m * 1_000_000;

@@ -6,21 +6,17 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-/// Expands directories into their files (sorted; hidden files left out);
+/// Expands directories into their files, and their folders' files
+/// (sorted by path, as a table partitioned by hour, `…/hour=0/…`, is
+/// laid out; names starting with `.` or `_` left out: hidden files,
+/// and the `_SUCCESS` markers and `_temporary` folders jobs write);
 /// other paths, and `-`, are kept as they are.
 pub fn expand(paths: &[PathBuf]) -> io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(p)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect();
+            let mut v = Vec::new();
+            walk(p, &mut v, 0)?;
             v.sort();
             out.extend(v);
         } else {
@@ -28,6 +24,38 @@ pub fn expand(paths: &[PathBuf]) -> io::Result<Vec<PathBuf>> {
         }
     }
     Ok(out)
+}
+
+/// Folders are followed this deep (a partitioned table is a few deep).
+const MAX_DEPTH: usize = 8;
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let n = name.to_string_lossy();
+        if n.starts_with('.') || n.starts_with('_') {
+            continue;
+        }
+        // Links are not followed into folders: a tree is read as it is.
+        let t = e.file_type()?;
+        if t.is_dir() && depth < MAX_DEPTH {
+            walk(&e.path(), out, depth + 1)?;
+        } else if t.is_file() || (t.is_symlink() && e.path().is_file()) {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Whether the file at `path` starts with `magic` (false if it cannot
+/// be read: opening it again reports why).
+pub fn starts_with(path: &Path, magic: &[u8]) -> bool {
+    let mut head = vec![0u8; magic.len()];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head == magic
 }
 
 /// How an input is compressed.

@@ -22,6 +22,8 @@ pub mod haproxy;
 pub mod input;
 pub mod lines;
 pub mod nginx;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod record;
 pub mod run;
 pub mod template;

@@ -131,6 +131,12 @@ pub struct Source {
     ready: bool,
     /// The read error that stopped it.
     pub error: Option<String>,
+    /// A Parquet table's rows, read instead of lines.
+    #[cfg(feature = "parquet")]
+    rows: Option<crate::parquet::Rows>,
+    /// An out-of-order table waits unread, its earliest time in `rec`.
+    #[cfg(feature = "parquet")]
+    deferred: bool,
 }
 
 /// Reads the first lines of a stream without losing them: the stream
@@ -185,23 +191,59 @@ pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, Log
 impl Source {
     /// Opens `path` and finds its format; registers it with the run.
     pub fn open(run: &mut DryRun, path: &Path, opts: &Options) -> Result<Source, LogError> {
+        #[cfg(feature = "parquet")]
+        if path != Path::new("-") && input::starts_with(path, crate::parquet::MAGIC) {
+            return Source::open_parquet(run, path, opts);
+        }
         let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
         Source::from_reader(run, &path.display().to_string(), r, opts)
     }
 
-    /// A source reading `r`.
-    pub fn from_reader(
+    /// A Parquet table (refined webrequest), its columns the ruleset
+    /// reads decoded.
+    #[cfg(feature = "parquet")]
+    fn open_parquet(run: &mut DryRun, path: &Path, opts: &Options) -> Result<Source, LogError> {
+        let name = path.display().to_string();
+        let refuse = |why: String| LogError::Format(name.clone(), why);
+        if let Some(f) = opts
+            .format
+            .as_deref()
+            .filter(|f| *f != "webrequest-parquet")
+        {
+            return Err(refuse(format!(
+                "a Parquet file, which is read as webrequest-parquet, not {f}: leave --log-format out or name webrequest-parquet"
+            )));
+        }
+        if opts.client_ip_field.is_some() {
+            return Err(refuse(
+                "--client-ip-field is not read from Parquet tables: their ip column is the client's".into(),
+            ));
+        }
+        let lacks = |k: &rctl_dataplane::partial::Known| run.missing_for(k);
+        let table = crate::parquet::table(path, &lacks).map_err(|e| refuse(e.to_string()))?;
+        let rows = crate::parquet::Rows::open(path, table).map_err(|e| refuse(e.to_string()))?;
+        let mut format = rows.format().clone();
+        if opts.sampled.is_some() {
+            format.known.complete = false;
+        }
+        let empty: Box<dyn Read + Send> = Box::new(io::empty());
+        let mut src = Source::new(run, name, LineReader::new(empty, opts.max_line), format);
+        src.stats.columns = rows.columns().to_vec();
+        src.rows = Some(rows);
+        Ok(src)
+    }
+
+    /// A source of `format` reading `reader`, registered with the run.
+    fn new(
         run: &mut DryRun,
-        name: &str,
-        r: Box<dyn Read + Send>,
-        opts: &Options,
-    ) -> Result<Source, LogError> {
-        let (head, r) = peek(r).map_err(|e| LogError::Open(name.into(), e))?;
-        let format = format_for(opts, &head, name)?;
-        let id = run.add_request_input(name, &format.name, &format.known);
-        Ok(Source {
-            name: name.to_string(),
-            reader: LineReader::new(r, opts.max_line),
+        name: String,
+        reader: LineReader<Box<dyn Read + Send>>,
+        format: Format,
+    ) -> Source {
+        let id = run.add_request_input(&name, &format.name, &format.known);
+        Source {
+            name,
+            reader,
             stats: LogInput {
                 format: format.name.clone(),
                 resolution_ns: format.resolution_ns,
@@ -213,7 +255,34 @@ impl Source {
             id,
             ready: false,
             error: None,
-        })
+            #[cfg(feature = "parquet")]
+            rows: None,
+            #[cfg(feature = "parquet")]
+            deferred: false,
+        }
+    }
+
+    /// A source reading `r`.
+    pub fn from_reader(
+        run: &mut DryRun,
+        name: &str,
+        r: Box<dyn Read + Send>,
+        opts: &Options,
+    ) -> Result<Source, LogError> {
+        let (head, r) = peek(r).map_err(|e| LogError::Open(name.into(), e))?;
+        if head.starts_with(b"PAR1") {
+            return Err(LogError::Format(
+                name.to_string(),
+                "a Parquet table is read as a file, not followed or read from a pipe: give its path to --log, without --follow".into(),
+            ));
+        }
+        let format = format_for(opts, &head, name)?;
+        Ok(Source::new(
+            run,
+            name.to_string(),
+            LineReader::new(r, opts.max_line),
+            format,
+        ))
     }
 
     /// The reader, for a follower.
@@ -223,10 +292,17 @@ impl Source {
 
     fn bad(&mut self, why: String, excerpt: String) {
         self.stats.bad_lines += 1;
+        #[cfg(feature = "parquet")]
+        let (line, offset) = match &self.rows {
+            Some(r) => (r.row, 0),
+            None => (self.reader.line_no(), self.reader.offset()),
+        };
+        #[cfg(not(feature = "parquet"))]
+        let (line, offset) = (self.reader.line_no(), self.reader.offset());
         if self.stats.bad.len() < BAD_EXAMPLES {
             self.stats.bad.push(BadLine {
-                line: self.reader.line_no(),
-                offset: self.reader.offset(),
+                line,
+                offset,
                 reason: why,
                 excerpt,
             });
@@ -237,6 +313,10 @@ impl Source {
     /// read error, kept in `error`).
     pub fn fill(&mut self) -> bool {
         self.ready = false;
+        #[cfg(feature = "parquet")]
+        if self.rows.is_some() {
+            return self.fill_row();
+        }
         loop {
             match self.reader.advance() {
                 Ok(Next::Line) => {
@@ -273,6 +353,46 @@ impl Source {
         }
     }
 
+    /// The next row of a Parquet table that is a request.
+    #[cfg(feature = "parquet")]
+    fn fill_row(&mut self) -> bool {
+        loop {
+            let Some(rows) = self.rows.as_mut() else {
+                return false;
+            };
+            if rows.needs_load() && !self.deferred {
+                // Read whole only when its first row is due.
+                self.rec.clear();
+                self.rec.time_ns = rows.first_ns;
+                self.deferred = true;
+                self.ready = true;
+                return true;
+            }
+            self.deferred = false;
+            match rows.next_row(&mut self.rec, &mut self.arena) {
+                None => {
+                    // Done: its batches are let go now, not at the end.
+                    self.rows = None;
+                    return false;
+                }
+                Some(Ok(Ok(()))) => {
+                    self.stats.lines += 1;
+                    self.ready = true;
+                    return true;
+                }
+                Some(Ok(Err(why))) => {
+                    self.stats.lines += 1;
+                    let row = format!("row {}", rows.row);
+                    self.bad(why.to_string(), row);
+                }
+                Some(Err(e)) => {
+                    self.error = Some(format!("{}: {e}", self.name));
+                    return false;
+                }
+            }
+        }
+    }
+
     /// The parsed line's time.
     pub fn time_ns(&self) -> u64 {
         self.rec.time_ns
@@ -290,6 +410,10 @@ impl Source {
         headers: &mut HeaderBuf,
         mut seen: impl FnMut(&rctl_dataplane::Request<'_>),
     ) {
+        #[cfg(feature = "parquet")]
+        if self.deferred && !self.fill_row() {
+            return;
+        }
         if !self.ready {
             return;
         }

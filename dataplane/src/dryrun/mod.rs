@@ -158,6 +158,19 @@ impl DryRun {
         Ok(())
     }
 
+    /// The fields the ruleset reads that an input carrying `known` lacks
+    /// (sorted, each once): what a columnar reader must decode is what
+    /// makes this list longer when left out.
+    pub fn missing_for(&self, known: &Known) -> Vec<String> {
+        let blind = self.engine.blind(known);
+        let mut out: Vec<String> = (0..self.missing.len())
+            .flat_map(|i| blind.missing(i).iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Starts an input of requests that carries the fields `known` says
     /// (a log, in the format `format`); returns its index for
     /// [`DryRun::log_request`]. A rule that reads a field it lacks is

@@ -190,6 +190,10 @@ pub struct LogInput {
     pub resolution_ns: u64,
     /// The fields the ruleset reads that it lacks.
     pub missing_fields: Vec<String>,
+    /// For a columnar table: the columns decoded (what the ruleset and
+    /// the report read), in the table's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
 }
 
 /// One line that could not be judged.
