@@ -118,3 +118,73 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
     }
     assert!(formats[2].known.port && formats[2].known.dst_ip && formats[2].known.url);
 }
+
+/// HAProxy's own syslog headers (RFC 3164, and RFC 5424 as HAProxyKafka
+/// reads it) before `option httplog` lines: the header is skipped, the
+/// line read as without it, and the format detected from such lines.
+#[test]
+fn haproxy_httplog_behind_its_own_syslog_headers() {
+    if !require("haproxy") {
+        return;
+    }
+    for rfc in ["rfc3164", "rfc5424"] {
+        let dir = crate::util::tempdir(&format!("logs-haproxy-{rfc}"));
+        let port = free_port();
+        let at: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let cfg = format!(
+            "{}frontend edge\n    bind {at}\n    capture request header User-Agent len 200\n    capture request header Host len 100\n    http-request return status 200 content-type text/plain string ok\n",
+            base(&dir).replace("format raw", &format!("format {rfc}"))
+        );
+        let server = Haproxy::start(&dir, &cfg, &[], &[at]);
+        let sent = [
+            ("/a?b=1", "plain/1.0"),
+            ("/w/index.php", "Mozilla/5.0 (X11)"),
+        ];
+        for (t, ua) in sent {
+            send(at, t, ua, "");
+        }
+        let log = server.log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(" edge ")).collect();
+        assert_eq!(lines.len(), 2, "{log}");
+        for l in &lines {
+            assert!(l.starts_with('<'), "{rfc}: a syslog header: {l}");
+        }
+        let f = by_name(
+            "haproxy-httplog",
+            &Spec {
+                captures: vec!["user-agent".into(), "host".into()],
+            },
+        )
+        .unwrap();
+        for (l, (t, ua)) in lines.iter().zip(sent) {
+            let rec = parse_owned(&f, l.as_bytes()).unwrap_or_else(|e| panic!("{rfc}: {e:?}: {l}"));
+            assert_eq!(String::from_utf8_lossy(&rec.target), t, "{l}");
+            assert_eq!(rec.header("user-agent").as_deref(), Some(ua), "{l}");
+            assert_eq!(rec.ip.to_string(), "127.0.0.1");
+            // The time is %tr's (milliseconds), not the header's.
+            assert!(rec.time_ns % 1_000_000 == 0 && rec.time_ns > 1_700_000_000_000_000_000);
+        }
+        // Detected from the lines themselves, every one judged.
+        let file = dir.join("haproxy.log");
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let o = crate::util::rctl(&[
+            "dry-run",
+            crate::util::root().join("rules").to_str().unwrap(),
+            "--log",
+            file.to_str().unwrap(),
+            "--capture-request-header",
+            "User-Agent,Host",
+            "--format",
+            "json",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{rfc}: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let log = &v["inputs"][0]["log"];
+        assert_eq!(log["format"], "haproxy-httplog", "{rfc}: {log}");
+        assert_eq!(
+            (log["lines"].as_u64(), log["judged"].as_u64()),
+            (Some(2), Some(2)),
+            "{rfc}: {log}"
+        );
+    }
+}

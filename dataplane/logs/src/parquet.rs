@@ -116,7 +116,9 @@ fn reader(
     guarded(|| {
         let b = ParquetRecordBatchReaderBuilder::try_new(file)?;
         let mask = ProjectionMask::roots(b.parquet_schema(), roots.iter().copied());
-        Ok(b.with_projection(mask).with_batch_size(BATCH_ROWS).build()?)
+        Ok(b.with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()?)
     })
 }
 
@@ -209,7 +211,11 @@ fn known_of(roles: &[Role], names: &[String]) -> Known {
 /// address, the path and the User-Agent.
 pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table, ParquetError> {
     let file = File::open(path).map_err(ParquetError::Io)?;
-    let schema = guarded(|| Ok(ParquetRecordBatchReaderBuilder::try_new(file)?.schema().clone()))?;
+    let schema = guarded(|| {
+        Ok(ParquetRecordBatchReaderBuilder::try_new(file)?
+            .schema()
+            .clone())
+    })?;
     let mut names: Vec<String> = HEADERS.iter().map(|(_, h)| h.to_string()).collect();
     names.push("host".into());
     let mut present: Vec<(String, Role, usize)> = Vec::new();
@@ -385,13 +391,7 @@ impl Rows {
     /// Opens `path` to read `table`'s columns.
     pub fn open(path: &Path, table: Table) -> Result<Rows, ParquetError> {
         let (sorted, first_ns) = Self::in_order(path, &table)?;
-        let file = File::open(path).map_err(ParquetError::Io)?;
-        let b = ParquetRecordBatchReaderBuilder::try_new(file)?;
-        let mask = ProjectionMask::roots(b.parquet_schema(), table.indices.iter().copied());
-        let reader = b
-            .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
-            .build()?;
+        let reader = reader(path, &table.indices)?;
         Ok(Rows {
             table,
             reader: Some(reader),
@@ -448,15 +448,9 @@ impl Rows {
             .position(|r| *r == Role::Time)
             .map(|i| table.indices[i])
             .ok_or(ParquetError::MissingColumn("ts or dt"))?;
-        let file = File::open(path).map_err(ParquetError::Io)?;
-        let b = ParquetRecordBatchReaderBuilder::try_new(file)?;
-        let mask = ProjectionMask::roots(b.parquet_schema(), [t]);
+        let mut r = reader(path, &[t])?;
         let (mut last, mut first, mut sorted) = (0u64, u64::MAX, true);
-        for batch in b
-            .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
-            .build()?
-        {
+        while let Some(batch) = next_batch(&mut r) {
             let batch = batch?;
             let a = batch.column(0);
             for r in 0..batch.num_rows() {
