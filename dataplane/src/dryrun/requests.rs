@@ -2,13 +2,15 @@
 //! the request decision, and the per-rule statistics. It runs on its own
 //! thread, fed in capture order by the packet side (see `super`).
 
-use super::report::{Change, Counts, RuleReport, RuleSoFar, Unmatched};
+use super::affected::{Distinct, Stops};
+use super::report::{Change, Counts, KeyCount, RuleReport, RuleSoFar, ThrottleKeys, Unmatched};
 use super::series::Series;
 use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
+use crate::request::Fields;
 use crate::topk::TopK;
 use crate::{Decision, Engine, Request, Scratch, Trace, Verdict};
-use rctl_compiler::ir::Ruleset;
+use rctl_compiler::ir::{Action, Key, Ruleset};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,6 +34,9 @@ pub(super) struct ChangeStats {
     pub requests: u64,
     pub packets: u64,
     pub ips: Option<TopK>,
+    /// Addresses among the requests only, and among the packets only.
+    pub req_ips: Option<TopK>,
+    pub pkt_ips: Option<TopK>,
     pub uas: Option<TopK>,
     pub paths: Option<TopK>,
 }
@@ -52,12 +57,20 @@ pub(super) fn changed(
     match req {
         Some((ua, path)) => {
             c.requests += 1;
+            c.req_ips
+                .get_or_insert_with(|| TopK::new(CANDIDATES))
+                .add(ip);
             c.uas.get_or_insert_with(|| TopK::new(CANDIDATES)).add(ua);
             c.paths
                 .get_or_insert_with(|| TopK::new(CANDIDATES))
                 .add(path);
         }
-        None => c.packets += 1,
+        None => {
+            c.packets += 1;
+            c.pkt_ips
+                .get_or_insert_with(|| TopK::new(CANDIDATES))
+                .add(ip);
+        }
     }
 }
 
@@ -78,6 +91,8 @@ pub(super) fn change_report(mut a: Changes, b: Changes) -> Vec<Change> {
         e.requests += c.requests;
         e.packets += c.packets;
         e.ips = merge_top(e.ips.take(), c.ips);
+        e.req_ips = merge_top(e.req_ips.take(), c.req_ips);
+        e.pkt_ips = merge_top(e.pkt_ips.take(), c.pkt_ips);
         e.uas = merge_top(e.uas.take(), c.uas);
         e.paths = merge_top(e.paths.take(), c.paths);
     }
@@ -89,6 +104,8 @@ pub(super) fn change_report(mut a: Changes, b: Changes) -> Vec<Change> {
             requests: c.requests,
             packets: c.packets,
             top_ips: c.ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+            request_top_ips: c.req_ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+            packet_top_ips: c.pkt_ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
             top_user_agents: c.uas.map_or(Vec::new(), |t| t.top(TOP)),
             top_paths: c.paths.map_or(Vec::new(), |t| t.top(TOP)),
         })
@@ -154,12 +171,114 @@ pub(super) fn path_of(target: &[u8]) -> &[u8] {
     target.split(|&b| b == b'?').next().unwrap_or(target)
 }
 
+/// An address's network as a top-talker key: the IPv4 /24 (3 bytes) or
+/// the IPv6 /48 (6 bytes), shown by [`show_prefix`].
+pub(super) fn prefix_key(ip: IpAddr) -> ([u8; 6], usize) {
+    let mut k = [0u8; 6];
+    match ip {
+        IpAddr::V4(a) => {
+            k[..3].copy_from_slice(&a.octets()[..3]);
+            (k, 3)
+        }
+        IpAddr::V6(a) => {
+            k.copy_from_slice(&a.octets()[..6]);
+            (k, 6)
+        }
+    }
+}
+
+/// Shows a key made by [`prefix_key`].
+pub(super) fn show_prefix(k: &[u8]) -> String {
+    match k.len() {
+        3 => format!("{}.{}.{}.0/24", k[0], k[1], k[2]),
+        6 => {
+            let mut a = [0u8; 16];
+            a[..6].copy_from_slice(k);
+            format!("{}/48", std::net::Ipv6Addr::from(a))
+        }
+        _ => String::from_utf8_lossy(k).into_owned(),
+    }
+}
+
+/// A request's throttle key, shown: its parts as the limiter reads them
+/// (normalised host and path), separated by spaces.
+fn show_key(keys: &[Key], f: &Fields<'_>, ip: IpAddr, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    out.clear();
+    for (n, k) in keys.iter().enumerate() {
+        if n > 0 {
+            out.push(b' ');
+        }
+        // Writes into a Vec cannot fail.
+        let _ = match k {
+            Key::Ip => write!(out, "{ip}"),
+            Key::Prefix { v4, v6 } => match ip {
+                IpAddr::V4(a) => {
+                    let m = u32::MAX
+                        .checked_shl(32 - u32::from((*v4).min(32)))
+                        .unwrap_or(0);
+                    write!(out, "{}/{v4}", std::net::Ipv4Addr::from(u32::from(a) & m))
+                }
+                IpAddr::V6(a) => {
+                    let m = u128::MAX
+                        .checked_shl(128 - u32::from((*v6).min(128)))
+                        .unwrap_or(0);
+                    write!(out, "{}/{v6}", std::net::Ipv6Addr::from(u128::from(a) & m))
+                }
+            },
+            Key::Server => write!(out, "(one bucket)"),
+            Key::Global | Key::Host => out.write_all(&f.host),
+            Key::Path => out.write_all(&f.path),
+            Key::Method => out.write_all(f.method),
+            Key::Header(h) => out.write_all(f.header(h.as_bytes()).unwrap_or(b"")),
+            Key::Query(q) => out.write_all(
+                &f.get(&rctl_compiler::ir::StrField::QueryParam(q.clone()))
+                    .unwrap_or_default(),
+            ),
+        };
+    }
+}
+
+/// A request throttle's keys while a replay runs.
+struct ThrottleStats {
+    keys: Vec<Key>,
+    /// Requests per key, the limited ones tagged.
+    top: TopK,
+    all: Distinct,
+    limited: Distinct,
+}
+
+impl ThrottleStats {
+    fn report(&self) -> ThrottleKeys {
+        ThrottleKeys {
+            by: Key::list(&self.keys),
+            keys: self.all.len(),
+            limited_keys: self.limited.len(),
+            exact: self.all.exact() && self.limited.exact(),
+            top: self
+                .top
+                .top_tagged(TOP, |k| String::from_utf8_lossy(k).into_owned())
+                .into_iter()
+                .map(|(h, limited)| KeyCount {
+                    key: h.key,
+                    requests: h.count,
+                    limited,
+                    passed: h.count - limited,
+                    error: h.error,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One rule's request statistics.
 pub(super) struct RuleStats {
     pub report: RuleReport,
     ips: TopK,
     uas: TopK,
     paths: TopK,
+    prefixes: TopK,
+    throttle: Option<ThrottleStats>,
 }
 
 /// What the request side has when the replay ends.
@@ -169,6 +288,7 @@ pub(super) struct Finished {
     pub unmatched: Unmatched,
     pub changes: Changes,
     pub series: Vec<Vec<(u32, u32)>>,
+    pub stops: Stops,
 }
 
 /// The request decision and everything counted from it.
@@ -187,6 +307,10 @@ pub(super) struct RequestSide {
     partial: PartialTrace,
     /// Requests whose verdict is unknown.
     pub unknown: u64,
+    /// The requests it stopped, and for whom.
+    stops: Stops,
+    /// A throttle key being shown, kept from one request to the next.
+    key: Vec<u8>,
 }
 
 /// An empty vector with `v`'s allocation, for items of another lifetime
@@ -201,8 +325,9 @@ fn reuse<'b>(mut v: Vec<(&[u8], &[u8])>) -> Vec<(&'b [u8], &'b [u8])> {
 }
 
 impl RequestSide {
-    /// Counts requests through `engine` (reports in the ruleset's order).
-    pub fn new(engine: Arc<Engine>) -> Self {
+    /// Counts requests through `engine` (reports in the ruleset's order);
+    /// its stops are counted with `stops`'s fingerprints.
+    pub fn new(engine: Arc<Engine>, stops: Stops) -> Self {
         // One fingerprint function for every counter, so that a request's
         // keys are hashed once however many rules it matches.
         let shared = TopK::new(1);
@@ -217,6 +342,7 @@ impl RequestSide {
                     shadow: r.shadow,
                     matches: 0,
                     requests: Counts::default(),
+                    passed: 0,
                     would: Counts::default(),
                     packets: Counts::default(),
                     first_seen_ns: None,
@@ -224,6 +350,8 @@ impl RequestSide {
                     top_ips: Vec::new(),
                     top_user_agents: Vec::new(),
                     top_paths: Vec::new(),
+                    top_prefixes: Vec::new(),
+                    throttle: None,
                     stopped_packets: 0,
                     stopped_requests: 0,
                     stopped_top_ips: Vec::new(),
@@ -234,6 +362,16 @@ impl RequestSide {
                 ips: shared.sharing(CANDIDATES),
                 uas: shared.sharing(CANDIDATES),
                 paths: shared.sharing(CANDIDATES),
+                prefixes: shared.sharing(CANDIDATES),
+                throttle: match &r.action {
+                    Action::Throttle(t) if !r.is_packet_limit() => Some(ThrottleStats {
+                        keys: t.keys.clone(),
+                        top: shared.sharing(CANDIDATES),
+                        all: Distinct::default(),
+                        limited: Distinct::default(),
+                    }),
+                    _ => None,
+                },
             })
             .collect();
         let n = rules.len();
@@ -255,6 +393,8 @@ impl RequestSide {
             headers: Vec::new(),
             partial: PartialTrace::default(),
             unknown: 0,
+            stops,
+            key: Vec::new(),
         }
     }
 
@@ -368,6 +508,9 @@ impl RequestSide {
         }
         if unknown {
             self.unknown += 1;
+        } else {
+            let al = header(req, b"accept-language").is_some();
+            self.stops.add(d.verdict.kind(), req.ip, ua, al);
         }
         if self.trace.steps.is_empty() {
             if !self.partial.unknown.is_empty() {
@@ -380,6 +523,10 @@ impl RequestSide {
             u.3.add_hashed(fps.2, path);
             return None;
         }
+        let net = prefix_key(req.ip);
+        let net = &net.0[..net.1];
+        let net_fp = fp.fingerprint(net);
+        let mut fields = None;
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
             let decided = d.verdict.rule() == Some(rule);
@@ -405,6 +552,18 @@ impl RequestSide {
             s.ips.add_hashed(fps.0, ip);
             s.uas.add_hashed(fps.1, ua);
             s.paths.add_hashed(fps.2, path);
+            s.prefixes.add_hashed(net_fp, net);
+            if let (Some(t), false) = (&mut s.throttle, shadow) {
+                let f = fields.get_or_insert_with(|| Fields::new(req));
+                show_key(&t.keys, f, req.ip, &mut self.key);
+                let kfp = t.top.fingerprint(&self.key);
+                let limited = decided && d.verdict.kind() == "throttle";
+                t.top.add_hashed_tagged(kfp, &self.key, limited);
+                t.all.add(kfp);
+                if limited {
+                    t.limited.add(kfp);
+                }
+            }
         }
         None
     }
@@ -415,11 +574,20 @@ impl RequestSide {
         let rules = self
             .rules
             .into_iter()
-            .map(|s| RuleReport {
-                top_ips: s.ips.top_with(TOP, show_ip),
-                top_user_agents: s.uas.top(TOP),
-                top_paths: s.paths.top(TOP),
-                ..s.report
+            .map(|s| {
+                let c = &s.report.requests;
+                RuleReport {
+                    passed: s
+                        .report
+                        .matches
+                        .saturating_sub(c.allow + c.deny + c.throttle + c.drop),
+                    top_ips: s.ips.top_with(TOP, show_ip),
+                    top_user_agents: s.uas.top(TOP),
+                    top_paths: s.paths.top(TOP),
+                    top_prefixes: s.prefixes.top_with(TOP, show_prefix),
+                    throttle: s.throttle.as_ref().map(ThrottleStats::report),
+                    ..s.report
+                }
             })
             .collect();
         let (n, ips, uas, paths) = self.unmatched;
@@ -435,6 +603,7 @@ impl RequestSide {
             },
             changes: self.changes,
             series,
+            stops: self.stops,
         }
     }
 }

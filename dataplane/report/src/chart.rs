@@ -1,0 +1,253 @@
+//! A rule's requests per second as an inline SVG: matched and enforced,
+//! on a UTC time axis with clock-time ticks, a rate axis and a legend.
+
+use crate::fmt::{clock, date, esc, group};
+use std::fmt::Write as _;
+
+/// Most bars drawn: longer series are summed into wider buckets.
+const MAX_BARS: usize = 240;
+/// Bucket widths, seconds: the first that keeps the bars within
+/// [`MAX_BARS`] is used.
+const BUCKETS: &[u64] = &[1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+/// Tick steps, seconds: the first that leaves at most [`MAX_TICKS`].
+const STEPS: &[u64] = &[
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
+];
+const MAX_TICKS: u64 = 8;
+
+/// Drawing area, in the SVG's own units.
+const W: f64 = 760.0;
+const LEFT: f64 = 52.0;
+const RIGHT: f64 = 8.0;
+const TOP: f64 = 8.0;
+const PLOT_H: f64 = 110.0;
+const AXIS_H: f64 = 34.0;
+
+/// The bucket width for `seconds` of series.
+pub fn bucket_for(seconds: u64) -> u64 {
+    BUCKETS
+        .iter()
+        .copied()
+        .find(|b| seconds.div_ceil(*b) <= MAX_BARS as u64)
+        .unwrap_or(3600)
+}
+
+/// The tick step for a span of `seconds`.
+pub fn step_for(seconds: u64) -> u64 {
+    STEPS
+        .iter()
+        .copied()
+        .find(|s| seconds / s <= MAX_TICKS)
+        .unwrap_or(86_400)
+}
+
+/// A "nice" top for a rate axis at least `max`: 1, 2 or 5 times a power
+/// of ten.
+fn nice_top(max: f64) -> f64 {
+    let mut p = 1.0;
+    while p * 10.0 <= max {
+        p *= 10.0;
+    }
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|t| *t >= max)
+        .unwrap_or(10.0 * p)
+}
+
+fn rate(x: f64) -> String {
+    if x >= 10.0 || x == x.round() {
+        group(x.round() as u64)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The chart of rule `rule`'s series, whose entry 0 is the second
+/// `start` (seconds since the epoch, UTC).
+pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
+    let matched: u64 = series.iter().map(|p| u64::from(p.0)).sum();
+    let enforced: u64 = series.iter().map(|p| u64::from(p.1)).sum();
+    if matched == 0 {
+        return "<p class=empty>No request matched it: nothing to draw.</p>".into();
+    }
+    let secs = series.len() as u64;
+    let bucket = bucket_for(secs);
+    let bars: Vec<(u64, u64)> = series
+        .chunks(bucket as usize)
+        .map(|c| {
+            c.iter()
+                .fold((0, 0), |(m, e), p| (m + u64::from(p.0), e + u64::from(p.1)))
+        })
+        .collect();
+    let per_s = |n: u64| n as f64 / bucket as f64;
+    let (peak_at, peak) = bars
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, b)| (b.0, std::cmp::Reverse(*i)))
+        .map_or((0, 0), |(i, b)| (i, b.0));
+    let top = nice_top(per_s(peak).max(1.0));
+    let span = bars.len() as u64 * bucket;
+    let plot_w = W - LEFT - RIGHT;
+    let x_of = |s: f64| LEFT + s / span as f64 * plot_w;
+    let y_of = |r: f64| TOP + PLOT_H - r / top * PLOT_H;
+    let h = TOP + PLOT_H + AXIS_H;
+    let what = if bucket == 1 {
+        "each bar one second".to_string()
+    } else {
+        format!("each bar {} averaged", crate::fmt::duration(bucket as f64))
+    };
+    let mut o = format!(
+        "<figure class=chart><svg class=chart viewBox=\"0 0 {W} {h}\" role=img \
+         data-series=\"{rule}\" data-start=\"{start}\" data-bucket=\"{bucket}\" \
+         data-matched=\"{matched}\" data-enforced=\"{enforced}\" \
+         aria-label=\"requests per second matched and enforced, {what}\">"
+    );
+    // Rate axis: 0, half and the top, with grid lines.
+    for f in [0.0, 0.5, 1.0] {
+        let y = y_of(top * f);
+        let _ = write!(
+            o,
+            "<line class=grid x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>\
+             <text class=ytick x=\"{:.1}\" y=\"{:.1}\" text-anchor=end>{}</text>",
+            W - RIGHT,
+            LEFT - 4.0,
+            y + 3.5,
+            rate(top * f)
+        );
+    }
+    let _ = write!(
+        o,
+        "<text class=unit x=\"4\" y=\"{:.1}\" transform=\"rotate(-90 10 {:.1})\">req/s</text>",
+        TOP + PLOT_H / 2.0 + 14.0,
+        TOP + PLOT_H / 2.0
+    );
+    // Bars: matched wide and light, enforced narrower and dark in front.
+    let bw = plot_w / bars.len() as f64;
+    for (i, (m, e)) in bars.iter().enumerate() {
+        let x = LEFT + i as f64 * bw;
+        let t = start + i as u64 * bucket;
+        let title = format!(
+            "{} UTC: {} matched, {} enforced",
+            clock(t, true),
+            group(*m),
+            group(*e)
+        );
+        if *m > 0 {
+            let y = y_of(per_s(*m));
+            let _ = write!(
+                o,
+                "<rect class=matched x=\"{x:.2}\" y=\"{y:.2}\" width=\"{:.2}\" height=\"{:.2}\"><title>{title}</title></rect>",
+                (bw - 0.4).max(0.6),
+                TOP + PLOT_H - y
+            );
+        }
+        if *e > 0 {
+            let y = y_of(per_s(*e));
+            let _ = write!(
+                o,
+                "<rect class=enforced x=\"{:.2}\" y=\"{y:.2}\" width=\"{:.2}\" height=\"{:.2}\"/>",
+                x + bw * 0.2,
+                (bw * 0.6 - 0.2).max(0.5),
+                TOP + PLOT_H - y
+            );
+        }
+    }
+    // Time axis: ticks on whole multiples of the step, in UTC.
+    let step = step_for(span);
+    let base = TOP + PLOT_H;
+    let _ = write!(
+        o,
+        "<line class=axis x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{base}\" y2=\"{base}\"/>",
+        W - RIGHT
+    );
+    let end = start + span;
+    let mut t = start.div_ceil(step) * step;
+    while t <= end {
+        let x = x_of((t - start) as f64);
+        // Labels at the ends stay inside the drawing.
+        let anchor = if x > W - RIGHT - 24.0 {
+            "end"
+        } else if x < LEFT + 24.0 {
+            "start"
+        } else {
+            "middle"
+        };
+        let _ = write!(
+            o,
+            "<line class=axis x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{base}\" y2=\"{:.1}\"/>\
+             <text class=tick x=\"{x:.1}\" y=\"{:.1}\" text-anchor={anchor}>{}</text>",
+            base + 4.0,
+            base + 15.0,
+            clock(t, step < 60)
+        );
+        t += step;
+    }
+    let last_day = if date(start) == date(end.saturating_sub(1)) {
+        String::new()
+    } else {
+        format!(" to {}", date(end.saturating_sub(1)))
+    };
+    let _ = write!(
+        o,
+        "<text class=unit x=\"{LEFT}\" y=\"{:.1}\">UTC, {}{last_day}</text></svg>",
+        base + 30.0,
+        date(start)
+    );
+    let _ = write!(
+        o,
+        "<figcaption><span class=key><i class=\"sw matched\"></i>matched</span> \
+         <span class=key><i class=\"sw enforced\"></i>enforced (denied, throttled, dropped)</span> \
+         <span class=note>{}: peak {} req/s at {} UTC</span></figcaption></figure>",
+        esc(&what),
+        rate(per_s(peak)),
+        clock(start + peak_at as u64 * bucket, true)
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_and_ticks_from_seconds_to_a_day() {
+        assert_eq!(bucket_for(2), 1);
+        assert_eq!(bucket_for(240), 1);
+        assert_eq!(bucket_for(241), 2);
+        assert_eq!(bucket_for(3_600), 15);
+        assert_eq!(bucket_for(86_400), 600);
+        assert_eq!(step_for(2), 1);
+        assert_eq!(step_for(60), 10);
+        assert_eq!(step_for(3_600), 600);
+        assert_eq!(step_for(86_400), 10_800);
+        assert_eq!(nice_top(0.4), 1.0);
+        assert_eq!(nice_top(3.0), 5.0);
+        assert_eq!(nice_top(120.0), 200.0);
+    }
+
+    #[test]
+    fn a_two_second_series_has_clock_ticks_and_both_kinds_of_bar() {
+        let start = 1_796_144_709;
+        let svg = chart(0, start, &[(30, 0), (60, 20)]);
+        for t in ["17:05:09", "17:05:10", "17:05:11"] {
+            assert!(svg.contains(&format!(">{t}</text>")), "{t}: {svg}");
+        }
+        assert_eq!(svg.matches("<rect class=matched").count(), 2);
+        assert_eq!(svg.matches("<rect class=enforced").count(), 1);
+        assert!(svg.contains("data-matched=\"90\" data-enforced=\"20\""));
+        assert!(svg.contains("peak 60 req/s at 17:05:10 UTC"), "{svg}");
+    }
+
+    #[test]
+    fn a_day_is_bucketed_and_ticked_in_hours() {
+        let start = 1_796_083_200; // 2026-12-01 00:00:00
+        let day: Vec<(u32, u32)> = (0..86_400u32).map(|i| (i % 7, i % 2)).collect();
+        let svg = chart(3, start, &day);
+        assert!(svg.contains("data-bucket=\"600\""));
+        assert_eq!(svg.matches("<rect class=matched").count(), 144);
+        assert!(svg.contains(">03:00</text>") && svg.contains(">21:00</text>"));
+        assert!(!svg.contains(">03:00:00</text>"));
+        assert!(svg.contains("UTC, 2026-12-01<"), "one day");
+    }
+}
