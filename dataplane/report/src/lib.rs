@@ -444,7 +444,10 @@ fn totals(o: &mut Out, r: &Report) {
     };
     let _ = write!(
         o,
-        "<section id=details><h2>Input details</h2><div class=scroll><table id=totals>{}{}{}{}{}{}{}{}{}{}{}{}{}{}</table></div></section>",
+        "<section id=details><h2>Input details</h2><div class=scroll><table id=totals>{}{}{}{}{}{}{}{}{}{}\
+         <tr><th scope=row>stream data held</th><td>at most <span class=fig>{} bytes</span> at once \
+         (bound <span class=fig>{} bytes</span>); dropped <span class=fig>{} times</span> to stay within it \
+         (<span class=fig>{} bytes</span>)</td></tr>{}{}</table></div></section>",
         row("bytes on the wire", "bytes", t.bytes),
         row("TLS flows (not inspected)", "tls_flows", t.tls_flows),
         row("IP fragments", "fragments", t.fragments),
@@ -455,8 +458,10 @@ fn totals(o: &mut Out, r: &Report) {
         row("unparsable stream bytes", "unparsable_bytes", t.unparsable_bytes),
         row("parser resyncs", "resyncs", t.resyncs),
         row("retransmitted bytes", "retransmitted_bytes", t.retransmitted_bytes),
-        row("peak stream bytes held", "buffered_peak_bytes", t.buffered_peak_bytes),
-        row("stream bytes dropped to stay within the bound", "shed_bytes", t.shed_bytes),
+        fig("/totals/buffered_peak_bytes", t.buffered_peak_bytes, "bytes"),
+        fig("/totals/max_buffered_bytes", t.max_buffered_bytes, "bytes"),
+        fig("/totals/shed_flows", t.shed_flows, "times"),
+        fig("/totals/shed_bytes", t.shed_bytes, "bytes"),
         row("idle flows evicted", "evicted_flows", t.evicted_flows),
         row("requests with an unknown verdict", "unknown_requests", t.unknown_requests),
     );
