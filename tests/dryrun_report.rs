@@ -100,30 +100,41 @@ fn check_figures(case: &str, page: &str, json: &Value) -> Vec<Figure> {
             }
         }
     }
-    // Each chart draws its rule's whole series, from the capture's
-    // first second.
-    let start = json["totals"]["first_ns"]
-        .as_u64()
-        .map(|n| n / 1_000_000_000);
+    // Each chart draws its rule's whole series (per 100 ms when the JSON
+    // has them, else per second), from the capture's first packet.
+    let first_ns = json["totals"]["first_ns"].as_u64();
+    let sum = |series: &Value, k: usize| -> u64 {
+        series
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[k].as_u64().unwrap())
+            .sum()
+    };
     for svg in page.split("<svg class=chart ").skip(1) {
-        let tag = svg.split_once('>').unwrap().0;
-        let num = |k: &str| {
-            attr(&format!(" {tag}"), k)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap()
+        let tag = format!(" {}", svg.split_once('>').unwrap().0);
+        let num = |k: &str| attr(&tag, k).and_then(|v| v.parse::<u64>().ok()).unwrap();
+        let i = num("data-series") as usize;
+        let unit = num("data-unit-ms");
+        let fine = &json["series_100ms"];
+        let series = if fine.is_null() {
+            &json["series"][i]
+        } else {
+            &fine[i]
         };
-        let series = &json["series"][num("data-series") as usize];
-        let sum = |k: usize| -> u64 {
-            series
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p[k].as_u64().unwrap())
-                .sum()
-        };
-        assert_eq!(num("data-matched"), sum(0), "{case}");
-        assert_eq!(num("data-enforced"), sum(1), "{case}");
-        assert_eq!(Some(num("data-start")), start, "{case}");
+        assert_eq!(unit, if fine.is_null() { 1000 } else { 100 }, "{case}");
+        assert_eq!(num("data-matched"), sum(series, 0), "{case}");
+        assert_eq!(num("data-enforced"), sum(series, 1), "{case}");
+        assert_eq!(
+            Some(num("data-start-ms")),
+            first_ns.map(|f| f / 1_000_000 / unit * unit),
+            "{case}"
+        );
+        if !fine.is_null() {
+            // Both resolutions count the same requests.
+            assert_eq!(sum(&fine[i], 0), sum(&json["series"][i], 0), "{case}");
+            assert_eq!(sum(&fine[i], 1), sum(&json["series"][i], 1), "{case}");
+        }
     }
     figs
 }
@@ -236,6 +247,10 @@ const RULES: &str =
     "rule scrapers { when header(\"user-agent\") ~* \"python\" deny 403 \"scripts\" }\n\
      rule sparql { when path == \"/sparql\" throttle 10 requests per 1m by ip }\n";
 
+/// A generated client: address, path, User-Agent, whether it sends
+/// Accept-Language.
+type Client<'a> = ([u8; 4], &'a str, &'a str, bool);
+
 /// The generated cases: a 2 s capture and a day.
 fn generated(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let rules = dir.join("gen.rctl");
@@ -245,15 +260,16 @@ fn generated(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     // each (denied), and another browser reading pages.
     let t0 = 1_796_144_709_000_000u64;
     let python = "python-requests/2.31";
-    let plan: [([u8; 4], &str, &str, bool, u64, u64); 4] = [
-        ([203, 0, 113, 7], "/sparql", BROWSER, true, 30, 66_000),
-        ([203, 0, 113, 20], "/sparql", python, false, 20, 95_000),
-        ([203, 0, 113, 21], "/w/index.php", python, false, 20, 97_000),
+    let plan: [(Client, u64, u64); 4] = [
+        (([203, 0, 113, 7], "/sparql", BROWSER, true), 30, 66_000),
+        (([203, 0, 113, 20], "/sparql", python, false), 20, 95_000),
         (
-            [192, 0, 2, 44],
-            "/wiki/Main_Page",
-            BROWSER,
-            true,
+            ([203, 0, 113, 21], "/w/index.php", python, false),
+            20,
+            97_000,
+        ),
+        (
+            ([192, 0, 2, 44], "/wiki/Main_Page", BROWSER, true),
             30,
             60_000,
         ),
@@ -261,7 +277,7 @@ fn generated(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let mut short: Vec<_> = plan
         .iter()
         .enumerate()
-        .flat_map(|(k, &(ip, path, ua, lang, n, step))| {
+        .flat_map(|(k, &((ip, path, ua, lang), n, step))| {
             (0..n).map(move |i| (t0 + i * step + k as u64 * 10, ip, path, ua, lang))
         })
         .collect();
@@ -271,7 +287,7 @@ fn generated(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     // A day from 2026-12-01 00:00 UTC: 2,880 requests, one every 30 s,
     // over four clients, one of them a script.
     let d0 = 1_796_083_200_000_000u64;
-    let clients: [([u8; 4], &str, &str, bool); 4] = [
+    let clients: [Client; 4] = [
         ([203, 0, 113, 7], "/sparql", BROWSER, true),
         ([203, 0, 113, 20], "/sparql", "python-requests/2.31", false),
         ([192, 0, 2, 44], "/wiki/Main_Page", BROWSER, true),
@@ -312,9 +328,10 @@ fn generated_captures_report_who_is_stopped_and_when() {
     assert_eq!(a["total"]["legit_clients"], 1);
     assert_eq!(json["rules"][1]["throttle"]["top"][0]["key"], "203.0.113.7");
     assert_eq!(json["rules"][1]["top_prefixes"][0]["key"], "203.0.113.0/24");
-    // Per-second bars with clock ticks for a 2 s capture.
-    assert!(page.contains("data-bucket=\"1\""), "one-second bars");
-    for t in ["17:05:09", "17:05:10"] {
+    // Bars of a tenth of a second with clock ticks for a 2 s capture.
+    assert!(json["series_100ms"][1].as_array().unwrap().len() >= 20);
+    assert!(page.contains("data-bucket-ms=\"100\""), "100 ms bars");
+    for t in ["17:05:09.0", "17:05:09.5", "17:05:10.0"] {
         assert!(page.contains(&format!(">{t}</text>")), "tick {t}");
     }
     assert!(page.contains("2026-12-01 17:05:09."), "the time range");
@@ -322,11 +339,11 @@ fn generated_captures_report_who_is_stopped_and_when() {
     let o = rctl(&["dry-run", r, "--pcap", two.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("would deny 40 requests from 2 clients, throttle 20 requests from 1 clients"),
+        text.contains("would deny 40 requests from 2 clients, throttle 20 requests from 1 client, drop 0 requests from 0 clients"),
         "{text}"
     );
     assert!(
-        text.contains("20 requests from 1 clients look legitimate"),
+        text.contains("20 requests from 1 client look legitimate"),
         "{text}"
     );
     assert!(
@@ -339,11 +356,58 @@ fn generated_captures_report_who_is_stopped_and_when() {
     let (_, page, json) = report(&dir, "day", &[r, "--pcap", long.to_str().unwrap()]);
     check_figures("day", &page, &json);
     assert_eq!(json["totals"]["requests"], 2_880);
-    assert!(page.contains("data-bucket=\"600\""), "a day in 10 min bars");
+    assert!(json["series_100ms"].is_null(), "no tenths for a day");
+    assert!(
+        page.contains("data-bucket-ms=\"600000\""),
+        "a day in 10 min bars"
+    );
     assert!(
         page.contains(">03:00</text>") && page.contains(">21:00</text>"),
         "hour ticks"
     );
+}
+
+/// A log whose client is in an `allow` rule's block (the updater's
+/// address, under the fixture rules) but does not send the updater's
+/// User-Agent: throttled with the scrapers, and counted as legitimate.
+#[test]
+fn a_log_run_names_its_format_and_counts_allow_blocks_as_legitimate() {
+    let dir = tempdir("report-log");
+    let log: String = (0..20)
+        .map(|s| {
+            format!(
+                "127.0.0.9 - - [13/May/2026:12:00:{s:02} +0000] \"GET /sparql HTTP/1.1\" 200 1 \"-\" \"curl/8.5.0\"\n"
+            )
+        })
+        .collect();
+    let path = dir.join("access.log");
+    std::fs::write(&path, log).unwrap();
+    let l = path.to_str().unwrap();
+    let rules = fixture_rules();
+    let (_, page, json) = report(&dir, "log", &[&rules, "--log", l]);
+    check_figures("log", &page, &json);
+    // 10 a minute with a burst of 10, one request a second for 20 s: the
+    // first 10 pass, then one more each 6 s (at 12, 18 s, and the bucket
+    // refilled from 0 s): 13 pass, 7 are throttled.
+    let throttled = rule_entry(&json, "sparql_scrapers")["requests"]["throttle"].clone();
+    assert_eq!(throttled, 7);
+    let a = &json["affected"]["throttle"];
+    assert_eq!((&a["requests"], &a["clients"]), (&throttled, &1.into()));
+    assert_eq!(
+        (&a["legit_requests"], &a["legit_clients"]),
+        (&throttled, &1.into())
+    );
+    assert!(json["series_100ms"].is_null(), "a log timed to the second");
+    assert!(
+        page.contains("access log (nginx-combined)"),
+        "the input type"
+    );
+    assert!(page.contains("every request counted, nothing sampled"));
+    // Sampled: the page says so, and its figures are the scaled JSON's.
+    let (_, page, json) = report(&dir, "sampled", &[&rules, "--log", l, "--sampled", "4"]);
+    check_figures("sampled", &page, &json);
+    assert!(page.contains("sampled: one line in 4, counts scaled by 4"));
+    assert_eq!(json["totals"]["captured_requests"], 80);
 }
 
 /// Chromium, if installed (a failure under CI when not).
@@ -525,8 +589,13 @@ fn the_page_reads_at_a_glance_in_chromium() {
             assert!(!ticks.is_empty(), "{at}: no time axis");
             for t in ticks {
                 let t = t.as_str().unwrap();
-                let ok = t.len() >= 5
-                    && t.split(':')
+                // HH:MM, HH:MM:SS or HH:MM:SS.d
+                let (hms, tenth) = t.split_once('.').unwrap_or((t, "0"));
+                let ok = hms.len() >= 5
+                    && tenth.len() == 1
+                    && tenth.chars().all(|c| c.is_ascii_digit())
+                    && hms
+                        .split(':')
                         .all(|x| x.len() == 2 && x.chars().all(|c| c.is_ascii_digit()));
                 assert!(ok, "{at}: tick `{t}` is not a clock time");
             }

@@ -232,21 +232,23 @@ fn mib(bytes: u64) -> String {
 fn affected(r: &Report) -> String {
     let a = &r.affected;
     let at_least = if a.exact { "" } else { "at least " };
+    let n = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     let part = |verb: &str, x: &rctl_dataplane::dryrun::Affect| {
         format!(
-            "{verb} {} requests from {at_least}{} clients",
-            x.requests, x.clients
+            "{verb} {} from {at_least}{}",
+            n(x.requests, "request"),
+            n(x.clients, "client")
         )
     };
     format!(
-        "would {}, {}, {}; of all {} requests stopped ({at_least}{} clients), {} requests from {at_least}{} clients look legitimate (browser-like User-Agent with Accept-Language, or in an allow rule's blocks)\n",
+        "would {}, {}, {}; of all {} stopped ({at_least}{}), {} from {at_least}{} look legitimate (browser-like User-Agent with Accept-Language, or in an allow rule's blocks)\n",
         part("deny", &a.deny),
         part("throttle", &a.throttle),
         part("drop", &a.drop),
-        a.total.requests,
-        a.total.clients,
-        a.total.legit_requests,
-        a.total.legit_clients
+        n(a.total.requests, "request"),
+        n(a.total.clients, "client"),
+        n(a.total.legit_requests, "request"),
+        n(a.total.legit_clients, "client")
     )
 }
 

@@ -6,13 +6,12 @@ use std::fmt::Write as _;
 
 /// Most bars drawn: longer series are summed into wider buckets.
 const MAX_BARS: usize = 240;
-/// Bucket widths, seconds: the first that keeps the bars within
-/// [`MAX_BARS`] is used.
-const BUCKETS: &[u64] = &[1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
-/// Tick steps, seconds: the first that leaves at most [`MAX_TICKS`].
-const STEPS: &[u64] = &[
-    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
+/// Nice lengths of time, ms: bucket widths and tick steps are among them.
+const NICE: &[u64] = &[
+    100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000,
+    900_000, 1_800_000, 3_600_000, 7_200_000, 10_800_000, 21_600_000, 43_200_000, 86_400_000,
 ];
+/// Most ticks on a time axis.
 const MAX_TICKS: u64 = 8;
 
 /// Drawing area, in the SVG's own units.
@@ -23,22 +22,34 @@ const TOP: f64 = 8.0;
 const PLOT_H: f64 = 110.0;
 const AXIS_H: f64 = 34.0;
 
-/// The bucket width for `seconds` of series.
-pub fn bucket_for(seconds: u64) -> u64 {
-    BUCKETS
-        .iter()
+/// The bucket width, ms, for `entries` of `unit` ms: a whole number of
+/// entries, and at most [`MAX_BARS`] bars.
+pub fn bucket_for(entries: u64, unit: u64) -> u64 {
+    NICE.iter()
         .copied()
-        .find(|b| seconds.div_ceil(*b) <= MAX_BARS as u64)
-        .unwrap_or(3600)
+        .filter(|b| *b >= unit && b % unit == 0 && b / unit <= 36_000)
+        .find(|b| (entries * unit).div_ceil(*b) <= MAX_BARS as u64)
+        .unwrap_or(3_600_000)
 }
 
-/// The tick step for a span of `seconds`.
-pub fn step_for(seconds: u64) -> u64 {
-    STEPS
-        .iter()
+/// The tick step, ms, for a span of `ms` (labels with tenths are wider:
+/// at most six of them).
+pub fn step_for(ms: u64) -> u64 {
+    NICE.iter()
         .copied()
-        .find(|s| seconds / s <= MAX_TICKS)
-        .unwrap_or(86_400)
+        .find(|s| ms / s <= if *s < 1000 { MAX_TICKS - 2 } else { MAX_TICKS })
+        .unwrap_or(86_400_000)
+}
+
+/// A clock time of `ms` since the epoch with the precision `step` needs:
+/// `17:05:09.5`, `17:05:09`, `17:05`.
+fn tick_label(ms: u64, step: u64) -> String {
+    let s = ms / 1000;
+    if step < 1000 {
+        format!("{}.{}", clock(s, true), ms % 1000 / 100)
+    } else {
+        clock(s, step < 60_000)
+    }
 }
 
 /// A "nice" top for a rate axis at least `max`: 1, 2 or 5 times a power
@@ -63,24 +74,24 @@ fn rate(x: f64) -> String {
     }
 }
 
-/// The chart of rule `rule`'s series, whose entry 0 is the second
-/// `start` (seconds since the epoch, UTC).
-pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
+/// The chart of rule `rule`'s series, whose entries are `unit` ms long,
+/// entry 0 starting at `start` (ms since the epoch, UTC).
+pub fn chart(rule: usize, start: u64, unit: u64, series: &[(u32, u32)]) -> String {
     let matched: u64 = series.iter().map(|p| u64::from(p.0)).sum();
     let enforced: u64 = series.iter().map(|p| u64::from(p.1)).sum();
     if matched == 0 {
         return "<p class=empty>No request matched it: nothing to draw.</p>".into();
     }
-    let secs = series.len() as u64;
-    let bucket = bucket_for(secs);
+    let unit = unit.max(1);
+    let bucket = bucket_for(series.len() as u64, unit);
     let bars: Vec<(u64, u64)> = series
-        .chunks(bucket as usize)
+        .chunks((bucket / unit) as usize)
         .map(|c| {
             c.iter()
                 .fold((0, 0), |(m, e), p| (m + u64::from(p.0), e + u64::from(p.1)))
         })
         .collect();
-    let per_s = |n: u64| n as f64 / bucket as f64;
+    let per_s = |n: u64| n as f64 * 1000.0 / bucket as f64;
     let (peak_at, peak) = bars
         .iter()
         .enumerate()
@@ -92,14 +103,17 @@ pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
     let x_of = |s: f64| LEFT + s / span as f64 * plot_w;
     let y_of = |r: f64| TOP + PLOT_H - r / top * PLOT_H;
     let h = TOP + PLOT_H + AXIS_H;
-    let what = if bucket == 1 {
-        "each bar one second".to_string()
-    } else {
-        format!("each bar {} averaged", crate::fmt::duration(bucket as f64))
+    let what = match bucket {
+        1000 => "each bar one second".to_string(),
+        b if b < 1000 => format!("each bar {b} ms, as a rate per second"),
+        b => format!(
+            "each bar {} averaged",
+            crate::fmt::duration(b as f64 / 1000.0)
+        ),
     };
     let mut o = format!(
         "<figure class=chart><svg class=chart viewBox=\"0 0 {W} {h}\" role=img \
-         data-series=\"{rule}\" data-start=\"{start}\" data-bucket=\"{bucket}\" \
+         data-series=\"{rule}\" data-start-ms=\"{start}\" data-unit-ms=\"{unit}\" data-bucket-ms=\"{bucket}\" \
          data-matched=\"{matched}\" data-enforced=\"{enforced}\" \
          aria-label=\"requests per second matched and enforced, {what}\">"
     );
@@ -129,7 +143,7 @@ pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
         let t = start + i as u64 * bucket;
         let title = format!(
             "{} UTC: {} matched, {} enforced",
-            clock(t, true),
+            tick_label(t, bucket),
             group(*m),
             group(*e)
         );
@@ -179,20 +193,21 @@ pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
              <text class=tick x=\"{x:.1}\" y=\"{:.1}\" text-anchor={anchor}>{}</text>",
             base + 4.0,
             base + 15.0,
-            clock(t, step < 60)
+            tick_label(t, step)
         );
         t += step;
     }
-    let last_day = if date(start) == date(end.saturating_sub(1)) {
+    let (first_day, last_day) = (date(start / 1000), date(end.saturating_sub(1) / 1000));
+    let last_day = if first_day == last_day {
         String::new()
     } else {
-        format!(" to {}", date(end.saturating_sub(1)))
+        format!(" to {last_day}")
     };
     let _ = write!(
         o,
         "<text class=unit x=\"{LEFT}\" y=\"{:.1}\">UTC, {}{last_day}</text></svg>",
         base + 30.0,
-        date(start)
+        first_day
     );
     let _ = write!(
         o,
@@ -201,7 +216,7 @@ pub fn chart(rule: usize, start: u64, series: &[(u32, u32)]) -> String {
          <span class=note>{}: peak {} req/s at {} UTC</span></figcaption></figure>",
         esc(&what),
         rate(per_s(peak)),
-        clock(start + peak_at as u64 * bucket, true)
+        tick_label(start + peak_at as u64 * bucket, bucket)
     );
     o
 }
@@ -211,40 +226,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_and_ticks_from_seconds_to_a_day() {
-        assert_eq!(bucket_for(2), 1);
-        assert_eq!(bucket_for(240), 1);
-        assert_eq!(bucket_for(241), 2);
-        assert_eq!(bucket_for(3_600), 15);
-        assert_eq!(bucket_for(86_400), 600);
-        assert_eq!(step_for(2), 1);
-        assert_eq!(step_for(60), 10);
-        assert_eq!(step_for(3_600), 600);
-        assert_eq!(step_for(86_400), 10_800);
+    fn buckets_and_ticks_from_tenths_to_a_day() {
+        assert_eq!(bucket_for(2, 1000), 1000);
+        assert_eq!(bucket_for(240, 1000), 1000);
+        assert_eq!(bucket_for(241, 1000), 2000);
+        assert_eq!(bucket_for(3_600, 1000), 15_000);
+        assert_eq!(bucket_for(86_400, 1000), 600_000);
+        assert_eq!(bucket_for(7, 100), 100);
+        assert_eq!(bucket_for(1_200, 100), 500);
+        assert_eq!(step_for(700), 200);
+        assert_eq!(step_for(600), 100);
+        assert_eq!(step_for(2_000), 500);
+        assert_eq!(step_for(60_000), 10_000);
+        assert_eq!(step_for(3_600_000), 600_000);
+        assert_eq!(step_for(86_400_000), 10_800_000);
         assert_eq!(nice_top(0.4), 1.0);
         assert_eq!(nice_top(3.0), 5.0);
         assert_eq!(nice_top(120.0), 200.0);
+        assert_eq!(tick_label(1_796_144_709_500, 500), "17:05:09.5");
+        assert_eq!(tick_label(1_796_144_709_500, 1000), "17:05:09");
+        assert_eq!(tick_label(1_796_144_709_500, 60_000), "17:05");
     }
 
     #[test]
     fn a_two_second_series_has_clock_ticks_and_both_kinds_of_bar() {
-        let start = 1_796_144_709;
-        let svg = chart(0, start, &[(30, 0), (60, 20)]);
-        for t in ["17:05:09", "17:05:10", "17:05:11"] {
+        let start = 1_796_144_709_000;
+        let svg = chart(0, start, 1000, &[(30, 0), (60, 20)]);
+        for t in ["17:05:09.0", "17:05:09.5", "17:05:10.0", "17:05:11.0"] {
             assert!(svg.contains(&format!(">{t}</text>")), "{t}: {svg}");
         }
         assert_eq!(svg.matches("<rect class=matched").count(), 2);
         assert_eq!(svg.matches("<rect class=enforced").count(), 1);
         assert!(svg.contains("data-matched=\"90\" data-enforced=\"20\""));
         assert!(svg.contains("peak 60 req/s at 17:05:10 UTC"), "{svg}");
+        // Tenths: 7 entries of 100 ms, 4 requests in the second one.
+        let svg = chart(
+            0,
+            start,
+            100,
+            &[(1, 0), (4, 4), (0, 0), (0, 0), (0, 0), (0, 0), (2, 0)],
+        );
+        assert_eq!(svg.matches("<rect class=matched").count(), 3);
+        assert!(svg.contains("peak 40 req/s at 17:05:09.1 UTC"), "{svg}");
+        assert!(svg.contains(">17:05:09.6</text>"), "{svg}");
     }
 
     #[test]
     fn a_day_is_bucketed_and_ticked_in_hours() {
-        let start = 1_796_083_200; // 2026-12-01 00:00:00
+        let start = 1_796_083_200_000; // 2026-12-01 00:00:00
         let day: Vec<(u32, u32)> = (0..86_400u32).map(|i| (i % 7, i % 2)).collect();
-        let svg = chart(3, start, &day);
-        assert!(svg.contains("data-bucket=\"600\""));
+        let svg = chart(3, start, 1000, &day);
+        assert!(svg.contains("data-bucket-ms=\"600000\""));
         assert_eq!(svg.matches("<rect class=matched").count(), 144);
         assert!(svg.contains(">03:00</text>") && svg.contains(">21:00</text>"));
         assert!(!svg.contains(">03:00:00</text>"));

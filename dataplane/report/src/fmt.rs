@@ -36,6 +36,15 @@ pub fn fig(pointer: &str, n: u64, label: &str) -> String {
     )
 }
 
+/// `one` for 1, `many` otherwise.
+pub fn noun<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
 /// The UTC date of `secs` since the epoch: `2026-12-01`.
 pub fn date(secs: u64) -> String {
     rctl_os::clock::rfc3339(secs)[..10].to_string()

@@ -14,7 +14,7 @@ mod against;
 mod chart;
 mod fmt;
 
-use fmt::{duration, esc, fig, group, stamp};
+use fmt::{duration, esc, fig, group, noun, stamp};
 use rctl_dataplane::dryrun::{Affect, Counts, Report, RuleReport};
 use rctl_dataplane::topk::Hitter;
 use std::fmt::Write as _;
@@ -74,12 +74,24 @@ fn unit_short(unit: &str) -> &str {
     }
 }
 
+/// A count of requests, marked, with its noun.
+fn requests(ptr: &str, n: u64) -> String {
+    let w = noun(n, "request", "requests");
+    format!("<span class=fig>{} {w}</span>", fig(ptr, n, w))
+}
+
+/// A count of clients, marked, with its noun.
+fn clients(ptr: &str, n: u64) -> String {
+    let w = noun(n, "client", "clients");
+    format!("<span class=fig>{} {w}</span>", fig(ptr, n, w))
+}
+
 /// One affected figure pair: requests and clients.
 fn affect(ptr: &str, a: &Affect, verb: &str) -> String {
     format!(
-        "{verb} <span class=fig>{} requests</span> from <span class=fig>{} clients</span>",
-        fig(&format!("{ptr}/requests"), a.requests, "requests"),
-        fig(&format!("{ptr}/clients"), a.clients, "clients")
+        "{verb} {} from {}",
+        requests(&format!("{ptr}/requests"), a.requests),
+        clients(&format!("{ptr}/clients"), a.clients)
     )
 }
 
@@ -99,8 +111,8 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
     );
     let _ = write!(
         o,
-        "Of <span class=fig>{} requests</span> in the inputs, it would ",
-        fig("/totals/captured_requests", t.captured_requests, "requests")
+        "Of {} in the inputs, it would ",
+        requests("/totals/captured_requests", t.captured_requests)
     );
     let mut parts = Vec::new();
     for (k, verb, x) in [
@@ -114,13 +126,13 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
     let at_least = if a.exact { "" } else { " at least" };
     let _ = write!(
         o,
-        " In all it stops <span class=fig>{} requests</span> from{at_least} <span class=fig>{} clients</span>; \
-         <strong class=legit><span class=fig>{} requests</span> from <span class=fig>{} clients</span> of those look legitimate</strong> \
+        " In all it stops {} from{at_least} {}; \
+         <strong class=legit>{} from {} of those look legitimate</strong> \
          (a browser-like User-Agent with Accept-Language, or an address in an <code>allow</code> rule's blocks).</p>",
-        fig("/affected/total/requests", a.total.requests, "requests"),
-        fig("/affected/total/clients", a.total.clients, "clients"),
-        fig("/affected/total/legit_requests", a.total.legit_requests, "requests"),
-        fig("/affected/total/legit_clients", a.total.legit_clients, "clients"),
+        requests("/affected/total/requests", a.total.requests),
+        clients("/affected/total/clients", a.total.clients),
+        requests("/affected/total/legit_requests", a.total.legit_requests),
+        clients("/affected/total/legit_clients", a.total.legit_clients),
     );
     // What ran on what, and when.
     let hash = &r.ruleset.hash;
@@ -256,7 +268,7 @@ fn counts_line(ptr: &str, c: &Counts, unit: &str) -> String {
 }
 
 /// One rule's section.
-fn rule_section(o: &mut Out, r: &Report, i: usize, scale: u64, start: u64) {
+fn rule_section(o: &mut Out, r: &Report, i: usize, scale: u64) {
     let rule = &r.rules[i];
     let shadow = if rule.shadow {
         " <span class=badge>shadow</span>"
@@ -309,8 +321,15 @@ fn rule_section(o: &mut Out, r: &Report, i: usize, scale: u64, start: u64) {
         let _ = write!(o, "<p class=note>Seen {} to {}.</p>", stamp(f), stamp(l));
     }
     o.push_str("</div><div>");
-    let series = r.series.get(i).map(Vec::as_slice).unwrap_or(&[]);
-    o.push_str(&chart::chart(i, start, series));
+    // Tenths of a second for a short capture, seconds otherwise.
+    let first = r.totals.first_ns.unwrap_or(0);
+    let (unit, series) = match &r.series_100ms {
+        Some(f) => (100, f.get(i)),
+        None => (1000, r.series.get(i)),
+    };
+    let start = first / 1_000_000 / unit * unit;
+    let series = series.map(Vec::as_slice).unwrap_or(&[]);
+    o.push_str(&chart::chart(i, start, unit, series));
     o.push_str("</div></div>");
     if let Some(t) = &rule.throttle {
         let at_least = if t.exact { "" } else { "at least " };
@@ -406,7 +425,6 @@ pub fn render(r: &Report, opts: &Options) -> String {
         esc(&r.ruleset.name)
     );
     head(&mut o, r, opts);
-    let start = r.totals.first_ns.map_or(0, |f| f / 1_000_000_000);
     let scale = r.rules.iter().map(|x| x.matches).max().unwrap_or(0);
     let _ = write!(
         o,
@@ -416,7 +434,7 @@ pub fn render(r: &Report, opts: &Options) -> String {
         group(scale)
     );
     for i in 0..r.rules.len() {
-        rule_section(&mut o, r, i, scale, start);
+        rule_section(&mut o, r, i, scale);
     }
     against::section(&mut o, r);
     let u = &r.unmatched;

@@ -495,6 +495,12 @@ impl DryRun {
         let changes = p.old.is_some().then(|| change_report(p.changes, r.changes));
         let mut stops = p.stops;
         stops.merge(&r.stops);
+        // Tenths of a second mean nothing for a log timed to the second.
+        let coarse = self.inputs.iter().any(|i| {
+            i.log
+                .as_ref()
+                .is_some_and(|l| l.resolution_ns > 100_000_000)
+        });
         Report {
             schema: 1,
             ruleset: self.ruleset,
@@ -506,6 +512,7 @@ impl DryRun {
             inputs: self.inputs,
             changes,
             series: r.series,
+            series_100ms: r.fine.filter(|_| !coarse),
         }
     }
 }

@@ -354,4 +354,10 @@ pub struct Report {
     /// has the same length, at most 86,400 entries (a day); empty when no
     /// rule matched a request.
     pub series: Vec<Vec<(u32, u32)>>,
+    /// The same per 100 ms, entry 0 being the 100 ms (since the epoch)
+    /// that holds `totals.first_ns`, when the capture's first packet and
+    /// every matched request lie within two minutes (1,200 entries);
+    /// absent otherwise. For charts of short captures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series_100ms: Option<Vec<Vec<(u32, u32)>>>,
 }

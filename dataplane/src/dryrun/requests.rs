@@ -4,7 +4,7 @@
 
 use super::affected::{Distinct, Stops};
 use super::report::{Change, Counts, KeyCount, RuleReport, RuleSoFar, ThrottleKeys, Unmatched};
-use super::series::Series;
+use super::series::{Series, FINE_MAX, FINE_NS};
 use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
 use crate::request::Fields;
@@ -288,6 +288,7 @@ pub(super) struct Finished {
     pub unmatched: Unmatched,
     pub changes: Changes,
     pub series: Vec<Vec<(u32, u32)>>,
+    pub fine: Option<Vec<Vec<(u32, u32)>>>,
     pub stops: Stops,
 }
 
@@ -302,6 +303,8 @@ pub(super) struct RequestSide {
     trace: Trace,
     changes: Changes,
     series: Series,
+    /// Per 100 ms, while the matches span at most two minutes.
+    fine: Option<Series>,
     /// The header list's buffer, kept from one request to the next.
     headers: Vec<(&'static [u8], &'static [u8])>,
     partial: PartialTrace,
@@ -390,6 +393,7 @@ impl RequestSide {
             trace: Trace::default(),
             changes: Changes::new(),
             series: Series::new(n),
+            fine: Some(Series::with_unit(n, FINE_NS, FINE_MAX)),
             headers: Vec::new(),
             partial: PartialTrace::default(),
             unknown: 0,
@@ -530,11 +534,14 @@ impl RequestSide {
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
             let decided = d.verdict.rule() == Some(rule);
-            self.series.tick(
-                rule,
-                req.time_ns,
-                !shadow && decided && d.verdict.kind() != "allow",
-            );
+            let enforced = !shadow && decided && d.verdict.kind() != "allow";
+            self.series.tick(rule, req.time_ns, enforced);
+            if let Some(f) = &mut self.fine {
+                f.tick(rule, req.time_ns, enforced);
+                if f.exceeded {
+                    self.fine = None;
+                }
+            }
             let s = &mut self.rules[rule];
             let rep = &mut s.report;
             rep.matches += 1;
@@ -592,6 +599,10 @@ impl RequestSide {
             .collect();
         let (n, ips, uas, paths) = self.unmatched;
         let series = self.series.finish(first_ns);
+        let fine = self
+            .fine
+            .filter(|f| f.covers(first_ns))
+            .map(|f| f.finish(first_ns));
         Finished {
             requests: self.requests,
             rules,
@@ -603,6 +614,7 @@ impl RequestSide {
             },
             changes: self.changes,
             series,
+            fine,
             stops: self.stops,
         }
     }
