@@ -53,25 +53,35 @@ fn tick_label(ms: u64, step: u64) -> String {
 }
 
 /// A "nice" top for a rate axis at least `max`: 1, 2 or 5 times a power
-/// of ten.
+/// of ten (0.01 for a request every ten minutes, 200 for 120 a second).
 fn nice_top(max: f64) -> f64 {
-    let mut p = 1.0;
-    while p * 10.0 <= max {
-        p *= 10.0;
+    if max.is_nan() || max <= 0.0 {
+        return 1.0;
     }
+    let p = 10f64.powf(max.log10().floor());
     [1.0, 2.0, 5.0, 10.0]
         .iter()
         .map(|m| m * p)
-        .find(|t| *t >= max)
+        .find(|t| *t >= max * (1.0 - 1e-9))
         .unwrap_or(10.0 * p)
 }
 
+/// A rate as the axis shows it: whole numbers grouped from 10 up, two
+/// significant digits below 1 (`0.0083`).
 fn rate(x: f64) -> String {
-    if x >= 10.0 || x == x.round() {
-        group(x.round() as u64)
-    } else {
-        format!("{x:.1}")
+    if x >= 10.0 {
+        return group(x.round() as u64);
     }
+    if x <= 0.0 || x.is_nan() {
+        return "0".into();
+    }
+    let decimals = if x >= 1.0 {
+        1
+    } else {
+        (-x.log10()).ceil() as usize + 1
+    };
+    let s = format!("{x:.decimals$}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The chart of rule `rule`'s series, whose entries are `unit` ms long,
@@ -97,7 +107,7 @@ pub fn chart(rule: usize, start: u64, unit: u64, series: &[(u32, u32)]) -> Strin
         .enumerate()
         .max_by_key(|(i, b)| (b.0, std::cmp::Reverse(*i)))
         .map_or((0, 0), |(i, b)| (i, b.0));
-    let top = nice_top(per_s(peak).max(1.0));
+    let top = nice_top(per_s(peak));
     let span = bars.len() as u64 * bucket;
     let plot_w = W - LEFT - RIGHT;
     let x_of = |s: f64| LEFT + s / span as f64 * plot_w;
@@ -240,7 +250,13 @@ mod tests {
         assert_eq!(step_for(60_000), 10_000);
         assert_eq!(step_for(3_600_000), 600_000);
         assert_eq!(step_for(86_400_000), 10_800_000);
-        assert_eq!(nice_top(0.4), 1.0);
+        assert_eq!(nice_top(0.4), 0.5);
+        assert!((nice_top(5.0 / 600.0) - 0.01).abs() < 1e-12);
+        assert_eq!(rate(5.0 / 600.0), "0.0083");
+        assert_eq!(rate(0.005), "0.005");
+        assert_eq!(rate(2.5), "2.5");
+        assert_eq!(rate(5.0), "5");
+        assert_eq!(rate(1234.4), "1,234");
         assert_eq!(nice_top(3.0), 5.0);
         assert_eq!(nice_top(120.0), 200.0);
         assert_eq!(tick_label(1_796_144_709_500, 500), "17:05:09.5");
@@ -281,5 +297,17 @@ mod tests {
         assert!(svg.contains(">03:00</text>") && svg.contains(">21:00</text>"));
         assert!(!svg.contains(">03:00:00</text>"));
         assert!(svg.contains("UTC, 2026-12-01<"), "one day");
+        // A request every two minutes still draws bars of a readable
+        // height, on an axis up to 0.01 req/s.
+        let sparse: Vec<(u32, u32)> = (0..86_400u32)
+            .map(|i| (u32::from(i % 120 == 0), 0))
+            .collect();
+        let svg = chart(0, start, 1000, &sparse);
+        assert!(
+            svg.contains(">0.01</text>") && svg.contains(">0.005</text>"),
+            "{svg:.3000}"
+        );
+        assert!(svg.contains("each bar 10 min averaged: peak 0.0083 req/s at 00:00 UTC"));
+        assert_eq!(svg.matches("<rect class=matched").count(), 144);
     }
 }

@@ -78,10 +78,15 @@ pub fn duration(secs: f64) -> String {
         return format!("{secs:.1} s");
     }
     let s = secs.round() as u64;
-    if s < 3600 {
-        format!("{} min {} s", s / 60, s % 60)
+    let (big, small) = if s < 3600 {
+        ((s / 60, "min"), (s % 60, "s"))
     } else {
-        format!("{} h {} min", s / 3600, s / 60 % 60)
+        ((s / 3600, "h"), (s / 60 % 60, "min"))
+    };
+    if small.0 == 0 {
+        format!("{} {}", big.0, big.1)
+    } else {
+        format!("{} {} {} {}", big.0, big.1, small.0, small.1)
     }
 }
 
@@ -110,6 +115,8 @@ mod tests {
         assert_eq!(duration(2.44), "2.4 s");
         assert_eq!(duration(200.0), "3 min 20 s");
         assert_eq!(duration(93_900.0), "26 h 5 min");
+        assert_eq!(duration(600.0), "10 min");
+        assert_eq!(duration(3_600.0), "1 h");
     }
 
     #[test]

@@ -200,43 +200,77 @@ pub(super) fn show_prefix(k: &[u8]) -> String {
     }
 }
 
-/// A request's throttle key, shown: its parts as the limiter reads them
-/// (normalised host and path), separated by spaces.
-fn show_key(keys: &[Key], f: &Fields<'_>, ip: IpAddr, out: &mut Vec<u8>) {
-    use std::io::Write as _;
+/// A request's throttle key as a top-key entry: each part as the limiter
+/// reads it (normalised host and path; the address as 4 or 16 bytes, a
+/// prefix masked with its length after it), each with its length in
+/// front (2 bytes). Shown by [`show_key`] when the replay ends, so that
+/// nothing is formatted per request. `f` is made only for keys that read
+/// the request's fields.
+fn key_entry<'r>(
+    keys: &[Key],
+    f: &mut Option<Fields<'r>>,
+    req: &'r Request<'r>,
+    out: &mut Vec<u8>,
+) {
     out.clear();
-    for (n, k) in keys.iter().enumerate() {
-        if n > 0 {
-            out.push(b' ');
+    for k in keys {
+        let at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        let ip = ip_key(req.ip);
+        let ip = &ip.0[..ip.1];
+        match k {
+            Key::Ip => out.extend_from_slice(ip),
+            Key::Prefix { v4, v6 } => {
+                let bits = usize::from(if ip.len() == 4 { *v4 } else { *v6 }).min(ip.len() * 8);
+                for (i, b) in ip.iter().enumerate() {
+                    let keep = bits.saturating_sub(i * 8).min(8);
+                    out.push(if keep == 0 {
+                        0
+                    } else {
+                        b & (0xffu8 << (8 - keep))
+                    });
+                }
+                out.push(bits as u8);
+            }
+            Key::Server => {}
+            k => {
+                let f = f.get_or_insert_with(|| Fields::new(req));
+                match k {
+                    Key::Path => out.extend_from_slice(&f.path),
+                    Key::Method => out.extend_from_slice(f.method),
+                    Key::Header(h) => out.extend_from_slice(f.header(h.as_bytes()).unwrap_or(b"")),
+                    Key::Query(q) => out.extend_from_slice(
+                        &f.get(&rctl_compiler::ir::StrField::QueryParam(q.clone()))
+                            .unwrap_or_default(),
+                    ),
+                    _ => out.extend_from_slice(&f.host),
+                }
+            }
         }
-        // Writes into a Vec cannot fail.
-        let _ = match k {
-            Key::Ip => write!(out, "{ip}"),
-            Key::Prefix { v4, v6 } => match ip {
-                IpAddr::V4(a) => {
-                    let m = u32::MAX
-                        .checked_shl(32 - u32::from((*v4).min(32)))
-                        .unwrap_or(0);
-                    write!(out, "{}/{v4}", std::net::Ipv4Addr::from(u32::from(a) & m))
-                }
-                IpAddr::V6(a) => {
-                    let m = u128::MAX
-                        .checked_shl(128 - u32::from((*v6).min(128)))
-                        .unwrap_or(0);
-                    write!(out, "{}/{v6}", std::net::Ipv6Addr::from(u128::from(a) & m))
-                }
-            },
-            Key::Server => write!(out, "(one bucket)"),
-            Key::Global | Key::Host => out.write_all(&f.host),
-            Key::Path => out.write_all(&f.path),
-            Key::Method => out.write_all(f.method),
-            Key::Header(h) => out.write_all(f.header(h.as_bytes()).unwrap_or(b"")),
-            Key::Query(q) => out.write_all(
-                &f.get(&rctl_compiler::ir::StrField::QueryParam(q.clone()))
-                    .unwrap_or_default(),
-            ),
-        };
+        let len = (out.len() - at - 2).min(usize::from(u16::MAX)) as u16;
+        out.truncate(at + 2 + usize::from(len));
+        out[at..at + 2].copy_from_slice(&len.to_le_bytes());
     }
+}
+
+/// Shows an entry made by [`key_entry`]: its parts separated by spaces.
+fn show_key(keys: &[Key], mut entry: &[u8]) -> String {
+    let mut parts = Vec::new();
+    for k in keys {
+        let Some((len, rest)) = entry.split_first_chunk::<2>() else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes(*len)).min(rest.len());
+        let (part, rest) = rest.split_at(len);
+        entry = rest;
+        parts.push(match (k, part.split_last()) {
+            (Key::Ip, _) => show_ip(part),
+            (Key::Prefix { .. }, Some((bits, net))) => format!("{}/{bits}", show_ip(net)),
+            (Key::Server, _) => "(one bucket)".to_string(),
+            _ => String::from_utf8_lossy(part).into_owned(),
+        });
+    }
+    parts.join(" ")
 }
 
 /// A request throttle's keys while a replay runs.
@@ -257,7 +291,7 @@ impl ThrottleStats {
             exact: self.all.exact() && self.limited.exact(),
             top: self
                 .top
-                .top_tagged(TOP, |k| String::from_utf8_lossy(k).into_owned())
+                .top_tagged(TOP, |k| show_key(&self.keys, k))
                 .into_iter()
                 .map(|(h, limited)| KeyCount {
                     key: h.key,
@@ -561,8 +595,7 @@ impl RequestSide {
             s.paths.add_hashed(fps.2, path);
             s.prefixes.add_hashed(net_fp, net);
             if let (Some(t), false) = (&mut s.throttle, shadow) {
-                let f = fields.get_or_insert_with(|| Fields::new(req));
-                show_key(&t.keys, f, req.ip, &mut self.key);
+                key_entry(&t.keys, &mut fields, req, &mut self.key);
                 let kfp = t.top.fingerprint(&self.key);
                 let limited = decided && d.verdict.kind() == "throttle";
                 t.top.add_hashed_tagged(kfp, &self.key, limited);
@@ -617,5 +650,53 @@ impl RequestSide {
             fine,
             stops: self.stops,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_keys_are_shown_as_the_limiter_reads_them() {
+        let headers: Vec<(&[u8], &[u8])> = vec![(b"x-client", b"app/1")];
+        let req = Request {
+            method: b"GET",
+            host: b"WWW.Example.org:443",
+            target: b"/wiki/%7ETitle?x=1",
+            headers: &headers,
+            ip: "203.0.113.77".parse().unwrap(),
+            dst: None,
+            port: 443,
+            time_ns: 0,
+        };
+        let keys = vec![
+            Key::Ip,
+            Key::Prefix { v4: 20, v6: 48 },
+            Key::Host,
+            Key::Path,
+            Key::Header("x-client".into()),
+            Key::Query("x".into()),
+            Key::Server,
+        ];
+        let (mut f, mut out) = (None, Vec::new());
+        key_entry(&keys, &mut f, &req, &mut out);
+        assert_eq!(
+            show_key(&keys, &out),
+            "203.0.113.77 203.0.112.0/20 www.example.org /wiki/~Title app/1 1 (one bucket)"
+        );
+        // Addresses alone need no fields.
+        let mut f = None;
+        key_entry(&[Key::Ip], &mut f, &req, &mut out);
+        assert!(f.is_none());
+        let v6 = Request {
+            ip: "2001:db8:aaaa:bbbb::1".parse().unwrap(),
+            ..req
+        };
+        key_entry(&[Key::Prefix { v4: 24, v6: 40 }], &mut None, &v6, &mut out);
+        assert_eq!(
+            show_key(&[Key::Prefix { v4: 24, v6: 40 }], &out),
+            "2001:db8:aa00::/40"
+        );
     }
 }
