@@ -16,7 +16,7 @@ const MAX_TICKS: u64 = 8;
 
 /// Drawing area, in the SVG's own units.
 const W: f64 = 760.0;
-const LEFT: f64 = 52.0;
+const LEFT: f64 = 60.0;
 const RIGHT: f64 = 8.0;
 const TOP: f64 = 8.0;
 const PLOT_H: f64 = 110.0;
@@ -142,8 +142,7 @@ pub fn chart(rule: usize, start: u64, unit: u64, series: &[(u32, u32)]) -> Strin
     }
     let _ = write!(
         o,
-        "<text class=unit x=\"4\" y=\"{:.1}\" transform=\"rotate(-90 10 {:.1})\">req/s</text>",
-        TOP + PLOT_H / 2.0 + 14.0,
+        "<text class=unit x=\"0\" y=\"0\" text-anchor=middle transform=\"translate(12 {:.1}) rotate(-90)\">req/s</text>",
         TOP + PLOT_H / 2.0
     );
     // Bars: matched wide and light, enforced narrower and dark in front.
