@@ -245,13 +245,14 @@ fn the_reports_count_what_was_dropped() {
             && line.contains("(bound 1.00 MiB)"),
         "{line}"
     );
+    // The page marks each figure with its place in the JSON.
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(
-        page.contains(&format!(
-            "dropped {flows} times to stay within it ({bytes} bytes)"
-        )),
-        "{page}"
-    );
+    for (pointer, n) in [("shed_flows", flows), ("shed_bytes", bytes)] {
+        let n = n.as_u64().unwrap();
+        let fig = format!("<data value=\"{n}\" data-f=\"/totals/{pointer}\"");
+        assert!(page.contains(&fig), "{fig}");
+    }
+    assert!(page.contains("to stay within it"), "{page}");
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod corpus;
 mod diagnostics;
 mod dryrun;
 mod dryrun_memory;
+mod dryrun_report;
 mod edge;
 mod files;
 mod fleet;

@@ -1,9 +1,8 @@
 //! `rctl dry-run`: captured traffic replayed through the rules
 //! (`rctl_dataplane::dryrun`); this module expands the inputs and renders
-//! the report as text, JSON or HTML (`html`, below it).
+//! the report as text or JSON, and as HTML through `rctl_report`.
 
 mod follow;
-mod html;
 mod logs;
 
 use crate::common::{exit, load_ruleset, parse_size, print, warn_site, Format, Limits};
@@ -64,13 +63,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let files = expand(&a.pcap)?;
     let mut run = DryRun::new(new.ruleset, a.site.clone())?;
     run.set_max_buffered(a.max_buffered);
-    if let Some(old) = a.against {
-        let Some(old) = load_ruleset(&[old], &opts)? else {
+    let name = |p: &[PathBuf]| {
+        p.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if let Some(old) = &a.against {
+        let Some(loaded) = load_ruleset(std::slice::from_ref(old), &opts)? else {
             return Ok(ExitCode::from(1));
         };
-        inputs.extend(old.inputs);
-        run.against(old.ruleset, a.site)?;
+        inputs.extend(loaded.inputs);
+        run.against(loaded.ruleset, a.site)?;
     }
+    run.name(
+        &name(&a.paths),
+        a.against
+            .as_ref()
+            .map(|p| name(std::slice::from_ref(p)))
+            .as_deref(),
+    );
     inputs.extend(files.iter().cloned());
     inputs.extend(a.logs.log.iter().cloned());
     // Refused before the replay, which can take long, and again when
@@ -92,7 +104,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         logs::scale(&mut report, n);
     }
     if let Some(p) = a.report {
-        crate::output::write(&p, html::render(&report).as_bytes(), &inputs)?;
+        let page = rctl_report::render(&report, &rctl_report::Options { sampled });
+        crate::output::write(&p, page.as_bytes(), &inputs)?;
     }
     let out = match (a.format, &from_logs) {
         (Format::Text, None) => text(&report),
@@ -214,6 +227,31 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+/// The head line: who the ruleset would stop, and how many of them look
+/// legitimate.
+fn affected(r: &Report) -> String {
+    let a = &r.affected;
+    let at_least = if a.exact { "" } else { "at least " };
+    let n = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    let part = |verb: &str, x: &rctl_dataplane::dryrun::Affect| {
+        format!(
+            "{verb} {} from {at_least}{}",
+            n(x.requests, "request"),
+            n(x.clients, "client")
+        )
+    };
+    format!(
+        "would {}, {}, {}; of all {} stopped ({at_least}{}), {} from {at_least}{} look legitimate (browser-like User-Agent with Accept-Language, or in an allow rule's blocks)\n",
+        part("deny", &a.deny),
+        part("throttle", &a.throttle),
+        part("drop", &a.drop),
+        n(a.total.requests, "request"),
+        n(a.total.clients, "client"),
+        n(a.total.legit_requests, "request"),
+        n(a.total.legit_clients, "client")
+    )
+}
+
 /// The report as text.
 fn text(r: &Report) -> String {
     let t = &r.totals;
@@ -227,6 +265,19 @@ fn text(r: &Report) -> String {
         ),
         _ => String::new(),
     };
+    let _ = writeln!(
+        o,
+        "ruleset {} ({} rules), hash {}",
+        r.ruleset.name, r.ruleset.rules, r.ruleset.hash
+    );
+    if let Some(old) = &r.against {
+        let _ = writeln!(
+            o,
+            "against {} ({} rules), hash {}",
+            old.name, old.rules, old.hash
+        );
+    }
+    o.push_str(&affected(r));
     let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.captured_requests);
     let _ = writeln!(
         o,
@@ -261,10 +312,11 @@ fn text(r: &Report) -> String {
         let shadow = if rule.shadow { " [shadow]" } else { "" };
         let _ = writeln!(
             o,
-            "  {} ({}{shadow}): {} matching requests; requests: {}; packets: {}",
+            "  {} ({}{shadow}): {} matching requests, {} passed; requests: {}; packets: {}",
             rule.name,
             rule.action,
             rule.matches,
+            rule.passed,
             counts(&rule.requests),
             counts(&rule.packets)
         );
@@ -304,6 +356,22 @@ fn text(r: &Report) -> String {
                 hitters(&rule.top_user_agents)
             );
             let _ = writeln!(o, "      top paths:       {}", hitters(&rule.top_paths));
+            let _ = writeln!(o, "      top networks:    {}", hitters(&rule.top_prefixes));
+        }
+        if let Some(t) = rule.throttle.as_ref().filter(|t| t.keys > 0) {
+            let at_least = if t.exact { "" } else { "at least " };
+            let _ = writeln!(
+                o,
+                "      keys (by {}): {at_least}{} counted, {at_least}{} limited; top: {}",
+                t.by,
+                t.keys,
+                t.limited_keys,
+                t.top
+                    .iter()
+                    .map(|k| format!("{} ({} limited, {} passed)", k.key, k.limited, k.passed))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
     }
     if let Some(changes) = &r.changes {
@@ -321,10 +389,21 @@ fn text(r: &Report) -> String {
                 "  {} -> {}: {} requests, {} packets",
                 c.from, c.to, c.requests, c.packets
             );
-            let _ = writeln!(o, "      top addresses:   {}", hitters(&c.top_ips));
             if c.requests > 0 {
+                let _ = writeln!(
+                    o,
+                    "      top addresses:   {} (in requests)",
+                    hitters(&c.request_top_ips)
+                );
                 let _ = writeln!(o, "      top user agents: {}", hitters(&c.top_user_agents));
                 let _ = writeln!(o, "      top paths:       {}", hitters(&c.top_paths));
+            }
+            if c.packets > 0 {
+                let _ = writeln!(
+                    o,
+                    "      top addresses:   {} (in packets)",
+                    hitters(&c.packet_top_ips)
+                );
             }
         }
     }

@@ -49,23 +49,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn keys(keys: &[Key]) -> String {
-    keys.iter()
-        .map(|k| match k {
-            Key::Global => "global".to_string(),
-            Key::Ip => "ip".to_string(),
-            Key::Prefix { v4, v6 } => format!("prefix({v4}, {v6})"),
-            Key::Host => "host".to_string(),
-            Key::Path => "path".to_string(),
-            Key::Method => "method".to_string(),
-            Key::Header(h) => format!("header({h:?})"),
-            Key::Query(q) => format!("query({q:?})"),
-            Key::Server => "server".to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn action(a: &Action) -> String {
     match a {
         Action::Allow => "allow".into(),
@@ -103,7 +86,7 @@ fn action(a: &Action) -> String {
                 t.limit,
                 fmt_duration(t.period_ms),
                 t.burst,
-                keys(&t.keys)
+                Key::list(&t.keys)
             )
         }
     }
@@ -217,7 +200,7 @@ fn json(
                 "shadow": r.shadow,
                 "action": r.action.kind(),
                 "detail": action(&r.action),
-                "keys": match &r.action { Action::Throttle(t) => keys(&t.keys), _ => String::new() },
+                "keys": match &r.action { Action::Throttle(t) => Key::list(&t.keys), _ => String::new() },
                 "shared": matches!(&r.action, Action::Throttle(t) if t.shared),
                 "plane": plane(p),
                 "xdp": p.xdp.as_ref().map(|x| format!("{:?}", x.kind).to_lowercase()),

@@ -17,16 +17,22 @@ use serde::Serialize;
 pub struct TopK {
     capacity: usize,
     /// Slot contents: (count, error, fingerprint, key).
-    slots: Vec<(u64, u64, u64, Vec<u8>)>,
+    slots: Vec<Slot>,
     /// Min-heap on count, of slot indices.
     heap: Vec<u32>,
     /// Slot index -> position in `heap`.
     at: Vec<u32>,
     /// Fingerprint -> slot index.
     index: FastMap<u64, u32>,
+    /// Per slot: the part of its count added as tagged
+    /// ([`TopK::add_hashed_tagged`]), since the slot took its key.
+    tags: Vec<u64>,
     hasher: FastHash,
     total: u64,
 }
+
+/// A counter's slot: (count, error, fingerprint, key).
+type Slot = (u64, u64, u64, Vec<u8>);
 
 /// One reported item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,6 +54,7 @@ impl TopK {
             heap: Vec::new(),
             at: Vec::new(),
             index: FastMap::default(),
+            tags: Vec::new(),
             hasher: FastHash::random(),
             total: 0,
         }
@@ -117,14 +124,26 @@ impl TopK {
 
     /// Counts one occurrence of `key`, whose [`TopK::fingerprint`] is `fp`.
     pub fn add_hashed(&mut self, fp: u64, key: &[u8]) {
+        self.add_hashed_tagged(fp, key, false);
+    }
+
+    /// Like [`TopK::add_hashed`]; a `tagged` occurrence is also counted in
+    /// the key's tagged part (a throttle's limited requests among all it
+    /// counted), which [`TopK::top_tagged`] reports. The tagged part is
+    /// exact from the time the key took its counter: it never counts what
+    /// the key's error bound may hold.
+    pub fn add_hashed_tagged(&mut self, fp: u64, key: &[u8], tagged: bool) {
         self.total += 1;
+        let tag = u64::from(tagged);
         if let Some(&slot) = self.index.get(&fp) {
             self.slots[slot as usize].0 += 1;
+            self.tags[slot as usize] += tag;
             self.sift_down(self.at[slot as usize] as usize);
             return;
         }
         if self.slots.len() < self.capacity {
             let slot = self.slots.len() as u32;
+            self.tags.push(tag);
             self.slots.push((1, 0, fp, key.to_vec()));
             self.heap.push(slot);
             self.at.push((self.heap.len() - 1) as u32);
@@ -137,6 +156,7 @@ impl TopK {
         let slot = self.heap[0] as usize;
         let min = self.slots[slot].0;
         self.index.remove(&self.slots[slot].2);
+        self.tags[slot] = tag;
         let entry = &mut self.slots[slot];
         (entry.0, entry.1, entry.2) = (min + 1, min, fp);
         entry.3.clear();
@@ -158,21 +178,24 @@ impl TopK {
             }
         };
         let (min_a, min_b) = (floor(self), floor(other));
-        // key -> (count, error, held by self, held by other)
-        let mut all: std::collections::HashMap<Vec<u8>, (u64, u64, bool, bool)> = self
+        // key -> (count, error, held by self, held by other, tagged)
+        type Merged = (u64, u64, bool, bool, u64);
+        let tags = std::mem::take(&mut self.tags);
+        let mut all: std::collections::HashMap<Vec<u8>, Merged> = self
             .slots
             .drain(..)
-            .map(|(c, e, _, k)| (k, (c, e, true, false)))
+            .zip(tags)
+            .map(|((c, e, _, k), t)| (k, (c, e, true, false, t)))
             .collect();
-        for (c, e, _, k) in &other.slots {
-            let v = all.entry(k.clone()).or_insert((0, 0, false, false));
-            (v.0, v.1, v.3) = (v.0 + c, v.1 + e, true);
+        for ((c, e, _, k), t) in other.slots.iter().zip(&other.tags) {
+            let v = all.entry(k.clone()).or_insert((0, 0, false, false, 0));
+            (v.0, v.1, v.3, v.4) = (v.0 + c, v.1 + e, true, v.4 + t);
         }
-        let mut v: Vec<(Vec<u8>, (u64, u64))> = all
+        let mut v: Vec<(Vec<u8>, (u64, u64), u64)> = all
             .into_iter()
-            .map(|(k, (c, e, a, b))| {
+            .map(|(k, (c, e, a, b, t))| {
                 let missing = if a { 0 } else { min_a } + if b { 0 } else { min_b };
-                (k, (c + missing, e + missing))
+                (k, (c + missing, e + missing), t)
             })
             .collect();
         v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
@@ -182,9 +205,10 @@ impl TopK {
             hasher: self.hasher,
             ..TopK::new(self.capacity)
         };
-        for (k, (c, e)) in v {
+        for (k, (c, e), t) in v {
             let fp = self.fingerprint(&k);
             let slot = self.slots.len() as u32;
+            self.tags.push(t);
             self.slots.push((c, e, fp, k));
             self.heap.push(slot);
             self.at.push(slot);
@@ -207,14 +231,28 @@ impl TopK {
     /// The `n` largest, largest first (ties by the key's bytes), with keys
     /// shown by `show`.
     pub fn top_with(&self, n: usize, show: impl Fn(&[u8]) -> String) -> Vec<Hitter> {
-        let mut v: Vec<&(u64, u64, u64, Vec<u8>)> = self.slots.iter().collect();
-        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.3.cmp(&b.3)));
+        self.top_tagged(n, show)
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// Like [`TopK::top_with`], each with its tagged part (see
+    /// [`TopK::add_hashed_tagged`]).
+    pub fn top_tagged(&self, n: usize, show: impl Fn(&[u8]) -> String) -> Vec<(Hitter, u64)> {
+        let mut v: Vec<(&Slot, u64)> = self.slots.iter().zip(self.tags.iter().copied()).collect();
+        v.sort_by(|(a, _), (b, _)| b.0.cmp(&a.0).then_with(|| a.3.cmp(&b.3)));
         v.into_iter()
             .take(n)
-            .map(|(c, e, _, k)| Hitter {
-                key: show(k),
-                count: *c,
-                error: *e,
+            .map(|((c, e, _, k), t)| {
+                (
+                    Hitter {
+                        key: show(k),
+                        count: *c,
+                        error: *e,
+                    },
+                    t,
+                )
             })
             .collect()
     }
@@ -307,5 +345,30 @@ mod tests {
         for h in &top {
             assert!(h.count >= 5_000 && h.count - h.error <= 5_000, "{h:?}");
         }
+    }
+
+    #[test]
+    fn tagged_parts_are_exact_while_a_key_holds_its_counter() {
+        let mut t = TopK::new(2);
+        let add = |t: &mut TopK, k: &[u8], tagged: bool| {
+            let fp = t.fingerprint(k);
+            t.add_hashed_tagged(fp, k, tagged);
+        };
+        for i in 0..10 {
+            add(&mut t, b"heavy", i % 3 == 0);
+        }
+        add(&mut t, b"light", true);
+        // "other" evicts "light" (count 1): it inherits the count as its
+        // error, and none of light's tagged part.
+        add(&mut t, b"other", false);
+        let top = t.top_tagged(2, |k| String::from_utf8_lossy(k).into_owned());
+        assert_eq!(top[0].0.key, "heavy");
+        assert_eq!((top[0].0.count, top[0].1), (10, 4));
+        assert_eq!(top[1].0.key, "other");
+        assert_eq!((top[1].0.count, top[1].0.error, top[1].1), (2, 1, 0));
+        let mut u = t.sharing(2);
+        add(&mut u, b"heavy", true);
+        t.merge(&u);
+        assert_eq!(t.top_tagged(1, |_| String::new())[0].1, 5);
     }
 }

@@ -203,6 +203,29 @@ pub enum Key {
     Server,
 }
 
+impl Key {
+    /// The key as the language writes it (`ip`, `prefix(24, 64)`,
+    /// `header("x-client")`).
+    pub fn source(&self) -> String {
+        match self {
+            Key::Global => "global".to_string(),
+            Key::Ip => "ip".to_string(),
+            Key::Prefix { v4, v6 } => format!("prefix({v4}, {v6})"),
+            Key::Host => "host".to_string(),
+            Key::Path => "path".to_string(),
+            Key::Method => "method".to_string(),
+            Key::Header(h) => format!("header({h:?})"),
+            Key::Query(q) => format!("query({q:?})"),
+            Key::Server => "server".to_string(),
+        }
+    }
+
+    /// Keys as the language writes them after `by`: `host, path`.
+    pub fn list(keys: &[Key]) -> String {
+        keys.iter().map(Key::source).collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// How a throttle's bucket admits and refills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Bucket {

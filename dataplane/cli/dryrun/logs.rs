@@ -264,8 +264,19 @@ pub fn scale(r: &mut Report, n: u64) {
             x.error *= n;
         }
     };
+    for a in [
+        &mut r.affected.deny,
+        &mut r.affected.throttle,
+        &mut r.affected.drop,
+        &mut r.affected.total,
+    ] {
+        a.requests *= n;
+        a.legit_requests *= n;
+    }
     for rule in &mut r.rules {
         rule.matches *= n;
+        rule.passed *= n;
+        hitters(&mut rule.top_prefixes);
         rule.unknown *= n;
         rule.stopped_requests *= n;
         counts(&mut rule.requests);
@@ -274,6 +285,7 @@ pub fn scale(r: &mut Report, n: u64) {
         hitters(&mut rule.top_user_agents);
         hitters(&mut rule.top_paths);
         hitters(&mut rule.stopped_top_ips);
+        hitters(&mut rule.stopped_top_user_agents);
     }
     r.unmatched.requests *= n;
     hitters(&mut r.unmatched.top_ips);

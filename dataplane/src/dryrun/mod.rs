@@ -8,18 +8,22 @@
 use crate::capture::decode::{decode, tcp, Skip};
 use crate::capture::pcap::{CaptureError, CaptureReader, Frame, FrameRef};
 use crate::capture::stream::{Batch, HttpRequest, Limits, Segment, Streams};
+mod affected;
 mod report;
 mod requests;
 mod series;
+
+pub use affected::browser_like;
 
 pub use crate::partial::Known;
 use crate::topk::TopK;
 use crate::Request;
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
+use affected::Stops;
 use rctl_compiler::ir::{Proto, Ruleset};
 pub use report::{
-    BadLine, Change, Counts, InputReport, LogInput, Report, RuleReport, RuleSoFar, Totals,
-    Unmatched,
+    Affect, Affected, BadLine, Change, Counts, InputReport, KeyCount, LogInput, Report, RuleReport,
+    RuleSoFar, RulesetInfo, ThrottleKeys, Totals, Unmatched, DISTINCT_MAX,
 };
 use requests::{
     change_report, changed, count, describe, ip_key, show_ip, Blinds, Changes, RequestSide,
@@ -88,6 +92,9 @@ pub struct DryRun {
     old: Option<Arc<Engine>>,
     /// Per rule: the fields it reads that some input lacks.
     missing: Vec<Vec<String>>,
+    /// The ruleset, and with `--against` the old one.
+    ruleset: RulesetInfo,
+    against: Option<RulesetInfo>,
 }
 
 /// The packet decision, reassembly and parsing.
@@ -105,6 +112,21 @@ struct PacketSide {
     spare: Batch,
     /// Packet decisions that change under `--against`.
     changes: Changes,
+    /// Requests in stopped packets, and for whom.
+    stops: Stops,
+}
+
+/// What the report says of a ruleset: its content hash and rule count
+/// (its name is the caller's, [`DryRun::name`]).
+fn info(rs: &Ruleset) -> RulesetInfo {
+    let bytes = rctl_compiler::artifact::encode(rs);
+    let hash = rctl_compiler::artifact::content_hash(&bytes)
+        .unwrap_or_else(|| rctl_compiler::artifact::sha256(&bytes));
+    RulesetInfo {
+        name: String::new(),
+        hash: rctl_compiler::artifact::hex(&hash),
+        rules: rs.rules.len(),
+    }
 }
 
 fn engine_for(ruleset: Ruleset, site: Option<String>) -> Result<Arc<Engine>, EngineError> {
@@ -119,14 +141,19 @@ impl DryRun {
     /// Prepares a replay of `ruleset` for `site`.
     pub fn new(ruleset: Ruleset, site: Option<String>) -> Result<DryRun, EngineError> {
         let n = ruleset.rules.len();
+        let stops = Stops::new(&ruleset);
+        let ruleset_info = info(&ruleset);
         let engine = engine_for(ruleset, site)?;
         let engine2 = engine.clone();
         Ok(DryRun {
             blinds: Vec::new(),
             old: None,
             missing: vec![Vec::new(); n],
-            requests: RequestSide::new(engine.clone()),
+            ruleset: ruleset_info,
+            against: None,
+            requests: RequestSide::new(engine.clone(), stops.sharing()),
             packets: PacketSide {
+                stops,
                 scratch: engine.scratch(),
                 engine,
                 old: None,
@@ -151,6 +178,7 @@ impl DryRun {
     /// Also evaluates every packet and request with `old`, and reports
     /// where the decisions differ.
     pub fn against(&mut self, old: Ruleset, site: Option<String>) -> Result<(), EngineError> {
+        self.against = Some(info(&old));
         let engine = engine_for(old, site)?;
         self.requests.against(engine.clone());
         self.packets.old = Some((engine.clone(), engine.scratch()));
@@ -169,6 +197,15 @@ impl DryRun {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Names the ruleset, and with `--against` the old one, as the report
+    /// shows them (the paths they were loaded from).
+    pub fn name(&mut self, ruleset: &str, against: Option<&str>) {
+        self.ruleset.name = ruleset.to_string();
+        if let (Some(a), Some(name)) = (&mut self.against, against) {
+            a.name = name.to_string();
+        }
     }
 
     /// Starts an input of requests that carries the fields `known` says
@@ -218,6 +255,12 @@ impl DryRun {
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(b"user-agent"))
                 .map_or(&b""[..], |(_, v)| v);
+            let al = req
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(b"accept-language"));
+            let kind = self.engine.rule(i).action.kind();
+            self.packets.stops.add(kind, req.ip, ua, al);
             self.packets.stopped[i].add_parts(req.ip, ua);
             self.packets.totals.stopped_requests += 1;
         }
@@ -384,7 +427,11 @@ impl PacketSide {
         );
         if let Some(i) = stopped_by {
             let s = &mut self.stopped[i];
+            let kind = self.engine.rule(i).action.kind();
             for r in self.spare.iter() {
+                let ua = r.header("user-agent").unwrap_or(b"");
+                let al = r.header("accept-language").is_some();
+                self.stops.add(kind, r.client.0, ua, al);
                 s.add(r);
                 self.totals.stopped_requests += 1;
             }
@@ -459,14 +506,26 @@ impl DryRun {
             })
             .collect();
         let changes = p.old.is_some().then(|| change_report(p.changes, r.changes));
+        let mut stops = p.stops;
+        stops.merge(&r.stops);
+        // Tenths of a second mean nothing for a log timed to the second.
+        let coarse = self.inputs.iter().any(|i| {
+            i.log
+                .as_ref()
+                .is_some_and(|l| l.resolution_ns > 100_000_000)
+        });
         Report {
             schema: 1,
+            ruleset: self.ruleset,
+            against: self.against,
+            affected: stops.report(),
             totals: t,
             rules,
             unmatched: r.unmatched,
             inputs: self.inputs,
             changes,
             series: r.series,
+            series_100ms: r.fine.filter(|_| !coarse),
         }
     }
 }

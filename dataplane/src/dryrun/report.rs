@@ -44,6 +44,11 @@ pub struct RuleReport {
     pub matches: u64,
     /// Requests it decided, by verdict; `log` counts log and shadow matches.
     pub requests: Counts,
+    /// Requests it matched and let through: neither allowed, denied,
+    /// throttled nor dropped by it (a throttle's requests within its
+    /// limit, every match of a log or shadow rule, and matches whose
+    /// verdict it left unknown).
+    pub passed: u64,
     /// What a shadow rule would have done to the requests it matched.
     pub would: Counts,
     /// Packets it decided on the packet plane.
@@ -58,6 +63,11 @@ pub struct RuleReport {
     pub top_user_agents: Vec<Hitter>,
     /// Busiest paths among its matches.
     pub top_paths: Vec<Hitter>,
+    /// Busiest networks among its matches: IPv4 /24s, IPv6 /48s.
+    pub top_prefixes: Vec<Hitter>,
+    /// For a request throttle: the keys its buckets were counted by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleKeys>,
     /// Packets it stopped on the packet plane (dropped, or over its
     /// limit): `packets.drop + packets.throttle`.
     pub stopped_packets: u64,
@@ -79,6 +89,90 @@ pub struct RuleReport {
     /// them (`header("referer")`, `port`): it is not judged on that input.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_fields: Vec<String>,
+}
+
+/// A request throttle's keys: how many it counted and limited, and the
+/// busiest with their requests limited and passed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThrottleKeys {
+    /// What its buckets are keyed by, as the language writes it
+    /// (`ip`, `host, path`).
+    pub by: String,
+    /// Distinct keys among the requests it counted (at least this many
+    /// when `exact` is false).
+    pub keys: u64,
+    /// Distinct keys it limited at least once (see `exact`).
+    pub limited_keys: u64,
+    /// Whether `keys` and `limited_keys` are exact: each counts at most
+    /// [`DISTINCT_MAX`] keys, and says "at least" beyond.
+    pub exact: bool,
+    /// The keys with the most requests counted, most first.
+    pub top: Vec<KeyCount>,
+}
+
+/// One throttle key's requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyCount {
+    /// The key's parts, as the request carried them, separated by spaces
+    /// (an address, `host path`, …).
+    pub key: String,
+    /// Requests counted against it: `limited` + `passed` (may
+    /// overestimate by `error`).
+    pub requests: u64,
+    /// Requests it limited.
+    pub limited: u64,
+    /// Requests within the limit.
+    pub passed: u64,
+    /// How much `requests` and `passed` may overestimate (Space-Saving).
+    pub error: u64,
+}
+
+/// Distinct values a set counts exactly; past it, figures are lower bounds.
+pub const DISTINCT_MAX: usize = 1 << 15;
+
+/// Requests and clients one kind of enforcement stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Affect {
+    /// Requests.
+    pub requests: u64,
+    /// Distinct client addresses among them.
+    pub clients: u64,
+    /// Requests that look legitimate: a browser-like User-Agent with an
+    /// Accept-Language header, or a client in an `allow` rule's address
+    /// blocks.
+    pub legit_requests: u64,
+    /// Distinct client addresses among those.
+    pub legit_clients: u64,
+}
+
+/// Who the ruleset would stop: requests denied, throttled and dropped
+/// (on either plane; shadow and log rules stop nothing), and how many of
+/// them look legitimate.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Affected {
+    /// Denied.
+    pub deny: Affect,
+    /// Throttled.
+    pub throttle: Affect,
+    /// Dropped (requests in dropped packets included).
+    pub drop: Affect,
+    /// All three; a client stopped several ways counts once.
+    pub total: Affect,
+    /// Whether the client counts are exact (each counts at most
+    /// [`DISTINCT_MAX`] addresses, and is a lower bound beyond).
+    pub exact: bool,
+}
+
+/// Which ruleset ran.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RulesetInfo {
+    /// What it was loaded from (the caller names it; empty if not).
+    pub name: String,
+    /// The SHA-256 content hash its compiled artifact carries, in hex
+    /// (what `rctl compile` prints).
+    pub hash: String,
+    /// Its rules.
+    pub rules: usize,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -221,8 +315,13 @@ pub struct Change {
     pub requests: u64,
     /// Packets that changed this way.
     pub packets: u64,
-    /// Busiest client addresses among them.
+    /// Busiest client addresses among them, counting requests and
+    /// packets together (see `request_top_ips`, `packet_top_ips`).
     pub top_ips: Vec<Hitter>,
+    /// Busiest client addresses among the requests, in requests.
+    pub request_top_ips: Vec<Hitter>,
+    /// Busiest client addresses among the packets, in packets.
+    pub packet_top_ips: Vec<Hitter>,
     /// Busiest User-Agents among the requests.
     pub top_user_agents: Vec<Hitter>,
     /// Busiest paths among the requests.
@@ -235,6 +334,13 @@ pub struct Change {
 pub struct Report {
     /// Report format version.
     pub schema: u32,
+    /// The ruleset that ran.
+    pub ruleset: RulesetInfo,
+    /// With `--against`: the old ruleset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<RulesetInfo>,
+    /// Who the ruleset would stop.
+    pub affected: Affected,
     /// Input totals.
     pub totals: Totals,
     /// One entry per rule, in evaluation order.
@@ -252,4 +358,10 @@ pub struct Report {
     /// has the same length, at most 86,400 entries (a day); empty when no
     /// rule matched a request.
     pub series: Vec<Vec<(u32, u32)>>,
+    /// The same per 100 ms, entry 0 being the 100 ms (since the epoch)
+    /// that holds `totals.first_ns`, when the capture's first packet and
+    /// every matched request lie within two minutes (1,200 entries);
+    /// absent otherwise. For charts of short captures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series_100ms: Option<Vec<Vec<(u32, u32)>>>,
 }

@@ -2,13 +2,15 @@
 //! the request decision, and the per-rule statistics. It runs on its own
 //! thread, fed in capture order by the packet side (see `super`).
 
-use super::report::{Change, Counts, RuleReport, RuleSoFar, Unmatched};
-use super::series::Series;
+use super::affected::{Distinct, Stops};
+use super::report::{Change, Counts, KeyCount, RuleReport, RuleSoFar, ThrottleKeys, Unmatched};
+use super::series::{Series, FINE_MAX, FINE_NS};
 use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
+use crate::request::Fields;
 use crate::topk::TopK;
 use crate::{Decision, Engine, Request, Scratch, Trace, Verdict};
-use rctl_compiler::ir::Ruleset;
+use rctl_compiler::ir::{Action, Key, Ruleset};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,6 +34,9 @@ pub(super) struct ChangeStats {
     pub requests: u64,
     pub packets: u64,
     pub ips: Option<TopK>,
+    /// Addresses among the requests only, and among the packets only.
+    pub req_ips: Option<TopK>,
+    pub pkt_ips: Option<TopK>,
     pub uas: Option<TopK>,
     pub paths: Option<TopK>,
 }
@@ -52,12 +57,20 @@ pub(super) fn changed(
     match req {
         Some((ua, path)) => {
             c.requests += 1;
+            c.req_ips
+                .get_or_insert_with(|| TopK::new(CANDIDATES))
+                .add(ip);
             c.uas.get_or_insert_with(|| TopK::new(CANDIDATES)).add(ua);
             c.paths
                 .get_or_insert_with(|| TopK::new(CANDIDATES))
                 .add(path);
         }
-        None => c.packets += 1,
+        None => {
+            c.packets += 1;
+            c.pkt_ips
+                .get_or_insert_with(|| TopK::new(CANDIDATES))
+                .add(ip);
+        }
     }
 }
 
@@ -78,6 +91,8 @@ pub(super) fn change_report(mut a: Changes, b: Changes) -> Vec<Change> {
         e.requests += c.requests;
         e.packets += c.packets;
         e.ips = merge_top(e.ips.take(), c.ips);
+        e.req_ips = merge_top(e.req_ips.take(), c.req_ips);
+        e.pkt_ips = merge_top(e.pkt_ips.take(), c.pkt_ips);
         e.uas = merge_top(e.uas.take(), c.uas);
         e.paths = merge_top(e.paths.take(), c.paths);
     }
@@ -89,6 +104,8 @@ pub(super) fn change_report(mut a: Changes, b: Changes) -> Vec<Change> {
             requests: c.requests,
             packets: c.packets,
             top_ips: c.ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+            request_top_ips: c.req_ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
+            packet_top_ips: c.pkt_ips.map_or(Vec::new(), |t| t.top_with(TOP, show_ip)),
             top_user_agents: c.uas.map_or(Vec::new(), |t| t.top(TOP)),
             top_paths: c.paths.map_or(Vec::new(), |t| t.top(TOP)),
         })
@@ -154,12 +171,148 @@ pub(super) fn path_of(target: &[u8]) -> &[u8] {
     target.split(|&b| b == b'?').next().unwrap_or(target)
 }
 
+/// An address's network as a top-talker key: the IPv4 /24 (3 bytes) or
+/// the IPv6 /48 (6 bytes), shown by [`show_prefix`].
+pub(super) fn prefix_key(ip: IpAddr) -> ([u8; 6], usize) {
+    let mut k = [0u8; 6];
+    match ip {
+        IpAddr::V4(a) => {
+            k[..3].copy_from_slice(&a.octets()[..3]);
+            (k, 3)
+        }
+        IpAddr::V6(a) => {
+            k.copy_from_slice(&a.octets()[..6]);
+            (k, 6)
+        }
+    }
+}
+
+/// Shows a key made by [`prefix_key`].
+pub(super) fn show_prefix(k: &[u8]) -> String {
+    match k.len() {
+        3 => format!("{}.{}.{}.0/24", k[0], k[1], k[2]),
+        6 => {
+            let mut a = [0u8; 16];
+            a[..6].copy_from_slice(k);
+            format!("{}/48", std::net::Ipv6Addr::from(a))
+        }
+        _ => String::from_utf8_lossy(k).into_owned(),
+    }
+}
+
+/// A request's throttle key as a top-key entry: each part as the limiter
+/// reads it (normalised host and path; the address as 4 or 16 bytes, a
+/// prefix masked with its length after it), each with its length in
+/// front (2 bytes). Shown by [`show_key`] when the replay ends, so that
+/// nothing is formatted per request. `f` is made only for keys that read
+/// the request's fields.
+fn key_entry<'r>(
+    keys: &[Key],
+    f: &mut Option<Fields<'r>>,
+    req: &'r Request<'r>,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    for k in keys {
+        let at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        let ip = ip_key(req.ip);
+        let ip = &ip.0[..ip.1];
+        match k {
+            Key::Ip => out.extend_from_slice(ip),
+            Key::Prefix { v4, v6 } => {
+                let bits = usize::from(if ip.len() == 4 { *v4 } else { *v6 }).min(ip.len() * 8);
+                for (i, b) in ip.iter().enumerate() {
+                    let keep = bits.saturating_sub(i * 8).min(8);
+                    out.push(if keep == 0 {
+                        0
+                    } else {
+                        b & (0xffu8 << (8 - keep))
+                    });
+                }
+                out.push(bits as u8);
+            }
+            Key::Server => {}
+            k => {
+                let f = f.get_or_insert_with(|| Fields::new(req));
+                match k {
+                    Key::Path => out.extend_from_slice(&f.path),
+                    Key::Method => out.extend_from_slice(f.method),
+                    Key::Header(h) => out.extend_from_slice(f.header(h.as_bytes()).unwrap_or(b"")),
+                    Key::Query(q) => out.extend_from_slice(
+                        &f.get(&rctl_compiler::ir::StrField::QueryParam(q.clone()))
+                            .unwrap_or_default(),
+                    ),
+                    _ => out.extend_from_slice(&f.host),
+                }
+            }
+        }
+        let len = (out.len() - at - 2).min(usize::from(u16::MAX)) as u16;
+        out.truncate(at + 2 + usize::from(len));
+        out[at..at + 2].copy_from_slice(&len.to_le_bytes());
+    }
+}
+
+/// Shows an entry made by [`key_entry`]: its parts separated by spaces.
+fn show_key(keys: &[Key], mut entry: &[u8]) -> String {
+    let mut parts = Vec::new();
+    for k in keys {
+        let Some((len, rest)) = entry.split_first_chunk::<2>() else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes(*len)).min(rest.len());
+        let (part, rest) = rest.split_at(len);
+        entry = rest;
+        parts.push(match (k, part.split_last()) {
+            (Key::Ip, _) => show_ip(part),
+            (Key::Prefix { .. }, Some((bits, net))) => format!("{}/{bits}", show_ip(net)),
+            (Key::Server, _) => "(one bucket)".to_string(),
+            _ => String::from_utf8_lossy(part).into_owned(),
+        });
+    }
+    parts.join(" ")
+}
+
+/// A request throttle's keys while a replay runs.
+struct ThrottleStats {
+    keys: Vec<Key>,
+    /// Requests per key, the limited ones tagged.
+    top: TopK,
+    all: Distinct,
+    limited: Distinct,
+}
+
+impl ThrottleStats {
+    fn report(&self) -> ThrottleKeys {
+        ThrottleKeys {
+            by: Key::list(&self.keys),
+            keys: self.all.len(),
+            limited_keys: self.limited.len(),
+            exact: self.all.exact() && self.limited.exact(),
+            top: self
+                .top
+                .top_tagged(TOP, |k| show_key(&self.keys, k))
+                .into_iter()
+                .map(|(h, limited)| KeyCount {
+                    key: h.key,
+                    requests: h.count,
+                    limited,
+                    passed: h.count - limited,
+                    error: h.error,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One rule's request statistics.
 pub(super) struct RuleStats {
     pub report: RuleReport,
     ips: TopK,
     uas: TopK,
     paths: TopK,
+    prefixes: TopK,
+    throttle: Option<ThrottleStats>,
 }
 
 /// What the request side has when the replay ends.
@@ -169,6 +322,8 @@ pub(super) struct Finished {
     pub unmatched: Unmatched,
     pub changes: Changes,
     pub series: Vec<Vec<(u32, u32)>>,
+    pub fine: Option<Vec<Vec<(u32, u32)>>>,
+    pub stops: Stops,
 }
 
 /// The request decision and everything counted from it.
@@ -182,11 +337,17 @@ pub(super) struct RequestSide {
     trace: Trace,
     changes: Changes,
     series: Series,
+    /// Per 100 ms, while the matches span at most two minutes.
+    fine: Option<Series>,
     /// The header list's buffer, kept from one request to the next.
     headers: Vec<(&'static [u8], &'static [u8])>,
     partial: PartialTrace,
     /// Requests whose verdict is unknown.
     pub unknown: u64,
+    /// The requests it stopped, and for whom.
+    stops: Stops,
+    /// A throttle key being shown, kept from one request to the next.
+    key: Vec<u8>,
 }
 
 /// An empty vector with `v`'s allocation, for items of another lifetime
@@ -201,8 +362,9 @@ fn reuse<'b>(mut v: Vec<(&[u8], &[u8])>) -> Vec<(&'b [u8], &'b [u8])> {
 }
 
 impl RequestSide {
-    /// Counts requests through `engine` (reports in the ruleset's order).
-    pub fn new(engine: Arc<Engine>) -> Self {
+    /// Counts requests through `engine` (reports in the ruleset's order);
+    /// its stops are counted with `stops`'s fingerprints.
+    pub fn new(engine: Arc<Engine>, stops: Stops) -> Self {
         // One fingerprint function for every counter, so that a request's
         // keys are hashed once however many rules it matches.
         let shared = TopK::new(1);
@@ -217,6 +379,7 @@ impl RequestSide {
                     shadow: r.shadow,
                     matches: 0,
                     requests: Counts::default(),
+                    passed: 0,
                     would: Counts::default(),
                     packets: Counts::default(),
                     first_seen_ns: None,
@@ -224,6 +387,8 @@ impl RequestSide {
                     top_ips: Vec::new(),
                     top_user_agents: Vec::new(),
                     top_paths: Vec::new(),
+                    top_prefixes: Vec::new(),
+                    throttle: None,
                     stopped_packets: 0,
                     stopped_requests: 0,
                     stopped_top_ips: Vec::new(),
@@ -234,6 +399,16 @@ impl RequestSide {
                 ips: shared.sharing(CANDIDATES),
                 uas: shared.sharing(CANDIDATES),
                 paths: shared.sharing(CANDIDATES),
+                prefixes: shared.sharing(CANDIDATES),
+                throttle: match &r.action {
+                    Action::Throttle(t) if !r.is_packet_limit() => Some(ThrottleStats {
+                        keys: t.keys.clone(),
+                        top: shared.sharing(CANDIDATES),
+                        all: Distinct::default(),
+                        limited: Distinct::default(),
+                    }),
+                    _ => None,
+                },
             })
             .collect();
         let n = rules.len();
@@ -252,9 +427,12 @@ impl RequestSide {
             trace: Trace::default(),
             changes: Changes::new(),
             series: Series::new(n),
+            fine: Some(Series::with_unit(n, FINE_NS, FINE_MAX)),
             headers: Vec::new(),
             partial: PartialTrace::default(),
             unknown: 0,
+            stops,
+            key: Vec::new(),
         }
     }
 
@@ -368,6 +546,9 @@ impl RequestSide {
         }
         if unknown {
             self.unknown += 1;
+        } else {
+            let al = header(req, b"accept-language").is_some();
+            self.stops.add(d.verdict.kind(), req.ip, ua, al);
         }
         if self.trace.steps.is_empty() {
             if !self.partial.unknown.is_empty() {
@@ -380,14 +561,21 @@ impl RequestSide {
             u.3.add_hashed(fps.2, path);
             return None;
         }
+        let net = prefix_key(req.ip);
+        let net = &net.0[..net.1];
+        let net_fp = fp.fingerprint(net);
+        let mut fields = None;
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
             let decided = d.verdict.rule() == Some(rule);
-            self.series.tick(
-                rule,
-                req.time_ns,
-                !shadow && decided && d.verdict.kind() != "allow",
-            );
+            let enforced = !shadow && decided && d.verdict.kind() != "allow";
+            self.series.tick(rule, req.time_ns, enforced);
+            if let Some(f) = &mut self.fine {
+                f.tick(rule, req.time_ns, enforced);
+                if f.exceeded {
+                    self.fine = None;
+                }
+            }
             let s = &mut self.rules[rule];
             let rep = &mut s.report;
             rep.matches += 1;
@@ -405,6 +593,17 @@ impl RequestSide {
             s.ips.add_hashed(fps.0, ip);
             s.uas.add_hashed(fps.1, ua);
             s.paths.add_hashed(fps.2, path);
+            s.prefixes.add_hashed(net_fp, net);
+            if let (Some(t), false) = (&mut s.throttle, shadow) {
+                key_entry(&t.keys, &mut fields, req, &mut self.key);
+                let kfp = t.top.fingerprint(&self.key);
+                let limited = decided && d.verdict.kind() == "throttle";
+                t.top.add_hashed_tagged(kfp, &self.key, limited);
+                t.all.add(kfp);
+                if limited {
+                    t.limited.add(kfp);
+                }
+            }
         }
         None
     }
@@ -415,15 +614,28 @@ impl RequestSide {
         let rules = self
             .rules
             .into_iter()
-            .map(|s| RuleReport {
-                top_ips: s.ips.top_with(TOP, show_ip),
-                top_user_agents: s.uas.top(TOP),
-                top_paths: s.paths.top(TOP),
-                ..s.report
+            .map(|s| {
+                let c = &s.report.requests;
+                RuleReport {
+                    passed: s
+                        .report
+                        .matches
+                        .saturating_sub(c.allow + c.deny + c.throttle + c.drop),
+                    top_ips: s.ips.top_with(TOP, show_ip),
+                    top_user_agents: s.uas.top(TOP),
+                    top_paths: s.paths.top(TOP),
+                    top_prefixes: s.prefixes.top_with(TOP, show_prefix),
+                    throttle: s.throttle.as_ref().map(ThrottleStats::report),
+                    ..s.report
+                }
             })
             .collect();
         let (n, ips, uas, paths) = self.unmatched;
         let series = self.series.finish(first_ns);
+        let fine = self
+            .fine
+            .filter(|f| f.covers(first_ns))
+            .map(|f| f.finish(first_ns));
         Finished {
             requests: self.requests,
             rules,
@@ -435,6 +647,56 @@ impl RequestSide {
             },
             changes: self.changes,
             series,
+            fine,
+            stops: self.stops,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_keys_are_shown_as_the_limiter_reads_them() {
+        let headers: Vec<(&[u8], &[u8])> = vec![(b"x-client", b"app/1")];
+        let req = Request {
+            method: b"GET",
+            host: b"WWW.Example.org:443",
+            target: b"/wiki/%7ETitle?x=1",
+            headers: &headers,
+            ip: "203.0.113.77".parse().unwrap(),
+            dst: None,
+            port: 443,
+            time_ns: 0,
+        };
+        let keys = vec![
+            Key::Ip,
+            Key::Prefix { v4: 20, v6: 48 },
+            Key::Host,
+            Key::Path,
+            Key::Header("x-client".into()),
+            Key::Query("x".into()),
+            Key::Server,
+        ];
+        let (mut f, mut out) = (None, Vec::new());
+        key_entry(&keys, &mut f, &req, &mut out);
+        assert_eq!(
+            show_key(&keys, &out),
+            "203.0.113.77 203.0.112.0/20 www.example.org /wiki/~Title app/1 1 (one bucket)"
+        );
+        // Addresses alone need no fields.
+        let mut f = None;
+        key_entry(&[Key::Ip], &mut f, &req, &mut out);
+        assert!(f.is_none());
+        let v6 = Request {
+            ip: "2001:db8:aaaa:bbbb::1".parse().unwrap(),
+            ..req
+        };
+        key_entry(&[Key::Prefix { v4: 24, v6: 40 }], &mut None, &v6, &mut out);
+        assert_eq!(
+            show_key(&[Key::Prefix { v4: 24, v6: 40 }], &out),
+            "2001:db8:aa00::/40"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Requests per second per rule, for the report's `series`: one time axis
-//! for every rule, starting at the capture's first second.
+//! for every rule, starting at the capture's first second; and the same
+//! per 100 ms for a short capture (`series_100ms`).
 
 use std::collections::VecDeque;
 
@@ -7,6 +8,12 @@ use std::collections::VecDeque;
 pub(super) const MAX_SECONDS: u64 = 86_400;
 
 const NS: u64 = 1_000_000_000;
+
+/// The fine series' unit: 100 ms.
+pub(super) const FINE_NS: u64 = 100_000_000;
+/// The fine series cover at most this many units (two minutes); a
+/// longer capture has only the per-second series.
+pub(super) const FINE_MAX: u64 = 1_200;
 
 /// Matched and enforced requests per second, per rule, on whole seconds
 /// of capture time.
@@ -17,7 +24,12 @@ const NS: u64 = 1_000_000_000;
 /// that would stretch it further is left out, so the work and memory stay
 /// bounded whatever order the timestamps come in.
 pub(super) struct Series {
-    /// Seconds since the epoch of entry 0, and one past the last counted;
+    /// The length of an entry, ns, and the most entries.
+    unit: u64,
+    max: u64,
+    /// Whether a request fell outside the most entries (and was left out).
+    pub exceeded: bool,
+    /// Units since the epoch of entry 0, and one past the last counted;
     /// `None` until a request is counted.
     span: Option<(u64, u64)>,
     /// Per rule, from the span's start (shorter ones end in zeros).
@@ -25,9 +37,17 @@ pub(super) struct Series {
 }
 
 impl Series {
-    /// Series for `n` rules.
+    /// Per-second series for `n` rules, at most a day.
     pub fn new(n: usize) -> Self {
+        Series::with_unit(n, NS, MAX_SECONDS)
+    }
+
+    /// Series for `n` rules of at most `max` entries of `unit` ns.
+    pub fn with_unit(n: usize, unit: u64, max: u64) -> Self {
         Series {
+            unit,
+            max,
+            exceeded: false,
             span: None,
             rules: vec![VecDeque::new(); n],
         }
@@ -35,10 +55,11 @@ impl Series {
 
     /// Counts a request matched by `rule` at `time_ns`.
     pub fn tick(&mut self, rule: usize, time_ns: u64, enforced: bool) {
-        let sec = time_ns / NS;
+        let sec = time_ns / self.unit;
         let (start, end) = *self.span.get_or_insert((sec, sec + 1));
         if sec < start {
-            if end - sec > MAX_SECONDS {
+            if end - sec > self.max {
+                self.exceeded = true;
                 return;
             }
             let lead = (start - sec) as usize;
@@ -48,7 +69,8 @@ impl Series {
             }
             self.span = Some((sec, end));
         } else if sec >= end {
-            if sec + 1 - start > MAX_SECONDS {
+            if sec + 1 - start > self.max {
+                self.exceeded = true;
                 return;
             }
             self.span = Some((start, sec + 1));
@@ -65,16 +87,26 @@ impl Series {
         }
     }
 
-    /// The series, entry 0 being the second that holds `first_ns` (the
+    /// Whether the series, started at the unit of `first_ns`, hold every
+    /// counted request within the most entries.
+    pub fn covers(&self, first_ns: Option<u64>) -> bool {
+        let Some((start, end)) = self.span else {
+            return !self.exceeded;
+        };
+        let first = first_ns.map_or(start, |f| (f / self.unit).min(start));
+        !self.exceeded && end - first <= self.max
+    }
+
+    /// The series, entry 0 being the unit that holds `first_ns` (the
     /// capture's first packet), every rule as long as the longest, at most
-    /// [`MAX_SECONDS`] long; empty if no request was counted.
+    /// the most entries long; empty if no request was counted.
     pub fn finish(self, first_ns: Option<u64>) -> Vec<Vec<(u32, u32)>> {
         let Some((start, end)) = self.span else {
             return vec![Vec::new(); self.rules.len()];
         };
-        let first = first_ns.map_or(start, |f| (f / NS).min(start));
+        let first = first_ns.map_or(start, |f| (f / self.unit).min(start));
         let lead = start - first;
-        let len = (lead + (end - start)).min(MAX_SECONDS) as usize;
+        let len = (lead + (end - start)).min(self.max) as usize;
         let lead = (lead as usize).min(len);
         self.rules
             .into_iter()
@@ -121,5 +153,23 @@ mod tests {
             s.finish(Some(10 * NS))
         };
         assert_eq!(v[0].iter().map(|p| p.0).sum::<u32>(), 1);
+    }
+
+    #[test]
+    fn the_fine_series_gives_up_past_its_span() {
+        let mut s = Series::with_unit(1, FINE_NS, FINE_MAX);
+        s.tick(0, 10 * NS + 50_000_000, true);
+        s.tick(0, 10 * NS + 350_000_000, false);
+        assert!(!s.exceeded);
+        let v = s.finish(Some(10 * NS));
+        assert_eq!(v[0], [(1, 1), z(), z(), (1, 0)]);
+        let mut s = Series::with_unit(1, FINE_NS, FINE_MAX);
+        s.tick(0, 10 * NS, true);
+        s.tick(0, 10 * NS + FINE_MAX * FINE_NS, false);
+        assert!(s.exceeded);
+    }
+
+    fn z() -> (u32, u32) {
+        (0, 0)
     }
 }
