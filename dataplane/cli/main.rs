@@ -37,6 +37,7 @@ mod hostargs;
 mod import;
 mod listen;
 mod log;
+mod log_input;
 mod nginx;
 mod output;
 mod push;
@@ -83,7 +84,7 @@ enum Command {
     /// Replay captured traffic through the rules and report what each rule
     /// would do, to whom.
     DryRun(dryrun::Args),
-    /// Find the heavy clients of a capture and propose rules for them,
+    /// Find the heavy clients of a capture or an access log and propose rules for them,
     /// each with a test block, its effect and its collateral measured on
     /// the same traffic.
     Suggest(suggest::Args),

@@ -30,4 +30,4 @@ pub mod varnish;
 pub mod webrequest;
 
 pub use format::Format;
-pub use run::{replay, LogError, Options, Summary};
+pub use run::{read_requests, replay, LogError, Options, Summary};

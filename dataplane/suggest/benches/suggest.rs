@@ -61,7 +61,7 @@ fn main() {
         drop(reqs);
         traffic.sort_by_key(|r| r.time_ns);
         let read = t.elapsed();
-        let seen = rctl_suggest::existing(Some(ruleset.clone()), &traffic).unwrap();
+        let seen = rctl_suggest::existing(Some(ruleset.clone()), &traffic, &[]).unwrap();
         let decided = t.elapsed();
         let no = |_| false;
         let findings = rctl_suggest::find(&traffic, &seen, &no, &Default::default());
@@ -69,7 +69,7 @@ fn main() {
         let names: Vec<String> = (1..=findings.len())
             .map(|i| format!("suggested_{i}"))
             .collect();
-        let effects = rctl_suggest::measure(ruleset.clone(), &traffic, &names, &no).unwrap();
+        let effects = rctl_suggest::measure(ruleset.clone(), &traffic, &[], &names, &no).unwrap();
         eprintln!(
             "read {read:.2?}, decided {decided:.2?}, found {counted:.2?}, measured {:.2?}",
             t.elapsed()

@@ -17,6 +17,9 @@ pub enum Existing {
     Allowed,
     /// Already denied, throttled or dropped: already covered.
     Limited,
+    /// Not known: an existing rule reads a field the input lacks (a
+    /// header a log does not write), so neither counted nor limited.
+    Unknown,
 }
 
 /// The key a suggested throttle counts by.
@@ -443,7 +446,9 @@ fn rerenders(
 ) -> Vec<Finding> {
     let mut parents: BTreeMap<(String, String), BTreeMap<Vec<u8>, Vec<usize>>> = BTreeMap::new();
     for (i, r) in traffic.iter().enumerate() {
-        if !usable(r, existing[i], trusted) {
+        // Keyed by host and path: a request without a Host (a log that
+        // does not write it) cannot be counted by one.
+        if !usable(r, existing[i], trusted) || r.host.is_empty() {
             continue;
         }
         let path = r.path();

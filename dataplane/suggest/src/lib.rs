@@ -29,29 +29,77 @@ pub use obs::Obs;
 
 use rctl_compiler::ir::cidr::PrefixSet;
 use rctl_compiler::ir::Ruleset;
-use rctl_dataplane::{Engine, EngineConfig, EngineError, Verdict};
+use rctl_dataplane::partial::{Blind, Judged, Known, PartialTrace};
+use rctl_dataplane::{Engine, EngineConfig, EngineError, Scratch, Verdict};
 use std::net::IpAddr;
 
-/// What `ruleset` does to each request of `traffic` (in time order).
-pub fn existing(ruleset: Option<Ruleset>, traffic: &[Obs]) -> Result<Vec<Existing>, EngineError> {
+/// The fields each input carries, indexed by [`Obs::input`]: a log
+/// carries what its format writes; an index past the end (a capture)
+/// carries every field.
+pub type Inputs = [Known];
+
+/// Per input of `inputs`, what `engine` cannot evaluate on it, and one
+/// for the inputs past the end (every field known).
+pub(crate) fn blinds(engine: &Engine, inputs: &Inputs) -> Vec<Blind> {
+    inputs
+        .iter()
+        .chain(std::iter::once(&Known::all()))
+        .map(|k| engine.blind(k))
+        .collect()
+}
+
+/// How `engine` judges `r`, with the fields its input carries: a rule
+/// reading a field the input lacks is evaluated three-valued, as
+/// `rctl dry-run` evaluates it, never guessed.
+pub(crate) fn judge(
+    engine: &Engine,
+    blinds: &[Blind],
+    r: &Obs,
+    scratch: &mut Scratch,
+    trace: &mut PartialTrace,
+) -> Judged {
+    let i = (r.input as usize).min(blinds.len().saturating_sub(1));
+    match blinds.get(i) {
+        Some(b) => r.with_request(|q| engine.judge_request(q, b, scratch, trace)),
+        None => Judged::Decided(r.with_request(|q| engine.decide_request_with(q, scratch, None))),
+    }
+}
+
+/// What `ruleset` does to each request of `traffic` (in time order);
+/// `inputs`: the fields each input carries.
+pub fn existing(
+    ruleset: Option<Ruleset>,
+    traffic: &[Obs],
+    inputs: &Inputs,
+) -> Result<Vec<Existing>, EngineError> {
     let Some(rs) = ruleset else {
         return Ok(vec![Existing::Pass; traffic.len()]);
     };
     let engine = Engine::new(rs, &EngineConfig::default())?;
+    let blinds = blinds(&engine, inputs);
     let mut scratch = engine.scratch();
+    let mut trace = PartialTrace::default();
     Ok(traffic
         .iter()
-        .map(|r| {
-            match r
-                .with_request(|q| engine.decide_request_with(q, &mut scratch, None))
-                .verdict
-            {
-                Verdict::Pass => Existing::Pass,
-                Verdict::Allow { .. } => Existing::Allowed,
-                _ => Existing::Limited,
-            }
-        })
+        .map(
+            |r| match judge(&engine, &blinds, r, &mut scratch, &mut trace) {
+                Judged::Decided(d) => match d.verdict {
+                    Verdict::Pass => Existing::Pass,
+                    Verdict::Allow { .. } => Existing::Allowed,
+                    _ => Existing::Limited,
+                },
+                Judged::Stopped(_) => Existing::Limited,
+                Judged::Unknown { .. } => Existing::Unknown,
+            },
+        )
         .collect())
+}
+
+/// Whether the requests of an input carrying `known` can be told to
+/// look legitimate (it logs the User-Agent and the Accept-Language): on
+/// one that cannot, collateral is not measured, and is said so.
+pub fn collateral_measurable(known: &Known) -> bool {
+    known.has_header("user-agent") && known.has_header("accept-language")
 }
 
 /// The priority after every rule of `ruleset`: where suggestions go, so
