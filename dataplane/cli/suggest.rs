@@ -76,7 +76,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             None => return Ok(ExitCode::from(1)),
         }
     };
-    let (traffic, inputs, log_failed) = read_traffic(&a.pcap, &a.logs)?;
+    let keep = rctl_suggest::headers_read(existing.as_ref());
+    let (traffic, inputs, log_failed) = read_traffic(&a.pcap, &a.logs, &keep)?;
     let unmeasured: Vec<&str> = inputs
         .iter()
         .filter(|(_, k)| !rctl_suggest::collateral_measurable(k))
@@ -164,7 +165,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     })
 }
 
-/// Every request of the captures and the logs, in time order, with the
+/// Every request of the captures and the logs (with the headers in
+/// `keep`), in time order, with the
 /// fields each log carries (by name; a request's `input` indexes them,
 /// captures' past the end), and whether reading the logs failed (as
 /// `rctl dry-run --log` fails: a read error, no line of the format,
@@ -177,6 +179,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 fn read_traffic(
     pcaps: &[PathBuf],
     logs: &crate::log_input::LogInputArgs,
+    keep: &[String],
 ) -> Result<(
     Vec<Obs>,
     Vec<(String, rctl_dataplane::partial::Known)>,
@@ -193,14 +196,14 @@ fn read_traffic(
                 p.display()
             ));
         }
-        traffic.extend(reqs.iter().map(Obs::from_http));
+        traffic.extend(reqs.iter().map(|r| Obs::from_http_keeping(r, Some(keep))));
     }
     let mut inputs = Vec::new();
     let mut failed = false;
     if !logs.log.is_empty() {
         let opts = logs.options()?;
         let (summary, formats) = rctl_logs::read_requests(&logs.log, &opts, |i, req| {
-            traffic.push(Obs::from_request(i as u32, req));
+            traffic.push(Obs::from_request(i as u32, req, Some(keep)));
         })
         .map_err(anyhow::Error::msg)?;
         failed = logs.failed(&summary);

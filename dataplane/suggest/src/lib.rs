@@ -102,6 +102,41 @@ pub fn collateral_measurable(known: &Known) -> bool {
     known.has_header("user-agent") && known.has_header("accept-language")
 }
 
+/// The headers a request of the traffic is kept with (lower-case): those
+/// `ruleset` reads, in a condition or a throttle's key, and those the
+/// suggester and its rules read. Decisions and tests need no other, and
+/// a browser's request carries many: the rest are not held.
+pub fn headers_read(ruleset: Option<&Ruleset>) -> Vec<String> {
+    use rctl_compiler::ir::{Action, Atom, Key as IrKey, StrField};
+    let mut out: Vec<String> = ["user-agent", "accept-language", "cache-control", "pragma"]
+        .map(String::from)
+        .to_vec();
+    if let Some(rs) = ruleset {
+        for a in &rs.atoms {
+            if let Atom::Str {
+                field: StrField::Header(h),
+                ..
+            }
+            | Atom::Present(StrField::Header(h)) = a
+            {
+                out.push(h.to_ascii_lowercase());
+            }
+        }
+        for r in &rs.rules {
+            if let Action::Throttle(t) = &r.action {
+                for k in &t.keys {
+                    if let IrKey::Header(h) = k {
+                        out.push(h.to_ascii_lowercase());
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The priority after every rule of `ruleset`: where suggestions go, so
 /// that no existing `allow` is pre-empted.
 pub fn first_priority(ruleset: Option<&Ruleset>) -> i64 {
@@ -154,4 +189,36 @@ pub fn in_sets(sets: &[PrefixSet], ip: IpAddr) -> bool {
             })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_keep_the_headers_the_rules_and_the_suggester_read() {
+        let c = rctl_compiler::compile_str(
+            "t.rctl",
+            r#"
+rule no_referer {
+  when not header("Referer") starts_with "https://"
+  throttle 10 requests per 1m by header("X-Api-Key")
+}
+"#,
+            &Default::default(),
+        );
+        let rs = c.ruleset.expect("compiles");
+        assert_eq!(
+            headers_read(Some(&rs)),
+            [
+                "accept-language",
+                "cache-control",
+                "pragma",
+                "referer",
+                "user-agent",
+                "x-api-key"
+            ]
+        );
+        assert_eq!(headers_read(None).len(), 4);
+    }
 }

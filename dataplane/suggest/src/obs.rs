@@ -32,6 +32,12 @@ impl Obs {
     /// From a request reassembled out of a capture (every field known:
     /// its input is past the end of any [`crate::Inputs`]).
     pub fn from_http(r: &HttpRequest) -> Obs {
+        Obs::from_http_keeping(r, None)
+    }
+
+    /// From a request of a capture, with only the headers named in
+    /// `keep` (lower-case; all with `None`): see [`crate::headers_read`].
+    pub fn from_http_keeping(r: &HttpRequest, keep: Option<&[String]>) -> Obs {
         Obs {
             input: u32::MAX,
             time_ns: r.time_ns,
@@ -41,14 +47,18 @@ impl Obs {
             method: r.method().to_vec(),
             host: r.header("host").unwrap_or_default().to_vec(),
             target: r.target().to_vec(),
-            headers: r.headers().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+            headers: r
+                .headers()
+                .filter(|(n, _)| kept(keep, n))
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
         }
     }
 
     /// From a request of a log (input `input`), with the fields its
     /// format carries: a field the log lacks is empty here, and the
     /// decisions on it are three-valued ([`crate::Inputs`]).
-    pub fn from_request(input: u32, r: &Request<'_>) -> Obs {
+    pub fn from_request(input: u32, r: &Request<'_>, keep: Option<&[String]>) -> Obs {
         Obs {
             input,
             time_ns: r.time_ns,
@@ -61,6 +71,7 @@ impl Obs {
             headers: r
                 .headers
                 .iter()
+                .filter(|(n, _)| kept(keep, n))
                 .map(|(n, v)| (n.to_vec(), v.to_vec()))
                 .collect(),
         }
@@ -126,6 +137,11 @@ impl Obs {
             time_ns: self.time_ns,
         })
     }
+}
+
+/// Whether a header called `name` is kept.
+fn kept(keep: Option<&[String]>, name: &[u8]) -> bool {
+    keep.is_none_or(|k| k.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)))
 }
 
 /// Whether `needle` occurs in `hay`.
