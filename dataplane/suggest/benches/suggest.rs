@@ -144,17 +144,7 @@ fn on_log(ruleset: &rctl_compiler::ir::Ruleset) {
         found = findings.len();
     }
     let _ = std::fs::remove_file(&path);
-    let (d, s) = (median(dry), median(sug));
-    println!(
-        "log: {n} requests; findings: {found}\n\
-         dry run:  {d:.2} s ({:.0} requests/s)\n\
-         suggest:  {s:.2} s ({:.0} requests/s)\n\
-         ratio suggest/dry-run: {:.2}x\npeak RSS: {} MB",
-        n as f64 / d,
-        n as f64 / s,
-        s / d,
-        peak_rss_mb()
-    );
+    print_figures(&format!("log: {n} requests"), n as usize, found, dry, sug);
 }
 
 fn main() {
@@ -213,9 +203,15 @@ fn main() {
         requests = traffic.len();
         found = findings.len();
     }
+    let what = format!("capture: {mb} MB, {requests} requests");
+    print_figures(&what, requests, found, dry, sug);
+}
+
+/// Prints the medians of the runs, their ratio and the peak memory.
+fn print_figures(what: &str, requests: usize, found: usize, dry: Vec<f64>, sug: Vec<f64>) {
     let (d, s) = (median(dry), median(sug));
     println!(
-        "capture: {mb} MB, {requests} requests; findings: {found}\n\
+        "{what}; findings: {found}\n\
          dry run:  {d:.2} s ({:.0} requests/s)\n\
          suggest:  {s:.2} s ({:.0} requests/s)\n\
          ratio suggest/dry-run: {:.2}x\npeak RSS: {} MB",

@@ -82,6 +82,15 @@ pub fn query_shape(query: &[u8]) -> String {
     names.join("&")
 }
 
+/// The /24 of an IPv4 address, the /48 of an IPv6 one: its network
+/// address.
+pub fn network(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) & 0xffff_ff00).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 80) - 1)).into()),
+    }
+}
+
 /// The /24 of an IPv4 address, the /48 of an IPv6 one, as CIDR text.
 pub fn prefix(ip: IpAddr) -> String {
     match ip {
@@ -122,6 +131,9 @@ mod tests {
         );
         assert_eq!(query_shape(b"query=a&format=json&query=b"), "format&query");
         assert_eq!(prefix("185.220.101.7".parse().unwrap()), "185.220.101.0/24");
+        let net = network("2001:db8:5:1::7".parse().unwrap());
+        assert_eq!(net, "2001:db8:5::".parse::<IpAddr>().unwrap());
+        assert_eq!(prefix(net), "2001:db8:5::/48");
         assert_eq!(
             prefix("2001:db8:5:1::7".parse().unwrap()),
             "2001:db8:5::/48"
