@@ -49,7 +49,7 @@ pub fn path_template(path: &[u8]) -> String {
         if i > 0 {
             out.push('/');
         }
-        if is_id(seg) {
+        if is_id(seg.as_bytes()) {
             out.push('*');
         } else {
             out.push_str(seg);
@@ -58,14 +58,15 @@ pub fn path_template(path: &[u8]) -> String {
     out
 }
 
-/// Digits with at most two letters before them and an extension after
-/// (`123`, `Q42`, `Q42.json`), or a long hex run or UUID.
-fn is_id(seg: &str) -> bool {
-    let stem = seg.split('.').next().unwrap_or(seg);
-    let letters = stem.bytes().take_while(u8::is_ascii_alphabetic).count();
+/// Whether a path segment is an id: digits with at most two letters
+/// before them and an extension after (`123`, `Q42`, `Q42.json`), or a
+/// long hex run or UUID.
+pub fn is_id(seg: &[u8]) -> bool {
+    let stem = seg.split(|&b| b == b'.').next().unwrap_or(seg);
+    let letters = stem.iter().take_while(|b| b.is_ascii_alphabetic()).count();
     let digits = &stem[letters..];
-    let numbered = letters <= 2 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-    let hex = seg.len() >= 12 && seg.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let numbered = letters <= 2 && !digits.is_empty() && digits.iter().all(u8::is_ascii_digit);
+    let hex = seg.len() >= 12 && seg.iter().all(|&b| b.is_ascii_hexdigit() || b == b'-');
     numbered || hex
 }
 
