@@ -116,10 +116,11 @@ fn fail(message: String) -> ServeError {
     ServeError { message }
 }
 
-/// Metrics and the log, seen as one observer.
+/// Metrics, the log and the top counters, seen as one observer.
 struct Observers {
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
+    top: Arc<crate::top::TopCounts>,
 }
 
 impl Observer for Observers {
@@ -135,6 +136,7 @@ impl Observer for Observers {
         if let Some(l) = &self.log {
             l.decided(g, f, o, d, elapsed);
         }
+        self.top.decided(g, f, o, d, elapsed);
     }
 
     fn failed(&self, kind: &'static str, detail: &str) {
@@ -396,6 +398,7 @@ impl Server {
         let observer: Arc<dyn Observer> = Arc::new(Observers {
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
+            top: self.control.top(),
         });
         let mut tasks = tokio::task::JoinSet::new();
         if let Some(l) = self.http {

@@ -16,12 +16,12 @@
 use rctl_dataplane::topk::TopK;
 use rctl_dataplane::Request;
 use rctl_suggest::keys::{is_id, network, prefix, ua_family};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 /// What a key is of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyKind {
     /// The client address.
@@ -49,7 +49,7 @@ impl KeyKind {
 }
 
 /// One key of the window, with its verdicts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The key, as text.
     pub key: String,
@@ -63,7 +63,7 @@ pub struct Entry {
 }
 
 /// The window read at one second: per kind, its heaviest keys.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Top {
     /// The window's length, seconds.
     pub window_s: u64,
@@ -210,7 +210,13 @@ impl Window {
     /// The window as of second `now_s`: the `n` heaviest keys of each
     /// kind over the seconds `now_s - seconds + 1 ..= now_s`.
     pub fn top(&self, now_s: u64, n: usize) -> Top {
-        let len = self.slots.len() as u64;
+        self.top_over(now_s, self.seconds(), n)
+    }
+
+    /// [`Window::top`] over the last `seconds` only (1 to the window's
+    /// length).
+    pub fn top_over(&self, now_s: u64, seconds: u64, n: usize) -> Top {
+        let len = seconds.clamp(1, self.slots.len() as u64);
         let live: Vec<&Slot> = self
             .slots
             .iter()

@@ -81,6 +81,8 @@ fn seconds_older_than_the_window_are_not_counted() {
     req("192.0.2.2", b"/b", PY, |r| w.add(105, r, "pass"));
     let top = w.top(105, 5);
     assert_eq!(top.requests, 2);
+    // The last second alone.
+    assert_eq!(w.top_over(105, 1, 5).requests, 1);
     // At 110, second 100 is out; at 115, 105 is too.
     let top = w.top(110, 5);
     assert_eq!(top.requests, 1);

@@ -57,6 +57,7 @@ pub struct Control {
     judge: Arc<Judge>,
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
+    top: Arc<crate::top::TopCounts>,
     config: ControlConfig,
     slot: Mutex<Slot>,
     next_conn: AtomicU64,
@@ -89,12 +90,19 @@ impl Control {
             judge,
             metrics,
             log,
+            top: Arc::default(),
             config,
             slot: Mutex::new(Slot::Empty),
             next_conn: AtomicU64::new(1),
             extra: std::sync::OnceLock::new(),
             persist: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The recent traffic's counters (`rctl top`): the listeners count
+    /// into them, the control socket reads them.
+    pub fn top(&self) -> Arc<crate::top::TopCounts> {
+        Arc::clone(&self.top)
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
@@ -108,6 +116,9 @@ impl Control {
                 "not a request: {e} (send one JSON object a line, such as {{\"op\":\"status\"}})"
             )),
             Ok(ControlRequest::Status) => Ok(self.status()),
+            Ok(ControlRequest::Top { seconds, n }) => Ok(json!(self
+                .top
+                .top(seconds.unwrap_or(crate::top::WINDOW_S), n.unwrap_or(20)))),
             Ok(ControlRequest::Prepare(l)) => {
                 self.prepare(conn, Source::Load(l)).await.map(|p| json!(p))
             }
