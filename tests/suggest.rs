@@ -116,27 +116,88 @@ impl Traffic {
     }
 }
 
+impl Traffic {
+    /// The WDQS shape: 20 readers; 30 python-requests addresses in 30
+    /// networks, 20 requests each on /sparql (none stands out alone, no
+    /// prefix does either); the updater, far heavier than anyone, and
+    /// exempt.
+    fn wdqs() -> Traffic {
+        let mut t = Traffic::default();
+        t.readers(20);
+        for i in 1..=30 {
+            t.client(
+                [185, 100 + i, 101, 7],
+                "query.wikidata.org",
+                20,
+                &[("User-Agent", "python-requests/2.31.0")],
+                |n| format!("/sparql?query=SELECT%20*%20WHERE%20{{?s%20?p%20{n}}}"),
+            );
+        }
+        t.client(
+            [208, 80, 154, 230],
+            "query.wikidata.org",
+            600,
+            &[("User-Agent", "wmf-streaming-updater-consumer/0.3")],
+            |n| format!("/sparql?update={n}"),
+        );
+        t
+    }
+
+    /// Writes the requests as an nginx log of format [`NGINX_MS`] (with
+    /// `with_ua`, and `"$http_user_agent"` after it), in time order.
+    fn write_log(mut self, path: &Path, with_ua: bool) {
+        self.0.sort_by_key(|r| r.t_ms);
+        let mut out = String::new();
+        for r in &self.0 {
+            let t = 1_790_000_000_000 + r.t_ms;
+            let [a, b, c, d] = r.ip;
+            out.push_str(&format!(
+                "{}.{:03} {a}.{b}.{c}.{d} \"{}\" \"GET {} HTTP/1.1\" 200",
+                t / 1000,
+                t % 1000,
+                r.host,
+                r.target
+            ));
+            if with_ua {
+                let ua = r.headers.iter().find(|(k, _)| *k == "User-Agent");
+                out.push_str(&format!(" \"{}\"", ua.map_or("-", |(_, v)| v.as_str())));
+            }
+            out.push('\n');
+        }
+        std::fs::write(path, out).unwrap();
+    }
+}
+
+/// An nginx `log_format` with millisecond time and the Host, no header.
+const NGINX_MS: &str = "nginx:$msec $remote_addr \"$host\" \"$request\" $status";
+
 /// Runs `rctl suggest` (JSON summary); returns it and the written file.
 fn suggest(dir: &Path, existing: Option<&Path>, pcap: &Path, extra: &[&str]) -> (Value, String) {
+    let (v, file, _) = suggest_on(dir, existing, &["--pcap", pcap.to_str().unwrap()], extra);
+    (v, file)
+}
+
+/// Runs `rctl suggest` on `input` (`--pcap FILE`, `--log FILE …`);
+/// returns the JSON summary, the written file and the warnings.
+fn suggest_on(
+    dir: &Path,
+    existing: Option<&Path>,
+    input: &[&str],
+    extra: &[&str],
+) -> (Value, String, String) {
     let out = dir.join("suggested.rctl");
     let mut args = vec!["suggest"];
     if let Some(e) = existing {
         args.push(e.to_str().unwrap());
     }
-    args.extend([
-        "--pcap",
-        pcap.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    args.extend(input);
+    args.extend(["-o", out.to_str().unwrap(), "--format", "json"]);
     args.extend(extra);
     let o = rctl(&args);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "rctl suggest: {err}");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
-    (v, std::fs::read_to_string(&out).unwrap())
+    (v, std::fs::read_to_string(&out).unwrap(), err)
 }
 
 /// `rctl check` and `rctl test` accept `paths` as they are.
@@ -168,18 +229,21 @@ fn effects_equal_dry_run(rules: &[&Path], pcap: &Path, v: &Value) {
             continue;
         }
         let name = s["rule"].as_str().unwrap();
-        let r = d["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not in the dry run"));
+        let r = rule_in(&d, name);
         assert_eq!(r["shadow"], true, "{r}");
         assert_eq!(
             r["would"]["throttle"], s["effect"]["requests_limited"],
             "{name}: dry run {r}\nsuggest {s}"
         );
     }
+}
+
+/// The rule `name` of a dry run's JSON report.
+pub(crate) fn rule_in<'a>(d: &'a Value, name: &str) -> &'a Value {
+    d["rules"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| panic!("{name} not in the dry run: {d}"))
 }
 
 fn existing(dir: &Path) -> PathBuf {
@@ -200,27 +264,7 @@ fn written(v: &Value) -> Vec<&Value> {
 #[test]
 fn the_wdqs_swarm_the_sample_missed_is_found_and_the_updater_never_limited() {
     let dir = tempdir("suggest-wdqs");
-    let mut t = Traffic::default();
-    t.readers(20);
-    // 30 addresses in 30 networks, 20 requests each: none stands out
-    // alone, no prefix does either.
-    for i in 1..=30 {
-        t.client(
-            [185, 100 + i, 101, 7],
-            "query.wikidata.org",
-            20,
-            &[("User-Agent", "python-requests/2.31.0")],
-            |n| format!("/sparql?query=SELECT%20*%20WHERE%20{{?s%20?p%20{n}}}"),
-        );
-    }
-    // The updater: far heavier than anyone, and exempt.
-    t.client(
-        [208, 80, 154, 230],
-        "query.wikidata.org",
-        600,
-        &[("User-Agent", "wmf-streaming-updater-consumer/0.3")],
-        |n| format!("/sparql?update={n}"),
-    );
+    let t = Traffic::wdqs();
     let pcap = dir.join("wdqs.pcap");
     t.write(&pcap);
     let rules = existing(&dir);
@@ -266,12 +310,7 @@ fn the_wdqs_swarm_the_sample_missed_is_found_and_the_updater_never_limited() {
         "json",
     ]);
     let d: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let exempt = d["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "wdqs_updater_exempt")
-        .unwrap();
+    let exempt = rule_in(&d, "wdqs_updater_exempt");
     assert_eq!(exempt["requests"]["allow"], 600, "{exempt}");
 }
 
@@ -365,4 +404,65 @@ fn what_the_existing_rules_already_limit_is_not_suggested_again() {
     // Without the rule the same scraper is found.
     let (v, _) = suggest(&dir, None, &pcap, &[]);
     assert_eq!(written(&v).len(), 1, "{v:#}");
+}
+
+#[test]
+fn a_log_without_the_user_agent_gets_no_rule_reading_it_and_the_updater_is_not_guessed() {
+    let dir = tempdir("suggest-log-fields");
+    let mut t = Traffic::wdqs();
+    // One heavy address: found by address on any log.
+    t.client(
+        [45, 83, 64, 7],
+        "query.wikidata.org",
+        300,
+        &[("User-Agent", "python-requests/2.31.0")],
+        |n| format!("/sparql?query=ASK%20{n}"),
+    );
+    let log = dir.join("access.log");
+    t.write_log(&log, false);
+    let rules = existing(&dir);
+    let out = dir.join("suggested.rctl");
+    let input = ["--log", log.to_str().unwrap(), "--log-format", NGINX_MS];
+    let (v, file, err) = suggest_on(&dir, Some(&rules), &input, &[]);
+    // Nothing tells a browser here: said, never assumed to be none.
+    assert_eq!(v["collateral_measured"], false, "{v}");
+    assert!(err.contains("Accept-Language"), "{err}");
+    // The swarm's User-Agent is not in the log: no rule reads it. The
+    // updater's exemption reads it too, so the updater's verdict is
+    // unknown: it is not taken for the heaviest address.
+    assert!(!file.contains("user-agent"), "{file}");
+    let w = written(&v);
+    assert_eq!(w.len(), 1, "{v:#}\n{file}");
+    assert_eq!(w[0]["key"], "ip", "{v:#}");
+    let what = w[0]["what"].as_str().unwrap();
+    assert!(
+        what.contains("45.83.64.7") && !what.contains("208.80.154.230"),
+        "{what}"
+    );
+    // The file is judged on the log as it is: the dry run lacks nothing
+    // for the suggestion, and counts what the suggester measured.
+    let mut args = vec![
+        "dry-run",
+        rules.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    args.extend(input);
+    let o = rctl(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = rule_in(&d, w[0]["rule"].as_str().unwrap());
+    // (Left out of the report when empty.)
+    assert!(
+        r["missing_fields"].is_null() || r["missing_fields"] == serde_json::json!([]),
+        "{r}"
+    );
+    assert_eq!(
+        r["would"]["throttle"], w[0]["effect"]["requests_limited"],
+        "{r}"
+    );
+    let exempt = rule_in(&d, "wdqs_updater_exempt");
+    assert_eq!(exempt["unknown"], 600, "{exempt}");
+    accepted(&[&rules, &out]);
 }

@@ -84,14 +84,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .as_deref(),
     );
     inputs.extend(files.iter().cloned());
-    inputs.extend(a.logs.log.iter().cloned());
+    inputs.extend(a.logs.input.log.iter().cloned());
     // Refused before the replay, which can take long, and again when
     // written.
     if let Some(p) = &a.report {
         crate::output::check_target(p, &inputs)?;
     }
     let mut complete = replay_all(&mut run, &files);
-    let from_logs = if a.logs.log.is_empty() {
+    let from_logs = if a.logs.input.log.is_empty() {
         None
     } else {
         let (summary, failed) = logs::replay(&mut run, &a.logs)?;

@@ -90,6 +90,11 @@ pub struct ListenArgs {
     /// Decide, tag and count, but never enforce (whole ruleset).
     #[arg(long)]
     shadow: bool,
+    /// Count the recent traffic by address, prefix, User-Agent and path,
+    /// with its verdicts, for `rctl top` (off by default: it costs each
+    /// request about a third more; see the agent manual).
+    #[arg(long)]
+    top: bool,
     /// Only this site's rules (and rules for all sites) apply.
     #[arg(long)]
     site: Option<String>,
@@ -187,6 +192,7 @@ impl ListenArgs {
             l
         });
         c.shadow = a.shadow;
+        c.top = a.top;
         c.site = a.site;
         c.max_keys_per_limiter = a.max_keys;
         c.haproxy_stats = a

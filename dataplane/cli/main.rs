@@ -37,6 +37,7 @@ mod hostargs;
 mod import;
 mod listen;
 mod log;
+mod log_input;
 mod nginx;
 mod output;
 mod push;
@@ -45,6 +46,7 @@ mod status;
 mod suggest;
 mod term;
 mod test;
+mod top;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -83,7 +85,7 @@ enum Command {
     /// Replay captured traffic through the rules and report what each rule
     /// would do, to whom.
     DryRun(dryrun::Args),
-    /// Find the heavy clients of a capture and propose rules for them,
+    /// Find the heavy clients of a capture or an access log and propose rules for them,
     /// each with a test block, its effect and its collateral measured on
     /// the same traffic.
     Suggest(suggest::Args),
@@ -98,6 +100,10 @@ enum Command {
     /// Show what rctl enforces where: per interface and in the agent,
     /// ruleset hash, counters per rule, rate-limit table fill.
     Status(status::Args),
+    /// Show the running agent's recent traffic by key (address, prefix,
+    /// User-Agent and family, path template) with each key's verdicts,
+    /// refreshed like varnishtop.
+    Top(top::Args),
     /// Follow the program's events (sources entering a ban), across
     /// applies.
     Log(log::Args),
@@ -204,6 +210,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Eval(a) => eval::run(a),
         Command::DryRun(a) => dryrun::run(a),
         Command::Suggest(a) => suggest::run(a),
+        Command::Top(a) => top::run(a),
         Command::Test(a) => test::run(a),
         Command::Fmt(a) => format::run(a),
         Command::Apply(a) => apply::run(a),

@@ -18,8 +18,10 @@ pub struct Args {
     /// not suggested again.
     paths: Vec<PathBuf>,
     /// Capture files (pcap or pcapng): every request in them is counted.
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "log")]
     pcap: Vec<PathBuf>,
+    #[command(flatten)]
+    logs: crate::log_input::LogInputArgs,
     /// An ipblock of the existing rules whose addresses must never be
     /// limited: a suggestion that would is collateral (repeatable).
     #[arg(long, value_name = "ipblock@SCOPE/NAME")]
@@ -74,11 +76,25 @@ pub fn run(a: Args) -> Result<ExitCode> {
             None => return Ok(ExitCode::from(1)),
         }
     };
-    let traffic = read_traffic(&a.pcap)?;
+    let keep = rctl_suggest::headers_read(existing.as_ref());
+    let (traffic, inputs, log_failed) = read_traffic(&a.pcap, &a.logs, &keep)?;
+    let unmeasured: Vec<&str> = inputs
+        .iter()
+        .filter(|(_, k)| !rctl_suggest::collateral_measurable(k))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if !unmeasured.is_empty() {
+        crate::common::warn(&format!(
+            "{}: no User-Agent or no Accept-Language logged, so no request of it can be told to look legitimate: the limits fall back to all clients' median and the collateral on it is not measured (log both headers to measure it)",
+            unmeasured.join(", ")
+        ));
+    }
+    let collateral_measured = unmeasured.is_empty();
+    let inputs: Vec<rctl_dataplane::partial::Known> = inputs.into_iter().map(|(_, k)| k).collect();
     let sets = rctl_suggest::trusted_blocks(existing.as_ref(), &a.trusted)
         .map_err(|n| anyhow::anyhow!("--trusted {n}: the existing rules have no ipblock {n}"))?;
     let trusted = |ip| rctl_suggest::in_sets(&sets, ip);
-    let seen = rctl_suggest::existing(existing.clone(), &traffic)?;
+    let seen = rctl_suggest::existing(existing.clone(), &traffic, &inputs)?;
     let findings = rctl_suggest::find(&traffic, &seen, &trusted, &rctl_suggest::Options::default());
     let first = rctl_suggest::first_priority(existing.as_ref());
     let named: Vec<(String, Finding)> = findings
@@ -105,7 +121,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bail!("no ruleset produced")
     };
     let names: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
-    let effects = rctl_suggest::measure(ruleset, &traffic, &names, &trusted)?;
+    let effects = rctl_suggest::measure(ruleset, &traffic, &inputs, &names, &trusted)?;
     let legit = traffic.iter().filter(|r| r.looks_legitimate()).count() as f64;
     let measured: Vec<Measured> = named
         .into_iter()
@@ -141,18 +157,34 @@ pub fn run(a: Args) -> Result<ExitCode> {
         print!("{text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-    summary(&a, &traffic, &measured)?;
-    Ok(if ok {
+    summary(&a, &traffic, &measured, collateral_measured)?;
+    Ok(if ok && !log_failed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// Every request of the captures, in time order; a capture that cannot
-/// be read to its end is reported with where it stopped, and what was
-/// read of it is kept.
-fn read_traffic(pcaps: &[PathBuf]) -> Result<Vec<Obs>> {
+/// Every request of the captures and the logs (with the headers in
+/// `keep`), in time order, with the
+/// fields each log carries (by name; a request's `input` indexes them,
+/// captures' past the end), and whether reading the logs failed (as
+/// `rctl dry-run --log` fails: a read error, no line of the format,
+/// `--max-bad-lines`). A capture that cannot be read to its end is
+/// reported with where it stopped, and what was read of it is kept.
+#[expect(
+    clippy::type_complexity,
+    reason = "the traffic, its inputs, and a flag"
+)]
+fn read_traffic(
+    pcaps: &[PathBuf],
+    logs: &crate::log_input::LogInputArgs,
+    keep: &[String],
+) -> Result<(
+    Vec<Obs>,
+    Vec<(String, rctl_dataplane::partial::Known)>,
+    bool,
+)> {
     let mut traffic = Vec::new();
     for p in pcaps {
         let file =
@@ -164,10 +196,29 @@ fn read_traffic(pcaps: &[PathBuf]) -> Result<Vec<Obs>> {
                 p.display()
             ));
         }
-        traffic.extend(reqs.iter().map(Obs::from_http));
+        traffic.extend(reqs.iter().map(|r| Obs::from_http_keeping(r, Some(keep))));
+    }
+    let mut inputs = Vec::new();
+    let mut failed = false;
+    if !logs.log.is_empty() {
+        let opts = logs.options()?;
+        let (summary, formats) = rctl_logs::read_requests(&logs.log, &opts, |i, req| {
+            traffic.push(Obs::from_request(i as u32, req, Some(keep)));
+        })
+        .map_err(anyhow::Error::msg)?;
+        failed = logs.failed(&summary);
+        for ((name, l), f) in summary.inputs.iter().zip(formats) {
+            if l.bad_lines > 0 {
+                crate::common::warn(&format!(
+                    "{name}: {} of {} lines could not be read (the rest are counted)",
+                    l.bad_lines, l.lines
+                ));
+            }
+            inputs.push((name.clone(), f.known));
+        }
     }
     traffic.sort_by_key(|r| r.time_ns);
-    Ok(traffic)
+    Ok((traffic, inputs, failed))
 }
 
 fn scratch_dir() -> Result<PathBuf> {
@@ -262,7 +313,12 @@ fn key_name(k: &rctl_suggest::Key) -> &'static str {
 }
 
 /// The summary, ranked by requests removed against collateral.
-fn summary(a: &Args, traffic: &[Obs], measured: &[Measured]) -> Result<()> {
+fn summary(
+    a: &Args,
+    traffic: &[Obs],
+    measured: &[Measured],
+    collateral_measured: bool,
+) -> Result<()> {
     let mut ranked: Vec<&Measured> = measured.iter().collect();
     ranked.sort_by_key(|m| {
         std::cmp::Reverse(
@@ -274,6 +330,7 @@ fn summary(a: &Args, traffic: &[Obs], measured: &[Measured]) -> Result<()> {
         let v = serde_json::json!({
             "requests": traffic.len(),
             "budget": a.budget,
+            "collateral_measured": collateral_measured,
             "suggestions": ranked.iter().map(|m| serde_json::json!({
                 "rule": m.name,
                 "what": m.finding.what,

@@ -31,6 +31,7 @@ mod nginx_heads;
 mod parity;
 pub(crate) mod stack;
 mod suggest;
+mod top;
 mod wiring;
 
 use crate::util::root;
@@ -124,16 +125,25 @@ pub fn origin(dir: &Path, app: SocketAddr) -> String {
     )
 }
 
+/// The second log of the front of [`nginx_http`], `front-full.log`: the
+/// fields `rctl suggest --log` reads (millisecond time, Host, the
+/// headers normal clients are told by), in nginx's syntax (as
+/// `--log-format nginx:FORMAT` takes it).
+pub const FULL_LOG: &str = "$msec $remote_addr \"$host\" \"$request\" $status \"$http_user_agent\" \"$http_accept_language\" \"$http_cache_control\"";
+
 /// The `http` block of an nginx whose server on `front` asks the agent
-/// (the emitted files), logs in the `rctl` format to `front.log`, and
+/// (the emitted files), logs in the `rctl` format to `front.log` (and
+/// [`FULL_LOG`] to `front-full.log`), and
 /// proxies to its second server, the [`origin`] on `app`.
 pub fn nginx_http(dir: &Path, emitted: &Path, front: SocketAddr, app: SocketAddr) -> String {
     let (d, e) = (dir.display(), emitted.display());
     format!(
         "    include {e}/rctl-http.conf;
+    log_format full '{FULL_LOG}';
     server {{
         listen {front};
         access_log {d}/front.log rctl;
+        access_log {d}/front-full.log full;
         include {e}/rctl-server.conf;
         proxy_set_header X-Forwarded-For $remote_addr;
         location / {{

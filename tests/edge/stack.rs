@@ -98,6 +98,17 @@ impl Stack {
     /// (configured by `rctl emit` from `artifact` plus `emit_flags`);
     /// returns once a request has been checked by the agent.
     pub fn start(front: Front, artifact: &Path, addrs: &[&str], emit_flags: &[&str]) -> Stack {
+        Stack::start_serving(front, artifact, addrs, emit_flags, &[])
+    }
+
+    /// [`Stack::start`], with `serve_flags` given to `rctl serve`.
+    pub fn start_serving(
+        front: Front,
+        artifact: &Path,
+        addrs: &[&str],
+        emit_flags: &[&str],
+        serve_flags: &[&str],
+    ) -> Stack {
         let serial = serial();
         let mut all = vec![EDGE];
         all.extend(addrs);
@@ -106,7 +117,7 @@ impl Stack {
         let agent_http: SocketAddr = "127.0.0.1:9781".parse().unwrap();
         let app: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let edge: SocketAddr = format!("{EDGE}:80").parse().unwrap();
-        let agent = serve(&dir, artifact, agent_http, &[]);
+        let agent = serve(&dir, artifact, agent_http, serve_flags);
         let (nginx, haproxy) = match front {
             Front::Haproxy => {
                 let spoe = format!("unix:{}", agent.spoe.display());

@@ -1,13 +1,15 @@
 //! `rctl suggest` on real traffic: python-requests clients, browsers and
-//! the WDQS updater through HAProxy (asking `rctl serve` with the rules in
-//! force before the incident), captured by tcpdump on the edge's port.
-//! The swarm the sample missed is found from the capture, with no
-//! collateral, the updater is never limited, and the suggestion's effect
-//! equals `rctl dry-run` of the written file on the same capture.
+//! the WDQS updater through HAProxy or nginx (asking `rctl serve` with
+//! the rules in force before the incident), captured by tcpdump on the
+//! edge's port and, behind nginx, logged by it too. The swarm the sample
+//! missed is found from the capture, and from nginx's access log the
+//! same, with no collateral; the updater is never limited, and the
+//! suggestion's effect equals `rctl dry-run` of the written file on the
+//! same capture or log.
 
 use super::rctl_ok;
 use super::stack::{Front, Stack};
-use crate::suggest::{EXISTING, FIREFOX};
+use crate::suggest::{rule_in, EXISTING, FIREFOX};
 use crate::util::tempdir;
 use rctl_testkit::proc::Proc;
 use rctl_testkit::skip::skip_unless;
@@ -25,17 +27,30 @@ const READERS: [&str; 6] = [
     "192.0.78.9",
 ];
 
-#[test]
-fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
+/// The WDQS shape through `front`, captured by tcpdump on the edge's
+/// port: the swarm, the readers and the updater, asking `rctl serve`
+/// with the rules in force before the incident.
+struct Run {
+    dir: std::path::PathBuf,
+    rules: std::path::PathBuf,
+    pcap: std::path::PathBuf,
+    /// What the load generator sent, per group.
+    got: Value,
+    /// The front proxy's full log (nginx only).
+    log: Option<std::path::PathBuf>,
+}
+
+/// Runs it; None (SKIPPED printed) when the edge or tcpdump is missing.
+fn wdqs_through(front: Front) -> Option<Run> {
     let tcpdump_found = ["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]
         .iter()
         .any(|p| std::path::Path::new(p).exists());
     if !super::stack::available()
         || !skip_unless(tcpdump_found, "tcpdump (apt-get install tcpdump)")
     {
-        return;
+        return None;
     }
-    let dir = tempdir("suggest-live");
+    let dir = tempdir(&format!("suggest-live-{front:?}"));
     let rules = dir.join("existing.rctl");
     std::fs::write(&rules, EXISTING).unwrap();
     let art = dir.join("existing.rctlc");
@@ -50,7 +65,7 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
     let mut addrs: Vec<&str> = swarm.iter().map(String::as_str).collect();
     addrs.extend(READERS);
     addrs.push(UPDATER);
-    let s = Stack::start(Front::Haproxy, &art, &addrs, &[]);
+    let s = Stack::start(front, &art, &addrs, &[]);
     let pcap = dir.join("edge.pcap");
     let mut tcpdump = Command::new("tcpdump");
     tcpdump
@@ -91,12 +106,27 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
     std::thread::sleep(Duration::from_millis(500));
     dump.stop();
 
-    let out = dir.join("suggested.rctl");
-    let (summary, err) = rctl_ok(&[
+    let log = (front == Front::Nginx).then(|| {
+        let p = dir.join("front-full.log");
+        std::fs::copy(s.dir.join("front-full.log"), &p).unwrap();
+        p
+    });
+    Some(Run {
+        dir,
+        rules,
+        pcap,
+        got,
+        log,
+    })
+}
+
+/// `rctl suggest` of the existing rules on `input` (`--pcap FILE` or
+/// `--log FILE …`); the JSON summary, its written suggestions, the file.
+fn suggest(r: &Run, name: &str, input: &[&str]) -> (Value, Vec<Value>, std::path::PathBuf) {
+    let out = r.dir.join(name);
+    let mut args = vec![
         "suggest",
-        rules.to_str().unwrap(),
-        "--pcap",
-        pcap.to_str().unwrap(),
+        r.rules.to_str().unwrap(),
         "--trusted",
         "ipblock@wdqs/updater",
         "--budget",
@@ -105,23 +135,26 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
         out.to_str().unwrap(),
         "--format",
         "json",
-    ]);
+    ];
+    args.extend(input);
+    let (summary, err) = rctl_ok(&args);
     let v: Value = serde_json::from_str(&summary).unwrap_or_else(|e| panic!("{e}: {err}"));
-    let sent: u64 = ["readers", "swarm", "updater"]
-        .iter()
-        .map(|g| got[g]["sent"].as_u64().unwrap())
-        .sum();
-    // Every request sent is in the capture (the probes besides).
-    assert!(v["requests"].as_u64().unwrap() >= sent, "{v} {got}");
-    let written: Vec<&Value> = v["suggestions"]
+    let written: Vec<Value> = v["suggestions"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|s| s["written"] == true)
+        .cloned()
         .collect();
-    let file = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(written.len(), 1, "{v:#}\n{file}");
-    let w = written[0];
+    (v, written, out)
+}
+
+/// The one suggestion the WDQS shape must give: the python-requests
+/// swarm by User-Agent, its twelve addresses, no collateral.
+fn is_the_swarm(written: &[Value], file: &std::path::Path) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert_eq!(written.len(), 1, "{written:#?}\n{text}");
+    let w = &written[0];
     assert_eq!(w["key"], "user-agent", "{w}");
     assert!(
         w["what"].as_str().unwrap().contains("python-requests/"),
@@ -129,6 +162,23 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
     );
     assert_eq!(w["effect"]["clients_limited"], 12, "{w}");
     assert_eq!(w["effect"]["collateral_requests"], 0, "{w}");
+}
+
+#[test]
+fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
+    let Some(r) = wdqs_through(Front::Haproxy) else {
+        return;
+    };
+    let (rules, pcap, got) = (&r.rules, &r.pcap, &r.got);
+    let (v, written, out) = suggest(&r, "suggested.rctl", &["--pcap", pcap.to_str().unwrap()]);
+    let sent: u64 = ["readers", "swarm", "updater"]
+        .iter()
+        .map(|g| got[g]["sent"].as_u64().unwrap())
+        .sum();
+    // Every request sent is in the capture (the probes besides).
+    assert!(v["requests"].as_u64().unwrap() >= sent, "{v} {got}");
+    is_the_swarm(&written, &out);
+    let w = &written[0];
     // The written file beside the existing rules, on the same capture:
     // the dry run's count is the suggester's, the updater all allowed.
     let (d, _) = rctl_ok(&[
@@ -141,24 +191,86 @@ fn a_swarm_through_haproxy_is_found_in_its_capture_and_the_updater_is_not() {
         "json",
     ]);
     let d: Value = serde_json::from_str(&d).unwrap();
-    let rule = |name: &str| {
-        d["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("{name}: {d}"))
-            .clone()
-    };
-    let r = rule(w["rule"].as_str().unwrap());
+    let r = rule_in(&d, w["rule"].as_str().unwrap());
     assert_eq!(
         r["would"]["throttle"], w["effect"]["requests_limited"],
         "{r}\n{w}"
     );
-    let exempt = rule("wdqs_updater_exempt");
+    let exempt = rule_in(&d, "wdqs_updater_exempt");
     assert_eq!(
         exempt["requests"]["allow"], got["updater"]["sent"],
         "{exempt}"
     );
     rctl_ok(&["test", rules.to_str().unwrap(), out.to_str().unwrap()]);
+}
+
+#[test]
+fn a_swarm_through_nginx_is_found_in_its_access_log_as_in_its_capture() {
+    let Some(r) = wdqs_through(Front::Nginx) else {
+        return;
+    };
+    let log = r.log.clone().unwrap();
+    let format = format!("nginx:{}", super::FULL_LOG);
+    let log_input = ["--log", log.to_str().unwrap(), "--log-format", &format];
+    let (pv, from_pcap, pfile) =
+        suggest(&r, "from-pcap.rctl", &["--pcap", r.pcap.to_str().unwrap()]);
+    let (lv, from_log, lfile) = suggest(&r, "from-log.rctl", &log_input);
+    // The log holds every request sent (nginx logs each, and the probes
+    // of the stack's start); a capture on a loaded machine can lose a
+    // few packets, so the two totals are not compared.
+    let sent: u64 = ["readers", "swarm", "updater"]
+        .iter()
+        .map(|g| r.got[g]["sent"].as_u64().unwrap())
+        .sum();
+    assert!(lv["requests"].as_u64().unwrap() >= sent, "{lv}");
+    assert!(pv["requests"].as_u64().unwrap() > 0, "{pv}");
+    is_the_swarm(&from_pcap, &pfile);
+    is_the_swarm(&from_log, &lfile);
+    // The same suggestion: the same rule on the same clients. (The
+    // log's time is when nginx wrote the line, a few ms after the
+    // capture saw the request: the traffic's span, and so the limit
+    // scaled to the period and what it limits, can differ by the log's
+    // late second; each is checked against its own dry run.)
+    let (p, l) = (&from_pcap[0], &from_log[0]);
+    for k in ["key", "period_s"] {
+        assert_eq!(p[k], l[k], "{k}: {p}\n{l}");
+    }
+    // Who: the User-Agent and its addresses.
+    let who = |w: &Value| {
+        w["what"]
+            .as_str()
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(who(p), who(l), "{p}\n{l}");
+    assert!(l["effect"]["requests_limited"].as_u64().unwrap() > 0, "{l}");
+    // The file from the log is checked and tested as it is, and the dry
+    // run of it on the same log counts what the suggester measured.
+    let rules = r.rules.to_str().unwrap();
+    rctl_ok(&["check", rules, lfile.to_str().unwrap()]);
+    rctl_ok(&["test", rules, lfile.to_str().unwrap()]);
+    rctl_ok(&["test", lfile.to_str().unwrap()]);
+    let mut args = vec![
+        "dry-run",
+        rules,
+        lfile.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    args.extend(log_input);
+    let (d, _) = rctl_ok(&args);
+    let d: Value = serde_json::from_str(&d).unwrap();
+    let rule = rule_in(&d, l["rule"].as_str().unwrap());
+    assert_eq!(
+        rule["would"]["throttle"], l["effect"]["requests_limited"],
+        "{rule}\n{l}"
+    );
+    let exempt = rule_in(&d, "wdqs_updater_exempt");
+    assert_eq!(
+        exempt["requests"]["allow"], r.got["updater"]["sent"],
+        "{exempt}"
+    );
 }

@@ -16,6 +16,10 @@
 //! the observer is told each decision took over the agent thread's CPU
 //! time.
 //!
+//! Each ruleset runs twice, with the observer counting each decision for
+//! `rctl top` (as `rctl serve` does) and without, and the cost of
+//! counting is their ratio per agent-CPU-second.
+//!
 //! `cargo bench -p rctl-agent --bench spop` (RCTL_BENCH_SECS sets the
 //! window, default 3 s; RCTL_BENCH_RULES the sizes, default 10,1000,10000).
 
@@ -39,22 +43,27 @@ const WINDOW: u64 = 512;
 /// Frames per write.
 const BATCH: usize = 64;
 
-/// Sums what the observer is told.
+/// Sums what the observer is told; with `top`, also counts each
+/// decision for `rctl top`, as `rctl serve` does.
 #[derive(Default)]
 struct Timing {
     decisions: AtomicU64,
     decision_ns: AtomicU64,
+    top: Option<rctl_agent::top::TopCounts>,
 }
 
 impl Observer for Timing {
     fn decided(
         &self,
-        _: &Generation,
-        _: &Fields<'_>,
-        _: &Outcome,
-        _: &Decision,
+        g: &Generation,
+        f: &Fields<'_>,
+        o: &Outcome,
+        d: &Decision,
         elapsed: Duration,
     ) {
+        if let Some(t) = &self.top {
+            t.decided(g, f, o, d, elapsed);
+        }
         self.decisions.fetch_add(1, Ordering::Relaxed);
         self.decision_ns
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
@@ -155,13 +164,17 @@ struct Run {
 }
 
 /// Runs the generator against an agent on one runtime thread: `judge`
-/// decides, or with `None` the floor agent acks.
-fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64) -> Run {
+/// decides (with `top`, counting for `rctl top` too), or with `None` the
+/// floor agent acks.
+fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64, top: bool) -> Run {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("rctl-spop-bench-sock-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let sock = dir.join("spoe.sock");
-    let timing = Arc::new(Timing::default());
+    let timing = Arc::new(Timing {
+        top: top.then(Default::default),
+        ..Default::default()
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (sock2, timing2) = (sock.clone(), timing.clone());
@@ -322,7 +335,7 @@ fn main() {
         4096,
         frames.len() / 4096
     );
-    let floor = run(None, &frames, secs);
+    let floor = run(None, &frames, secs, false);
     println!("| agent | frames/s | frames per agent-CPU-second | agent thread busy | decision's share of agent CPU | vs floor (per CPU-second) |");
     println!("|---|---|---|---|---|---|");
     let row = |name: &str, r: &Run| {
@@ -340,8 +353,19 @@ fn main() {
         Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) => vec![10, 1_000, 10_000],
     };
+    let mut costs = Vec::new();
     for rules in sizes {
-        let r = run(Some(judge(rules)), &frames, secs);
-        row(&format!("rctl agent, {rules} rules"), &r);
+        let j = judge(rules);
+        let off = run(Some(Arc::clone(&j)), &frames, secs, false);
+        row(&format!("rctl agent, {rules} rules"), &off);
+        let on = run(Some(j), &frames, secs, true);
+        row(
+            &format!("rctl agent, {rules} rules, `rctl top` counting"),
+            &on,
+        );
+        costs.push((rules, off.frames_per_cpu_s / on.frames_per_cpu_s));
+    }
+    for (rules, c) in costs {
+        println!("{rules} rules: the request path with `rctl top` counting costs {c:.2}× it without (per agent-CPU-second)");
     }
 }

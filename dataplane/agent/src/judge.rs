@@ -44,6 +44,23 @@ pub struct Fields<'a> {
     pub port: u16,
 }
 
+impl<'a> Fields<'a> {
+    /// The engine's request of these fields, at `time_ns` on the
+    /// limiters' clock.
+    pub fn request(&self, time_ns: u64) -> Request<'a> {
+        Request {
+            method: self.method,
+            host: self.host,
+            target: self.target,
+            headers: self.headers,
+            ip: self.ip,
+            dst: self.dst,
+            port: self.port,
+            time_ns,
+        }
+    }
+}
+
 /// Sees every decision and every failure of the listeners: metrics and
 /// the matched-request log implement it. Called on the request path, so
 /// implementations must be cheap and must not block.
@@ -148,16 +165,7 @@ impl Judge {
         f: &Fields<'_>,
         scratch: &mut Scratch,
     ) -> (Outcome, Decision) {
-        let req = Request {
-            method: f.method,
-            host: f.host,
-            target: f.target,
-            headers: f.headers,
-            ip: f.ip,
-            dst: f.dst,
-            port: f.port,
-            time_ns: self.now_ns(),
-        };
+        let req = f.request(self.now_ns());
         let engine = &generation.engine;
         let decision = engine.decide_request_with(&req, scratch, None);
         let out = Outcome::of(&decision, engine, generation.number, self.shadow);

@@ -42,6 +42,7 @@ pub mod reqlog;
 pub mod serve;
 pub mod shutdown;
 pub mod spop;
+pub mod top;
 
 /// Seconds since the epoch.
 pub(crate) fn now_unix() -> u64 {

@@ -47,6 +47,9 @@ pub struct Config {
     pub log: Option<reqlog::Config>,
     /// Whole-ruleset shadow mode: decide, tag and count, never enforce.
     pub shadow: bool,
+    /// Count the recent traffic by key for `rctl top` (off by default:
+    /// it costs every request a lock and a few counters).
+    pub top: bool,
     /// Only this site's rules (and rules for all sites) apply.
     pub site: Option<String>,
     /// Most keys each limiter tracks.
@@ -85,6 +88,7 @@ impl Config {
             control_group: None,
             log: None,
             shadow: false,
+            top: false,
             site: None,
             max_keys_per_limiter: rctl_dataplane::EngineConfig::default().max_keys_per_limiter,
             http_limits: Limits::default(),
@@ -116,10 +120,11 @@ fn fail(message: String) -> ServeError {
     ServeError { message }
 }
 
-/// Metrics and the log, seen as one observer.
+/// Metrics, the log and the top counters, seen as one observer.
 struct Observers {
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
+    top: Option<Arc<crate::top::TopCounts>>,
 }
 
 impl Observer for Observers {
@@ -134,6 +139,9 @@ impl Observer for Observers {
         self.metrics.decided(g, f, o, d, elapsed);
         if let Some(l) = &self.log {
             l.decided(g, f, o, d, elapsed);
+        }
+        if let Some(t) = &self.top {
+            t.decided(g, f, o, d, elapsed);
         }
     }
 
@@ -317,6 +325,9 @@ impl Server {
         if let Some(p) = &persist {
             control.set_persist(Arc::clone(p));
         }
+        if config.top {
+            control.count_top();
+        }
         let proxy_stats = config
             .haproxy_stats
             .clone()
@@ -396,6 +407,7 @@ impl Server {
         let observer: Arc<dyn Observer> = Arc::new(Observers {
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
+            top: self.control.counts_top().then(|| self.control.top()),
         });
         let mut tasks = tokio::task::JoinSet::new();
         if let Some(l) = self.http {

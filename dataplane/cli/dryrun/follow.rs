@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// Follows the one `--log`; returns what was read.
 pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> {
-    let [path] = args.log.as_slice() else {
+    let [path] = args.input.log.as_slice() else {
         bail!("--follow follows one --log (a file or -)");
     };
     let stdin = path == Path::new("-");

@@ -2,58 +2,23 @@
 //! flags, and what the report says about logs (lines judged, bad lines,
 //! rules not judged, time resolution, sampling).
 
-use anyhow::{bail, Context, Result};
+pub use crate::log_input::LogInputArgs;
+use anyhow::{bail, Result};
 use clap::Args;
 use rctl_dataplane::dryrun::{DryRun, Report};
-use rctl_logs::detect::Spec;
 use rctl_logs::run::{Options, Summary};
 use std::fmt::Write as _;
-use std::net::IpAddr;
-use std::path::PathBuf;
 
-/// The flags of a dry run on logs.
+/// The flags of a dry run on logs: the reading flags every command with
+/// `--log` takes, and the dry run's own.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LogArgs {
-    /// Access logs (files, directories of them, `-` for stdin; gzip and
-    /// zstd read as they are), merged in time order.
-    #[arg(long)]
-    pub log: Vec<PathBuf>,
-    /// The logs' format: haproxy-httplog, nginx-combined, varnishncsa,
-    /// webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
-    /// varnishncsa:FORMAT; detected from the first lines if left out.
-    /// Parquet files are recognised as such and read as
-    /// webrequest-parquet.
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<String>,
-    /// HAProxy: the `capture request header` names, in order (comma
-    /// separated or repeated).
-    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
-    pub capture_request_header: Vec<String>,
-    /// HAProxy: read the capture names from this configuration.
-    #[arg(long, value_name = "FILE")]
-    pub haproxy_config: Option<PathBuf>,
-    /// With --haproxy-config: the frontend whose captures the log holds
-    /// (needed when several capture headers).
-    #[arg(long, value_name = "NAME")]
-    pub haproxy_frontend: Option<String>,
-    /// Take the client address from this logged header (X-Client-IP,
-    /// X-Forwarded-For: its last address not of a --trusted-proxy).
-    #[arg(long, value_name = "HEADER")]
-    pub client_ip_field: Option<String>,
-    /// A proxy (address or CIDR) whose addresses in --client-ip-field are
-    /// skipped from the right.
-    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
-    pub trusted_proxy: Vec<String>,
+    #[command(flatten)]
+    pub input: LogInputArgs,
     /// The log holds one line in N: counts are scaled by N, and throttles
     /// are not run (their verdicts need every request).
     #[arg(long, value_name = "N")]
     pub sampled: Option<u64>,
-    /// Fail (exit 1) when more lines than this cannot be judged.
-    #[arg(long, value_name = "N")]
-    pub max_bad_lines: Option<u64>,
-    /// The longest line read; a longer one is reported and skipped.
-    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_size)]
-    pub max_line: usize,
     /// List the fields each log format carries, and exit.
     #[arg(long)]
     pub explain_input: bool,
@@ -67,67 +32,15 @@ pub struct LogArgs {
     pub every: u64,
 }
 
-fn cidr(s: &str) -> Result<(IpAddr, u8)> {
-    let (a, len) = match s.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
-    };
-    let ip: IpAddr = a
-        .parse()
-        .with_context(|| format!("--trusted-proxy {s}: not an address"))?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    let len = match len {
-        Some(l) => l
-            .parse::<u8>()
-            .ok()
-            .filter(|&l| l <= max)
-            .with_context(|| format!("--trusted-proxy {s}: the prefix length is 0 to {max}"))?,
-        None => max,
-    };
-    Ok((ip, len))
-}
-
 impl LogArgs {
     /// The reading options these flags make.
     pub fn options(&self) -> Result<Options> {
-        let mut captures = self.capture_request_header.clone();
-        if let Some(cfg) = &self.haproxy_config {
-            let text = std::fs::read_to_string(cfg)
-                .with_context(|| format!("cannot read {}", cfg.display()))?;
-            let all = rctl_logs::haproxy::captures_in_config(&text);
-            let with: Vec<_> = all.iter().filter(|(_, c)| !c.is_empty()).collect();
-            let chosen =
-                match &self.haproxy_frontend {
-                    Some(n) => all.iter().find(|(f, _)| f == n).with_context(|| {
-                        format!("{}: no frontend or listen section {n}", cfg.display())
-                    })?,
-                    None if with.len() <= 1 => match with.first() {
-                        Some(c) => c,
-                        None => &all.first().cloned().unwrap_or_default(),
-                    },
-                    None => bail!(
-                    "{}: several sections capture headers ({}): name one with --haproxy-frontend",
-                    cfg.display(),
-                    with.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-                };
-            captures = chosen.1.clone();
-        }
-        let trusted = self
-            .trusted_proxy
-            .iter()
-            .map(|s| cidr(s))
-            .collect::<Result<Vec<_>>>()?;
         if let Some(0) = self.sampled {
             bail!("--sampled N: N is at least 1 (one line kept in N)");
         }
-        Ok(Options {
-            format: self.log_format.clone(),
-            spec: Spec { captures },
-            client_ip_field: self.client_ip_field.clone().map(|h| (h, trusted)),
-            max_line: self.max_line,
-            sampled: self.sampled.filter(|&n| n > 1),
-        })
+        let mut o = self.input.options()?;
+        o.sampled = self.sampled.filter(|&n| n > 1);
+        Ok(o)
     }
 }
 
@@ -138,11 +51,12 @@ pub fn explain_input(args: &LogArgs) -> Result<String> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    if let Some(f) = &args.log_format {
+    if let Some(f) = &args.input.log_format {
         names = vec![f.clone()];
     }
     let mut o = String::new();
     if args
+        .input
         .log_format
         .as_deref()
         .is_none_or(|f| f == "webrequest-parquet")
@@ -151,7 +65,7 @@ pub fn explain_input(args: &LogArgs) -> Result<String> {
             o,
             "webrequest-parquet (read from .parquet files, and folders of them partitioned as webrequest is):\n  carries: the columns the table has of ts or dt, ip, http_method, uri_host (and header(\"host\")), uri_path, uri_query, and the headers user_agent, referer, accept_language, x_analytics, accept, range\n  reads:   only the columns the ruleset reads, and the time, ip, uri_path and user_agent the report counts\n  time:    ts at its unit, or dt at 1 ms\n  lacks:   port, dst_ip, every other header, and any of those columns the table does not have; a rule reading what it lacks is not judged on it"
         );
-        if args.log_format.is_some() {
+        if args.input.log_format.is_some() {
             return Ok(o);
         }
     }
@@ -211,28 +125,9 @@ pub fn replay(run: &mut DryRun, args: &LogArgs) -> Result<(Summary, bool)> {
     let summary = if args.follow {
         super::follow::run(run, args, &opts)?
     } else {
-        rctl_logs::replay(run, &args.log, &opts).map_err(anyhow::Error::msg)?
+        rctl_logs::replay(run, &args.input.log, &opts).map_err(anyhow::Error::msg)?
     };
-    let bad = summary.bad_lines();
-    let mut failed = !summary.errors.is_empty();
-    for e in &summary.errors {
-        eprintln!("rctl: error: {e}; the report covers everything before it");
-    }
-    for (name, l) in &summary.inputs {
-        if l.lines > 0 && l.judged == 0 {
-            eprintln!(
-                "rctl: error: {name}: none of its {} lines is a {} line",
-                l.lines, l.format
-            );
-            failed = true;
-        }
-    }
-    if let Some(max) = args.max_bad_lines {
-        if bad > max {
-            eprintln!("rctl: error: {bad} lines could not be judged (--max-bad-lines {max})");
-            failed = true;
-        }
-    }
+    let failed = args.input.failed(&summary);
     Ok((summary, failed))
 }
 
@@ -264,19 +159,8 @@ pub fn scale(r: &mut Report, n: u64) {
             x.error *= n;
         }
     };
-    for a in [
-        &mut r.affected.deny,
-        &mut r.affected.throttle,
-        &mut r.affected.drop,
-        &mut r.affected.total,
-    ] {
-        a.requests *= n;
-        a.legit_requests *= n;
-    }
     for rule in &mut r.rules {
         rule.matches *= n;
-        rule.passed *= n;
-        hitters(&mut rule.top_prefixes);
         rule.unknown *= n;
         rule.stopped_requests *= n;
         counts(&mut rule.requests);
@@ -285,7 +169,6 @@ pub fn scale(r: &mut Report, n: u64) {
         hitters(&mut rule.top_user_agents);
         hitters(&mut rule.top_paths);
         hitters(&mut rule.stopped_top_ips);
-        hitters(&mut rule.stopped_top_user_agents);
     }
     r.unmatched.requests *= n;
     hitters(&mut r.unmatched.top_ips);

@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 fn obs(t: u64, ip: IpAddr, host: &[u8], target: &[u8], ua: &[u8], extra: &[u8]) -> Obs {
     Obs {
+        input: u32::MAX,
         time_ns: t * 500_000_000,
         ip,
         dst: None,

@@ -32,4 +32,4 @@ pub mod varnish;
 pub mod webrequest;
 
 pub use format::Format;
-pub use run::{replay, LogError, Options, Summary};
+pub use run::{read_requests, replay, LogError, Options, Summary};

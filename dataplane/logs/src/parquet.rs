@@ -205,6 +205,29 @@ fn known_of(roles: &[Role], names: &[String]) -> Known {
     }
 }
 
+/// Every field `known` lacks, for a reader with no ruleset to ask: as
+/// `lacks` of [`table`], it makes every column the table has decoded.
+pub fn every_lack(known: &Known) -> Vec<String> {
+    let mut v: Vec<String> = [
+        (known.method, "method"),
+        (known.host, "host"),
+        (known.path, "path"),
+        (known.query, "query"),
+    ]
+    .iter()
+    .filter(|(has, _)| !has)
+    .map(|(_, f)| f.to_string())
+    .collect();
+    if let KnownHeaders::Only(h) = &known.headers {
+        for (_, name) in HEADERS {
+            if !h.iter().any(|x| x == name) {
+                v.push(format!("header({name:?})"));
+            }
+        }
+    }
+    v
+}
+
 /// Works out which columns of the file at `path` to decode: of those it
 /// has, the ones `lacks` says the ruleset reads (`lacks(known)` lists the
 /// fields the ruleset reads that `known` lacks), and the time, the

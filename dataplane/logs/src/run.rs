@@ -193,16 +193,23 @@ impl Source {
     pub fn open(run: &mut DryRun, path: &Path, opts: &Options) -> Result<Source, LogError> {
         #[cfg(feature = "parquet")]
         if path != Path::new("-") && input::starts_with(path, crate::parquet::MAGIC) {
-            return Source::open_parquet(run, path, opts);
+            let lacks = |k: &rctl_dataplane::partial::Known| run.missing_for(k);
+            let mut s = Source::open_parquet(path, opts, &lacks)?;
+            s.id = run.add_request_input(&s.name, &s.format.name, &s.format.known);
+            return Ok(s);
         }
         let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
         Source::from_reader(run, &path.display().to_string(), r, opts)
     }
 
-    /// A Parquet table (refined webrequest), its columns the ruleset
-    /// reads decoded.
+    /// A Parquet table (refined webrequest): the columns decoded are those
+    /// `lacks` says the reader needs (see [`crate::parquet::table`]).
     #[cfg(feature = "parquet")]
-    fn open_parquet(run: &mut DryRun, path: &Path, opts: &Options) -> Result<Source, LogError> {
+    fn open_parquet(
+        path: &Path,
+        opts: &Options,
+        lacks: &dyn Fn(&rctl_dataplane::partial::Known) -> Vec<String>,
+    ) -> Result<Source, LogError> {
         let name = path.display().to_string();
         let refuse = |why: String| LogError::Format(name.clone(), why);
         if let Some(f) = opts
@@ -219,52 +226,46 @@ impl Source {
                 "--client-ip-field is not read from Parquet tables: their ip column is the client's".into(),
             ));
         }
-        let lacks = |k: &rctl_dataplane::partial::Known| run.missing_for(k);
-        let table = crate::parquet::table(path, &lacks).map_err(|e| refuse(e.to_string()))?;
+        let table = crate::parquet::table(path, lacks).map_err(|e| refuse(e.to_string()))?;
         let rows = crate::parquet::Rows::open(path, table).map_err(|e| refuse(e.to_string()))?;
         let mut format = rows.format().clone();
         if opts.sampled.is_some() {
             format.known.complete = false;
         }
         let empty: Box<dyn Read + Send> = Box::new(io::empty());
-        let mut src = Source::new(run, name, LineReader::new(empty, opts.max_line), format);
+        let mut src = Source::with_format(&name, LineReader::new(empty, opts.max_line), format);
         src.stats.columns = rows.columns().to_vec();
         src.rows = Some(rows);
         Ok(src)
     }
 
-    /// A source of `format` reading `reader`, registered with the run.
-    fn new(
-        run: &mut DryRun,
-        name: String,
-        reader: LineReader<Box<dyn Read + Send>>,
-        format: Format,
-    ) -> Source {
-        let id = run.add_request_input(&name, &format.name, &format.known);
-        Source {
-            name,
-            reader,
-            stats: LogInput {
-                format: format.name.clone(),
-                resolution_ns: format.resolution_ns,
-                ..LogInput::default()
-            },
-            format,
-            rec: Record::default(),
-            arena: Vec::new(),
-            id,
-            ready: false,
-            error: None,
-            #[cfg(feature = "parquet")]
-            rows: None,
-            #[cfg(feature = "parquet")]
-            deferred: false,
-        }
-    }
-
     /// A source reading `r`.
     pub fn from_reader(
         run: &mut DryRun,
+        name: &str,
+        r: Box<dyn Read + Send>,
+        opts: &Options,
+    ) -> Result<Source, LogError> {
+        let mut s = Source::detached(name, r, opts)?;
+        s.id = run.add_request_input(name, &s.format.name, &s.format.known);
+        Ok(s)
+    }
+
+    /// Opens `path` and finds its format, for a reader of its requests
+    /// that is not a dry run ([`read_requests`]).
+    pub fn open_detached(path: &Path, opts: &Options) -> Result<Source, LogError> {
+        #[cfg(feature = "parquet")]
+        if path != Path::new("-") && input::starts_with(path, crate::parquet::MAGIC) {
+            // No ruleset to ask: every column the table has is decoded.
+            return Source::open_parquet(path, opts, &crate::parquet::every_lack);
+        }
+        let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
+        Source::detached(&path.display().to_string(), r, opts)
+    }
+
+    /// A source reading `r`, registered with no run (its `id` is 0 until
+    /// a run registers it).
+    pub fn detached(
         name: &str,
         r: Box<dyn Read + Send>,
         opts: &Options,
@@ -277,12 +278,34 @@ impl Source {
             ));
         }
         let format = format_for(opts, &head, name)?;
-        Ok(Source::new(
-            run,
-            name.to_string(),
+        Ok(Source::with_format(
+            name,
             LineReader::new(r, opts.max_line),
             format,
         ))
+    }
+
+    /// A source of `format` reading `reader`, registered with no run.
+    fn with_format(name: &str, reader: LineReader<Box<dyn Read + Send>>, format: Format) -> Source {
+        Source {
+            name: name.to_string(),
+            reader,
+            stats: LogInput {
+                format: format.name.clone(),
+                resolution_ns: format.resolution_ns,
+                ..LogInput::default()
+            },
+            format,
+            rec: Record::default(),
+            arena: Vec::new(),
+            id: 0,
+            ready: false,
+            error: None,
+            #[cfg(feature = "parquet")]
+            rows: None,
+            #[cfg(feature = "parquet")]
+            deferred: false,
+        }
     }
 
     /// The reader, for a follower.
@@ -410,6 +433,19 @@ impl Source {
         headers: &mut HeaderBuf,
         mut seen: impl FnMut(&rctl_dataplane::Request<'_>),
     ) {
+        let id = self.id;
+        self.with_request(headers, |req| {
+            run.log_request(id, req);
+            seen(req);
+        });
+    }
+
+    /// Shows the parsed line's request to `f` (counted as judged).
+    pub fn with_request(
+        &mut self,
+        headers: &mut HeaderBuf,
+        f: impl FnOnce(&rctl_dataplane::Request<'_>),
+    ) {
         #[cfg(feature = "parquet")]
         if self.deferred && !self.fill_row() {
             return;
@@ -419,18 +455,18 @@ impl Source {
         }
         self.ready = false;
         self.stats.judged += 1;
-        let f = &self.format;
-        let id = self.id;
         headers.with_request(
             &self.rec,
             self.reader.line(),
             &self.arena,
-            &f.header_names,
-            |req| {
-                run.log_request(id, req);
-                seen(req);
-            },
+            &self.format.header_names,
+            f,
         );
+    }
+
+    /// What was read, and the error that stopped it.
+    pub fn done(self) -> (String, LogInput, Option<String>) {
+        (self.name, self.stats, self.error)
     }
 
     /// Hands what was read to the run's report.
@@ -454,33 +490,7 @@ pub fn replay(run: &mut DryRun, paths: &[PathBuf], opts: &Options) -> Result<Sum
 
 /// Replays opened sources, merged in time order.
 pub fn replay_sources(run: &mut DryRun, mut sources: Vec<Source>) -> Summary {
-    let mut headers = HeaderBuf::default();
-    if sources.len() == 1 {
-        let s = &mut sources[0];
-        while s.fill() {
-            s.judge(run, &mut headers);
-        }
-    } else {
-        let mut live: Vec<usize> = Vec::new();
-        for (i, s) in sources.iter_mut().enumerate() {
-            if s.fill() {
-                live.push(i);
-            }
-        }
-        while !live.is_empty() {
-            // The earliest waiting line (few inputs: a scan is enough).
-            let (k, _) = live
-                .iter()
-                .enumerate()
-                .min_by_key(|&(_, &i)| (sources[i].time_ns(), i))
-                .unwrap_or((0, &0));
-            let i = live[k];
-            sources[i].judge(run, &mut headers);
-            if !sources[i].fill() {
-                live.remove(k);
-            }
-        }
-    }
+    merge(&mut sources, |s, headers| s.judge(run, headers));
     let mut summary = Summary::default();
     for s in sources {
         let (name, stats, err) = s.finish(run);
@@ -488,4 +498,68 @@ pub fn replay_sources(run: &mut DryRun, mut sources: Vec<Source>) -> Summary {
         summary.errors.extend(err);
     }
     summary
+}
+
+/// Hands each parsed line of `sources`, merged in time order (ties in
+/// their order; within one input, file order), to `each` with its source.
+fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBuf)) {
+    let mut headers = HeaderBuf::default();
+    if let [s] = sources {
+        while s.fill() {
+            each(s, &mut headers);
+        }
+        return;
+    }
+    let mut live: Vec<usize> = Vec::new();
+    for (i, s) in sources.iter_mut().enumerate() {
+        if s.fill() {
+            live.push(i);
+        }
+    }
+    while !live.is_empty() {
+        // The earliest waiting line (few inputs: a scan is enough).
+        let (k, _) = live
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &i)| (sources[i].time_ns(), i))
+            .unwrap_or((0, &0));
+        let i = live[k];
+        each(&mut sources[i], &mut headers);
+        if !sources[i].fill() {
+            live.remove(k);
+        }
+    }
+}
+
+/// Every request of the logs in `paths` (files, directories, `-`),
+/// merged in time order as [`replay`] merges them, handed to `each` with
+/// the index of its input (into `formats`, the second value returned:
+/// each input's format, and so the fields it carries), without a dry
+/// run. Reading can be done again for a second pass over the same files
+/// (standard input cannot be read twice).
+pub fn read_requests(
+    paths: &[PathBuf],
+    opts: &Options,
+    mut each: impl FnMut(usize, &rctl_dataplane::Request<'_>),
+) -> Result<(Summary, Vec<Format>), LogError> {
+    let files = input::expand(paths).map_err(|e| LogError::Open(paths[0].clone(), e))?;
+    let mut sources = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let mut s = Source::open_detached(f, opts)?;
+        s.id = i;
+        sources.push(s);
+    }
+    merge(&mut sources, |s, headers| {
+        let id = s.id;
+        s.with_request(headers, |req| each(id, req));
+    });
+    let mut summary = Summary::default();
+    let mut formats = Vec::with_capacity(sources.len());
+    for s in sources {
+        formats.push(s.format.clone());
+        let (name, stats, err) = s.done();
+        summary.inputs.push((name, stats));
+        summary.errors.extend(err);
+    }
+    Ok((summary, formats))
 }

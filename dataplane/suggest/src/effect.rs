@@ -3,7 +3,9 @@
 //! the ones that look legitimate or are trusted (its collateral).
 
 use crate::obs::Obs;
+use crate::Inputs;
 use rctl_compiler::ir::Ruleset;
+use rctl_dataplane::partial::{Judged, PartialTrace};
 use rctl_dataplane::{Engine, EngineConfig, EngineError, Verdict};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,14 +26,20 @@ pub struct Effect {
 }
 
 /// Replays `traffic` (in time order) through `ruleset` and measures the
-/// rules named in `rules`, enforced or in shadow (what they would do).
+/// rules named in `rules`, enforced or in shadow (what they would do);
+/// `inputs`: the fields each input carries (a request whose verdict a
+/// missing field leaves unknown counts only the shadow rules decided
+/// before it, as in `rctl dry-run`).
 pub fn measure(
     ruleset: Ruleset,
     traffic: &[Obs],
+    inputs: &Inputs,
     rules: &[String],
     trusted: &dyn Fn(IpAddr) -> bool,
 ) -> Result<BTreeMap<String, Effect>, EngineError> {
     let engine = Engine::new(ruleset, &EngineConfig::default())?;
+    let blinds = crate::blinds(&engine, inputs);
+    let mut trace = PartialTrace::default();
     let index: BTreeMap<usize, &String> = engine
         .ruleset()
         .rules
@@ -44,15 +52,18 @@ pub fn measure(
     let limits = |v: &Verdict| matches!(v, Verdict::Throttle { .. } | Verdict::Deny { .. });
     let mut scratch = engine.scratch();
     for r in traffic {
-        let d = r.with_request(|q| engine.decide_request_with(q, &mut scratch, None));
-        let mut hit: Vec<usize> = d
-            .logged
+        let (logged, verdict) = match crate::judge(&engine, &blinds, r, &mut scratch, &mut trace) {
+            Judged::Decided(d) => (d.logged, Some(d.verdict)),
+            Judged::Unknown { logged, .. } => (logged, None),
+            Judged::Stopped(_) => continue,
+        };
+        let mut hit: Vec<usize> = logged
             .iter()
             .filter(|(_, v)| limits(v))
             .map(|(i, _)| *i)
             .collect();
-        if limits(&d.verdict) {
-            hit.extend(d.verdict.rule());
+        if let Some(v) = verdict.filter(|v| limits(v)) {
+            hit.extend(v.rule());
         }
         for i in hit {
             let Some(name) = index.get(&i) else { continue };

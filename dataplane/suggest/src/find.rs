@@ -3,9 +3,9 @@
 //! and by one path re-requested among its siblings; each against how the
 //! normal clients of the same endpoint behave.
 
-use crate::keys::{path_template, prefix, ua_family, ua_prefix};
+use crate::keys::{network, path_template, prefix, ua_family, ua_prefix};
 use crate::obs::Obs;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 /// What the existing ruleset did to a request.
@@ -17,6 +17,9 @@ pub enum Existing {
     Allowed,
     /// Already denied, throttled or dropped: already covered.
     Limited,
+    /// Not known: an existing rule reads a field the input lacks (a
+    /// header a log does not write), so neither counted nor limited.
+    Unknown,
 }
 
 /// The key a suggested throttle counts by.
@@ -128,17 +131,19 @@ pub fn find(
         .iter()
         .flat_map(|f| f.requests.iter().copied())
         .collect();
-    let mut endpoints: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    // Hashed while counting (one lookup a request), ordered after.
+    let mut hashed: HashMap<(String, String), Vec<usize>> = HashMap::new();
     for (i, r) in traffic.iter().enumerate() {
         if !usable(r, existing[i], trusted) || looped.contains(&i) {
             continue;
         }
         let host = String::from_utf8_lossy(&r.host).to_lowercase();
-        endpoints
+        hashed
             .entry((host, path_template(r.path())))
             .or_default()
             .push(i);
     }
+    let endpoints: BTreeMap<(String, String), Vec<usize>> = hashed.into_iter().collect();
     // Baselines where an endpoint has too few normal clients of its
     // own: the legitimate-looking clients of its host, then of all hosts.
     let mut per_host: BTreeMap<&str, BTreeMap<IpAddr, Vec<usize>>> = BTreeMap::new();
@@ -247,8 +252,8 @@ impl Endpoint<'_> {
     /// (requests in `caught` are already another finding's).
     fn by_key(&self, key: Key, caught: &BTreeSet<usize>) -> Vec<Finding> {
         let k = |r: &Obs| match key {
-            Key::Prefix => prefix(r.ip),
-            _ => r.ip.to_string(),
+            Key::Prefix => network(r.ip),
+            _ => r.ip,
         };
         let (mut by, legit) = self.normal(k);
         for v in by.values_mut() {
@@ -257,7 +262,7 @@ impl Endpoint<'_> {
         let (limit, basis) = limit_of(&by, &legit, &self.baselines);
         let total = self.reqs.len() as u64;
         // One rule limits every heavy key of the endpoint.
-        let mut heavy: Vec<(&String, usize)> = Vec::new();
+        let mut heavy: Vec<(&IpAddr, usize)> = Vec::new();
         let mut requests = Vec::new();
         for (name, reqs) in &by {
             let n = reqs.len() as u64;
@@ -283,7 +288,10 @@ impl Endpoint<'_> {
         let named: Vec<String> = heavy
             .iter()
             .take(5)
-            .map(|(k, n)| format!("{k} ({n})"))
+            .map(|(k, n)| match key {
+                Key::Prefix => format!("{} ({n})", prefix(**k)),
+                _ => format!("{k} ({n})"),
+            })
             .collect();
         let more = if heavy.len() > 5 {
             format!(" and {} more", heavy.len() - 5)
@@ -431,6 +439,9 @@ fn legit_requests<K: Ord>(by: &BTreeMap<K, Vec<usize>>, legit: &BTreeSet<K>) -> 
         .collect()
 }
 
+/// The requests of each path (indices into the traffic).
+type Requests<'a> = HashMap<&'a [u8], Vec<usize>>;
+
 /// One path re-requested far more than its siblings (the same template
 /// parent on the same host), from more than one address: a loop keyed by
 /// what is requested.
@@ -441,9 +452,11 @@ fn rerenders(
     period_s: u64,
     o: &Options,
 ) -> Vec<Finding> {
-    let mut parents: BTreeMap<(String, String), BTreeMap<Vec<u8>, Vec<usize>>> = BTreeMap::new();
+    let mut parents: HashMap<(String, String), Requests<'_>> = HashMap::new();
     for (i, r) in traffic.iter().enumerate() {
-        if !usable(r, existing[i], trusted) {
+        // Keyed by host and path: a request without a Host (a log that
+        // does not write it) cannot be counted by one.
+        if !usable(r, existing[i], trusted) || r.host.is_empty() {
             continue;
         }
         let path = r.path();
@@ -455,15 +468,18 @@ fn rerenders(
         parents
             .entry((host, parent))
             .or_default()
-            .entry(path.to_vec())
+            .entry(path)
             .or_default()
             .push(i);
     }
     let mut out = Vec::new();
+    let mut parents: Vec<_> = parents.into_iter().collect();
+    parents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     for ((host, parent), paths) in parents {
         if paths.len() < 3 {
             continue;
         }
+        let paths: BTreeMap<&[u8], Vec<usize>> = paths.into_iter().collect();
         let mut counts: Vec<u64> = paths.values().map(|v| v.len() as u64).collect();
         let total: u64 = counts.iter().sum();
         let siblings = counts.len();

@@ -49,7 +49,7 @@ pub fn path_template(path: &[u8]) -> String {
         if i > 0 {
             out.push('/');
         }
-        if is_id(seg) {
+        if is_id(seg.as_bytes()) {
             out.push('*');
         } else {
             out.push_str(seg);
@@ -58,14 +58,15 @@ pub fn path_template(path: &[u8]) -> String {
     out
 }
 
-/// Digits with at most two letters before them and an extension after
-/// (`123`, `Q42`, `Q42.json`), or a long hex run or UUID.
-fn is_id(seg: &str) -> bool {
-    let stem = seg.split('.').next().unwrap_or(seg);
-    let letters = stem.bytes().take_while(u8::is_ascii_alphabetic).count();
+/// Whether a path segment is an id: digits with at most two letters
+/// before them and an extension after (`123`, `Q42`, `Q42.json`), or a
+/// long hex run or UUID.
+pub fn is_id(seg: &[u8]) -> bool {
+    let stem = seg.split(|&b| b == b'.').next().unwrap_or(seg);
+    let letters = stem.iter().take_while(|b| b.is_ascii_alphabetic()).count();
     let digits = &stem[letters..];
-    let numbered = letters <= 2 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-    let hex = seg.len() >= 12 && seg.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let numbered = letters <= 2 && !digits.is_empty() && digits.iter().all(u8::is_ascii_digit);
+    let hex = seg.len() >= 12 && seg.iter().all(|&b| b.is_ascii_hexdigit() || b == b'-');
     numbered || hex
 }
 
@@ -80,6 +81,15 @@ pub fn query_shape(query: &[u8]) -> String {
     names.sort_unstable();
     names.dedup();
     names.join("&")
+}
+
+/// The /24 of an IPv4 address, the /48 of an IPv6 one: its network
+/// address.
+pub fn network(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) & 0xffff_ff00).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 80) - 1)).into()),
+    }
 }
 
 /// The /24 of an IPv4 address, the /48 of an IPv6 one, as CIDR text.
@@ -122,6 +132,9 @@ mod tests {
         );
         assert_eq!(query_shape(b"query=a&format=json&query=b"), "format&query");
         assert_eq!(prefix("185.220.101.7".parse().unwrap()), "185.220.101.0/24");
+        let net = network("2001:db8:5:1::7".parse().unwrap());
+        assert_eq!(net, "2001:db8:5::".parse::<IpAddr>().unwrap());
+        assert_eq!(prefix(net), "2001:db8:5::/48");
         assert_eq!(
             prefix("2001:db8:5:1::7".parse().unwrap()),
             "2001:db8:5::/48"

@@ -29,29 +29,112 @@ pub use obs::Obs;
 
 use rctl_compiler::ir::cidr::PrefixSet;
 use rctl_compiler::ir::Ruleset;
-use rctl_dataplane::{Engine, EngineConfig, EngineError, Verdict};
+use rctl_dataplane::partial::{Blind, Judged, Known, PartialTrace};
+use rctl_dataplane::{Engine, EngineConfig, EngineError, Scratch, Verdict};
 use std::net::IpAddr;
 
-/// What `ruleset` does to each request of `traffic` (in time order).
-pub fn existing(ruleset: Option<Ruleset>, traffic: &[Obs]) -> Result<Vec<Existing>, EngineError> {
+/// The fields each input carries, indexed by [`Obs::input`]: a log
+/// carries what its format writes; an index past the end (a capture)
+/// carries every field.
+pub type Inputs = [Known];
+
+/// Per input of `inputs`, what `engine` cannot evaluate on it, and one
+/// for the inputs past the end (every field known).
+pub(crate) fn blinds(engine: &Engine, inputs: &Inputs) -> Vec<Blind> {
+    inputs
+        .iter()
+        .chain(std::iter::once(&Known::all()))
+        .map(|k| engine.blind(k))
+        .collect()
+}
+
+/// How `engine` judges `r`, with the fields its input carries: a rule
+/// reading a field the input lacks is evaluated three-valued, as
+/// `rctl dry-run` evaluates it, never guessed.
+pub(crate) fn judge(
+    engine: &Engine,
+    blinds: &[Blind],
+    r: &Obs,
+    scratch: &mut Scratch,
+    trace: &mut PartialTrace,
+) -> Judged {
+    let i = (r.input as usize).min(blinds.len().saturating_sub(1));
+    match blinds.get(i) {
+        Some(b) => r.with_request(|q| engine.judge_request(q, b, scratch, trace)),
+        None => Judged::Decided(r.with_request(|q| engine.decide_request_with(q, scratch, None))),
+    }
+}
+
+/// What `ruleset` does to each request of `traffic` (in time order);
+/// `inputs`: the fields each input carries.
+pub fn existing(
+    ruleset: Option<Ruleset>,
+    traffic: &[Obs],
+    inputs: &Inputs,
+) -> Result<Vec<Existing>, EngineError> {
     let Some(rs) = ruleset else {
         return Ok(vec![Existing::Pass; traffic.len()]);
     };
     let engine = Engine::new(rs, &EngineConfig::default())?;
+    let blinds = blinds(&engine, inputs);
     let mut scratch = engine.scratch();
+    let mut trace = PartialTrace::default();
     Ok(traffic
         .iter()
-        .map(|r| {
-            match r
-                .with_request(|q| engine.decide_request_with(q, &mut scratch, None))
-                .verdict
-            {
-                Verdict::Pass => Existing::Pass,
-                Verdict::Allow { .. } => Existing::Allowed,
-                _ => Existing::Limited,
-            }
-        })
+        .map(
+            |r| match judge(&engine, &blinds, r, &mut scratch, &mut trace) {
+                Judged::Decided(d) => match d.verdict {
+                    Verdict::Pass => Existing::Pass,
+                    Verdict::Allow { .. } => Existing::Allowed,
+                    _ => Existing::Limited,
+                },
+                Judged::Stopped(_) => Existing::Limited,
+                Judged::Unknown { .. } => Existing::Unknown,
+            },
+        )
         .collect())
+}
+
+/// Whether the requests of an input carrying `known` can be told to
+/// look legitimate (it logs the User-Agent and the Accept-Language): on
+/// one that cannot, collateral is not measured, and is said so.
+pub fn collateral_measurable(known: &Known) -> bool {
+    known.has_header("user-agent") && known.has_header("accept-language")
+}
+
+/// The headers a request of the traffic is kept with (lower-case): those
+/// `ruleset` reads, in a condition or a throttle's key, and those the
+/// suggester and its rules read. Decisions and tests need no other, and
+/// a browser's request carries many: the rest are not held.
+pub fn headers_read(ruleset: Option<&Ruleset>) -> Vec<String> {
+    use rctl_compiler::ir::{Action, Atom, Key as IrKey, StrField};
+    let mut out: Vec<String> = ["user-agent", "accept-language", "cache-control", "pragma"]
+        .map(String::from)
+        .to_vec();
+    if let Some(rs) = ruleset {
+        for a in &rs.atoms {
+            if let Atom::Str {
+                field: StrField::Header(h),
+                ..
+            }
+            | Atom::Present(StrField::Header(h)) = a
+            {
+                out.push(h.to_ascii_lowercase());
+            }
+        }
+        for r in &rs.rules {
+            if let Action::Throttle(t) = &r.action {
+                for k in &t.keys {
+                    if let IrKey::Header(h) = k {
+                        out.push(h.to_ascii_lowercase());
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The priority after every rule of `ruleset`: where suggestions go, so
@@ -106,4 +189,36 @@ pub fn in_sets(sets: &[PrefixSet], ip: IpAddr) -> bool {
             })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_keep_the_headers_the_rules_and_the_suggester_read() {
+        let c = rctl_compiler::compile_str(
+            "t.rctl",
+            r#"
+rule no_referer {
+  when not header("Referer") starts_with "https://"
+  throttle 10 requests per 1m by header("X-Api-Key")
+}
+"#,
+            &Default::default(),
+        );
+        let rs = c.ruleset.expect("compiles");
+        assert_eq!(
+            headers_read(Some(&rs)),
+            [
+                "accept-language",
+                "cache-control",
+                "pragma",
+                "referer",
+                "user-agent",
+                "x-api-key"
+            ]
+        );
+        assert_eq!(headers_read(None).len(), 4);
+    }
 }

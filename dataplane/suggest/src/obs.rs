@@ -7,6 +7,9 @@ use std::net::IpAddr;
 /// A request of the traffic, with what is needed to decide it again.
 #[derive(Debug, Clone)]
 pub struct Obs {
+    /// The input it came from: an index into the fields each input
+    /// carries (see [`crate::Inputs`]); captures carry every field.
+    pub input: u32,
     /// Arrival time, nanoseconds (the capture's or the log's clock).
     pub time_ns: u64,
     /// Client address.
@@ -26,9 +29,17 @@ pub struct Obs {
 }
 
 impl Obs {
-    /// From a request reassembled out of a capture.
+    /// From a request reassembled out of a capture (every field known:
+    /// its input is past the end of any [`crate::Inputs`]).
     pub fn from_http(r: &HttpRequest) -> Obs {
+        Obs::from_http_keeping(r, None)
+    }
+
+    /// From a request of a capture, with only the headers named in
+    /// `keep` (lower-case; all with `None`): see [`crate::headers_read`].
+    pub fn from_http_keeping(r: &HttpRequest, keep: Option<&[String]>) -> Obs {
         Obs {
+            input: u32::MAX,
             time_ns: r.time_ns,
             ip: r.client.0,
             dst: Some(r.server.0),
@@ -36,7 +47,33 @@ impl Obs {
             method: r.method().to_vec(),
             host: r.header("host").unwrap_or_default().to_vec(),
             target: r.target().to_vec(),
-            headers: r.headers().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+            headers: r
+                .headers()
+                .filter(|(n, _)| kept(keep, n))
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
+        }
+    }
+
+    /// From a request of a log (input `input`), with the fields its
+    /// format carries: a field the log lacks is empty here, and the
+    /// decisions on it are three-valued ([`crate::Inputs`]).
+    pub fn from_request(input: u32, r: &Request<'_>, keep: Option<&[String]>) -> Obs {
+        Obs {
+            input,
+            time_ns: r.time_ns,
+            ip: r.ip,
+            dst: r.dst,
+            port: r.port,
+            method: r.method.to_vec(),
+            host: r.host.to_vec(),
+            target: r.target.to_vec(),
+            headers: r
+                .headers
+                .iter()
+                .filter(|(n, _)| kept(keep, n))
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
         }
     }
 
@@ -102,6 +139,11 @@ impl Obs {
     }
 }
 
+/// Whether a header called `name` is kept.
+fn kept(keep: Option<&[String]>, name: &[u8]) -> bool {
+    keep.is_none_or(|k| k.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)))
+}
+
 /// Whether `needle` occurs in `hay`.
 pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
@@ -113,6 +155,7 @@ mod tests {
 
     fn obs(headers: &[(&str, &str)]) -> Obs {
         Obs {
+            input: 0,
             time_ns: 0,
             ip: "192.0.2.1".parse().unwrap(),
             dst: None,

@@ -64,6 +64,16 @@ pub enum ControlRequest {
     Load(Load),
     /// What the agent runs and counts.
     Status,
+    /// The recent traffic by key, with each key's verdicts (`rctl top`).
+    Top {
+        /// Over the last this many seconds (at most the agent's window,
+        /// 60; default all of it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seconds: Option<u64>,
+        /// The heaviest this many keys of each kind (default 20).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<usize>,
+    },
 }
 
 /// Which artifact to load, and for which site.

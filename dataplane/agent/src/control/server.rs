@@ -57,6 +57,9 @@ pub struct Control {
     judge: Arc<Judge>,
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
+    top: Arc<crate::top::TopCounts>,
+    /// Whether the listeners count into `top` (`rctl serve --top`).
+    counting: std::sync::atomic::AtomicBool,
     config: ControlConfig,
     slot: Mutex<Slot>,
     next_conn: AtomicU64,
@@ -89,12 +92,30 @@ impl Control {
             judge,
             metrics,
             log,
+            top: Arc::default(),
+            counting: std::sync::atomic::AtomicBool::new(false),
             config,
             slot: Mutex::new(Slot::Empty),
             next_conn: AtomicU64::new(1),
             extra: std::sync::OnceLock::new(),
             persist: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The recent traffic's counters (`rctl top`): the listeners count
+    /// into them, the control socket reads them.
+    pub fn top(&self) -> Arc<crate::top::TopCounts> {
+        Arc::clone(&self.top)
+    }
+
+    /// Has the listeners count for `rctl top` (before they start).
+    pub fn count_top(&self) {
+        self.counting.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the listeners count for `rctl top`.
+    pub fn counts_top(&self) -> bool {
+        self.counting.load(Ordering::Relaxed)
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
@@ -108,6 +129,12 @@ impl Control {
                 "not a request: {e} (send one JSON object a line, such as {{\"op\":\"status\"}})"
             )),
             Ok(ControlRequest::Status) => Ok(self.status()),
+            Ok(ControlRequest::Top { .. }) if !self.counts_top() => Err(
+                "this agent does not count its traffic for rctl top: start it with --top (what that costs each request is in the agent manual)".to_string(),
+            ),
+            Ok(ControlRequest::Top { seconds, n }) => Ok(json!(self
+                .top
+                .top(seconds.unwrap_or(crate::top::WINDOW_S), n.unwrap_or(20)))),
             Ok(ControlRequest::Prepare(l)) => {
                 self.prepare(conn, Source::Load(l)).await.map(|p| json!(p))
             }

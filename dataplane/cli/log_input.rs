@@ -1,0 +1,140 @@
+//! The flags that read access logs (`--log` and its companions), shared
+//! by every command that takes logs as input (`rctl dry-run`, `rctl
+//! suggest`): the reading options they make (`rctl_logs::Options`), and
+//! what makes a read fail.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rctl_logs::detect::Spec;
+use rctl_logs::run::{Options, Summary};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// How access logs are read.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LogInputArgs {
+    /// Access logs (files, directories of them, `-` for stdin; gzip and
+    /// zstd read as they are), merged in time order.
+    #[arg(long)]
+    pub log: Vec<PathBuf>,
+    /// The logs' format: haproxy-httplog, nginx-combined, varnishncsa,
+    /// webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
+    /// varnishncsa:FORMAT; detected from the first lines if left out.
+    /// Parquet files are recognised as such and read as
+    /// webrequest-parquet.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// HAProxy: the `capture request header` names, in order (comma
+    /// separated or repeated).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub capture_request_header: Vec<String>,
+    /// HAProxy: read the capture names from this configuration.
+    #[arg(long, value_name = "FILE")]
+    pub haproxy_config: Option<PathBuf>,
+    /// With --haproxy-config: the frontend whose captures the log holds
+    /// (needed when several capture headers).
+    #[arg(long, value_name = "NAME")]
+    pub haproxy_frontend: Option<String>,
+    /// Take the client address from this logged header (X-Client-IP,
+    /// X-Forwarded-For: its last address not of a --trusted-proxy).
+    #[arg(long, value_name = "HEADER")]
+    pub client_ip_field: Option<String>,
+    /// A proxy (address or CIDR) whose addresses in --client-ip-field are
+    /// skipped from the right.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub trusted_proxy: Vec<String>,
+    /// Fail (exit 1) when more lines than this cannot be judged.
+    #[arg(long, value_name = "N")]
+    pub max_bad_lines: Option<u64>,
+    /// The longest line read; a longer one is reported and skipped.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_size)]
+    pub max_line: usize,
+}
+
+fn cidr(s: &str) -> Result<(IpAddr, u8)> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: IpAddr = a
+        .parse()
+        .with_context(|| format!("--trusted-proxy {s}: not an address"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .with_context(|| format!("--trusted-proxy {s}: the prefix length is 0 to {max}"))?,
+        None => max,
+    };
+    Ok((ip, len))
+}
+
+impl LogInputArgs {
+    /// The reading options these flags make.
+    pub fn options(&self) -> Result<Options> {
+        let mut captures = self.capture_request_header.clone();
+        if let Some(cfg) = &self.haproxy_config {
+            let text = std::fs::read_to_string(cfg)
+                .with_context(|| format!("cannot read {}", cfg.display()))?;
+            let all = rctl_logs::haproxy::captures_in_config(&text);
+            let with: Vec<_> = all.iter().filter(|(_, c)| !c.is_empty()).collect();
+            let chosen =
+                match &self.haproxy_frontend {
+                    Some(n) => all.iter().find(|(f, _)| f == n).with_context(|| {
+                        format!("{}: no frontend or listen section {n}", cfg.display())
+                    })?,
+                    None if with.len() <= 1 => match with.first() {
+                        Some(c) => c,
+                        None => &all.first().cloned().unwrap_or_default(),
+                    },
+                    None => bail!(
+                    "{}: several sections capture headers ({}): name one with --haproxy-frontend",
+                    cfg.display(),
+                    with.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                };
+            captures = chosen.1.clone();
+        }
+        let trusted = self
+            .trusted_proxy
+            .iter()
+            .map(|s| cidr(s))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Options {
+            format: self.log_format.clone(),
+            spec: Spec { captures },
+            client_ip_field: self.client_ip_field.clone().map(|h| (h, trusted)),
+            max_line: self.max_line,
+            sampled: None,
+        })
+    }
+
+    /// Reports what stopped the read of `summary` on stderr; true when it
+    /// must fail: a read error, an input with no line of its format,
+    /// more bad lines than `--max-bad-lines`.
+    pub fn failed(&self, summary: &Summary) -> bool {
+        let bad = summary.bad_lines();
+        let mut failed = !summary.errors.is_empty();
+        for e in &summary.errors {
+            eprintln!("rctl: error: {e}; the report covers everything before it");
+        }
+        for (name, l) in &summary.inputs {
+            if l.lines > 0 && l.judged == 0 {
+                eprintln!(
+                    "rctl: error: {name}: none of its {} lines is a {} line",
+                    l.lines, l.format
+                );
+                failed = true;
+            }
+        }
+        if let Some(max) = self.max_bad_lines {
+            if bad > max {
+                eprintln!("rctl: error: {bad} lines could not be judged (--max-bad-lines {max})");
+                failed = true;
+            }
+        }
+        failed
+    }
+}
