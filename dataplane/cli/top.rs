@@ -47,8 +47,8 @@ fn seconds(s: &str) -> Result<u64, String> {
             None => (s, 1),
         },
     };
-    match n.trim().parse::<u64>() {
-        Ok(v) if v >= 1 && v * scale <= 3600 => Ok(v * scale),
+    match n.trim().parse::<u64>().map(|v| v.checked_mul(scale)) {
+        Ok(Some(v)) if (1..=3600).contains(&v) => Ok(v),
         _ => Err(format!(
             "`{s}` is not a duration: write it like 2s, 60s or 1m"
         )),

@@ -38,8 +38,14 @@ impl TopCounts {
     /// The heaviest `n` keys of each kind over the last `seconds`
     /// (at most [`WINDOW_S`]).
     pub fn top(&self, seconds: u64, n: usize) -> Top {
-        let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        w.top_over(now_s(), seconds, n)
+        let now = now_s();
+        // Copied under the lock, merged outside it: the listeners count
+        // on meanwhile.
+        let recent = {
+            let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            w.recent(now, seconds)
+        };
+        recent.top_over(now, seconds, n)
     }
 }
 

@@ -63,7 +63,7 @@ pub fn explain_input(args: &LogArgs) -> Result<String> {
     {
         let _ = writeln!(
             o,
-            "webrequest-parquet (read from .parquet files, and folders of them partitioned as webrequest is):\n  carries: the columns the table has of ts or dt, ip, http_method, uri_host (and header(\"host\")), uri_path, uri_query, and the headers user_agent, referer, accept_language, x_analytics, accept, range\n  reads:   only the columns the ruleset reads, and the time, ip, uri_path and user_agent the report counts\n  time:    ts at its unit, or dt at 1 ms\n  lacks:   port, dst_ip, every other header, and any of those columns the table does not have; a rule reading what it lacks is not judged on it"
+            "webrequest-parquet (read from .parquet files, and folders of them partitioned as webrequest is):\n  carries: the columns the table has of ts or dt, ip, http_method, uri_host (and header(\"host\")), uri_path, uri_query, and the headers user_agent, referer, accept_language, x_analytics, accept, range\n  reads:   only the columns the ruleset (and an --against ruleset) reads, and the time, ip, uri_path, user_agent and accept_language the report counts by\n  time:    ts at its unit, or dt at 1 ms\n  lacks:   port, dst_ip, every other header, and any of those columns the table does not have; a rule reading what it lacks is not judged on it"
         );
         if args.input.log_format.is_some() {
             return Ok(o);
@@ -174,6 +174,48 @@ pub fn scale(r: &mut Report, n: u64) {
     hitters(&mut r.unmatched.top_ips);
     hitters(&mut r.unmatched.top_user_agents);
     hitters(&mut r.unmatched.top_paths);
+    // Distinct clients and keys cannot be scaled: a sample shows at least
+    // those, so they are marked as lower bounds.
+    let a = &mut r.affected;
+    for x in [&mut a.deny, &mut a.throttle, &mut a.drop, &mut a.total] {
+        x.requests *= n;
+        x.legit_requests *= n;
+    }
+    a.exact = false;
+    for rule in &mut r.rules {
+        rule.passed *= n;
+        hitters(&mut rule.top_prefixes);
+        hitters(&mut rule.stopped_top_user_agents);
+        if let Some(t) = &mut rule.throttle {
+            t.exact = false;
+            for k in &mut t.top {
+                k.requests *= n;
+                k.limited *= n;
+                k.passed *= n;
+                k.error *= n;
+            }
+        }
+    }
+    for c in r.changes.iter_mut().flatten() {
+        c.requests *= n;
+        c.packets *= n;
+        hitters(&mut c.top_ips);
+        hitters(&mut c.request_top_ips);
+        hitters(&mut c.packet_top_ips);
+        hitters(&mut c.top_user_agents);
+        hitters(&mut c.top_paths);
+    }
+    let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+    let series = r
+        .series
+        .iter_mut()
+        .chain(r.series_100ms.iter_mut().flatten());
+    for points in series {
+        for (m, e) in points {
+            *m = m.saturating_mul(n32);
+            *e = e.saturating_mul(n32);
+        }
+    }
 }
 
 /// The chance that a client sending `requests` left no line in a

@@ -244,6 +244,10 @@ pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table
     let mut present: Vec<(String, Role, usize)> = Vec::new();
     for (c, role) in candidates() {
         if let Ok(i) = schema.index_of(c) {
+            // A `ts` that is not a timestamp has no unit to read it by.
+            if c == "ts" && !matches!(schema.field(i).data_type(), DataType::Timestamp(..)) {
+                continue;
+            }
             // `ts` wins over `dt` where both are there.
             if role == Role::Time && present.iter().any(|(_, r, _)| *r == Role::Time) {
                 continue;
@@ -252,7 +256,7 @@ pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table
         }
     }
     if !present.iter().any(|(_, r, _)| *r == Role::Time) {
-        return Err(ParquetError::MissingColumn("ts or dt"));
+        return Err(ParquetError::MissingColumn("ts (a timestamp) or dt"));
     }
     if !present.iter().any(|(_, r, _)| *r == Role::Ip) {
         return Err(ParquetError::MissingColumn("ip"));
@@ -260,19 +264,19 @@ pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table
     let roles: Vec<Role> = present.iter().map(|(_, r, _)| *r).collect();
     let known = known_of(&roles, &names);
     let base = lacks(&known).len();
-    let ua = names
+    // The report tells browsers by these two, whatever the rules read.
+    let always: Vec<Role> = ["user-agent", "accept-language"]
         .iter()
-        .position(|h| h == "user-agent")
-        .map(|i| i as u16);
+        .filter_map(|n| names.iter().position(|h| h == n))
+        .map(|i| Role::Header(i as u16))
+        .collect();
     let keep: Vec<bool> = present
         .iter()
         .map(|(_, role, _)| {
-            matches!(role, Role::Time | Role::Ip | Role::Path)
-                || Some(*role) == ua.map(Role::Header)
-                || {
-                    let without: Vec<Role> = roles.iter().copied().filter(|r| r != role).collect();
-                    lacks(&known_of(&without, &names)).len() > base
-                }
+            matches!(role, Role::Time | Role::Ip | Role::Path) || always.contains(role) || {
+                let without: Vec<Role> = roles.iter().copied().filter(|r| r != role).collect();
+                lacks(&known_of(&without, &names)).len() > base
+            }
         })
         .collect();
     for ((c, _, i), k) in present.iter().zip(&keep) {
@@ -280,6 +284,16 @@ pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table
             check_type(c, schema.field(*i).data_type())?;
         }
     }
+    // What is decoded is what the input carries: a reader the
+    // projection did not ask (an old ruleset's rule on a column left out)
+    // sees the field as lacking, never as empty.
+    let decoded: Vec<Role> = roles
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(r, _)| *r)
+        .collect();
+    let known = known_of(&decoded, &names);
     let mut format = Format {
         name: "webrequest-parquet".into(),
         kind: Kind::WebrequestParquet,
@@ -331,8 +345,7 @@ fn is_text(t: &DataType) -> bool {
 }
 
 fn check_type(column: &str, t: &DataType) -> Result<(), ParquetError> {
-    let ok =
-        is_text(t) || (column == "ts" && matches!(t, DataType::Timestamp(..) | DataType::Int64));
+    let ok = is_text(t) || (column == "ts" && matches!(t, DataType::Timestamp(..)));
     if ok {
         Ok(())
     } else {
@@ -352,13 +365,33 @@ fn text(a: &ArrayRef, row: usize) -> Option<&[u8]> {
         DataType::Binary => a.as_binary::<i32>().value(row),
         DataType::LargeBinary => a.as_binary::<i64>().value(row),
         DataType::BinaryView => a.as_binary_view().value(row),
-        DataType::Dictionary(..) => {
-            let d = a.as_any_dictionary();
-            let k = d.normalized_keys();
-            return text(d.values(), *k.get(row)?);
+        DataType::Dictionary(k, _) => {
+            let key = dictionary_key(a, k, row)?;
+            let values = a.as_any_dictionary().values();
+            return (key < values.len()).then(|| text(values, key)).flatten();
         }
         _ => return None,
     })
+}
+
+/// The key of row `row` of a dictionary column whose keys are `k`s
+/// (read in place: no per-row copy of the batch's keys).
+fn dictionary_key(a: &ArrayRef, k: &DataType, row: usize) -> Option<usize> {
+    use arrow_array::types::{
+        Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    };
+    let v: i128 = match k {
+        DataType::Int8 => a.as_dictionary::<Int8Type>().keys().value(row).into(),
+        DataType::Int16 => a.as_dictionary::<Int16Type>().keys().value(row).into(),
+        DataType::Int32 => a.as_dictionary::<Int32Type>().keys().value(row).into(),
+        DataType::Int64 => a.as_dictionary::<Int64Type>().keys().value(row).into(),
+        DataType::UInt8 => a.as_dictionary::<UInt8Type>().keys().value(row).into(),
+        DataType::UInt16 => a.as_dictionary::<UInt16Type>().keys().value(row).into(),
+        DataType::UInt32 => a.as_dictionary::<UInt32Type>().keys().value(row).into(),
+        DataType::UInt64 => a.as_dictionary::<UInt64Type>().keys().value(row).into(),
+        _ => return None,
+    };
+    usize::try_from(v).ok()
 }
 
 /// The time of row `row`, ns since the epoch (`None`: null or unreadable).
@@ -382,27 +415,32 @@ fn time(a: &ArrayRef, row: usize) -> Option<u64> {
         DataType::Timestamp(TimeUnit::Nanosecond, _) => {
             (a.as_primitive::<TimestampNanosecondType>().value(row), 1)
         }
-        DataType::Int64 => (
-            a.as_primitive::<arrow_array::types::Int64Type>().value(row),
-            1_000_000,
-        ),
         _ => return TimeFormat::Iso8601.parse(text(a, row)?).map(|(ns, _)| ns),
     };
     u64::try_from(v).ok()?.checked_mul(scale)
 }
 
-/// Rows of one file, in time order, as records.
+/// Rows of one file, in time order, as records. Nothing but the first
+/// pass is read until [`Rows::load`]: a day of files is opened one by
+/// one as their rows come due.
 pub struct Rows {
     table: Table,
-    /// Batches not yet visited (streamed), or every batch (sorted).
+    path: std::path::PathBuf,
+    /// Whether [`Rows::load`] has run.
+    loaded: bool,
+    /// A file in order: its batches, streamed.
     reader: Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>,
     batch: Option<RecordBatch>,
     next: usize,
-    /// An unsorted file: all of its batches, and the rows by time.
+    /// Rows of the file before the current batch.
+    base: u64,
+    /// A file out of order: all of its batches, where each starts in the
+    /// file, and the rows by time.
     whole: Vec<RecordBatch>,
+    starts: Vec<u64>,
     order: Vec<(u64, u32, u32)>,
     at: usize,
-    /// Rows read, 1-based number of the current one.
+    /// The current row's 1-based position in the file.
     pub row: u64,
     /// Whether the file's rows were in time order.
     pub sorted: bool,
@@ -411,16 +449,20 @@ pub struct Rows {
 }
 
 impl Rows {
-    /// Opens `path` to read `table`'s columns.
+    /// Readies `path` to read `table`'s columns: the first pass over its
+    /// time column only.
     pub fn open(path: &Path, table: Table) -> Result<Rows, ParquetError> {
         let (sorted, first_ns) = Self::in_order(path, &table)?;
-        let reader = reader(path, &table.indices)?;
         Ok(Rows {
             table,
-            reader: Some(reader),
+            path: path.to_path_buf(),
+            loaded: false,
+            reader: None,
             batch: None,
             next: 0,
+            base: 0,
             whole: Vec::new(),
+            starts: Vec::new(),
             order: Vec::new(),
             at: 0,
             row: 0,
@@ -429,18 +471,38 @@ impl Rows {
         })
     }
 
-    /// Whether the file is out of time order and not yet read whole: it
-    /// is read when its first row is due ([`Rows::load`]), so that of a
-    /// day of files only those overlapping in time are held at once.
+    /// Whether the file is still to be opened ([`Rows::load`]).
     pub fn needs_load(&self) -> bool {
-        !self.sorted && self.reader.is_some()
+        !self.loaded
     }
 
-    /// Reads an out-of-order file whole and orders its rows by time.
+    /// Opens the file: a file in time order to be streamed, one out of
+    /// order read whole and its rows ordered by time.
     pub fn load(&mut self) -> Result<(), ParquetError> {
-        if self.needs_load() {
-            self.load_whole()?;
+        if self.loaded {
+            return Ok(());
         }
+        self.loaded = true;
+        let mut reader = reader(&self.path, &self.table.indices)?;
+        if self.sorted {
+            self.reader = Some(reader);
+            return Ok(());
+        }
+        let t = self.time_column();
+        let mut pos = 0u64;
+        while let Some(batch) = next_batch(&mut reader) {
+            let batch = batch?;
+            let b = self.whole.len() as u32;
+            let a = batch.column(t).clone();
+            for r in 0..batch.num_rows() {
+                self.order.push((time(&a, r).unwrap_or(0), b, r as u32));
+            }
+            self.starts.push(pos);
+            pos += batch.num_rows() as u64;
+            self.whole.push(batch);
+        }
+        // Stable: rows of one time keep their file order.
+        self.order.sort_by_key(|&(ns, _, _)| ns);
         Ok(())
     }
 
@@ -470,7 +532,7 @@ impl Rows {
             .iter()
             .position(|r| *r == Role::Time)
             .map(|i| table.indices[i])
-            .ok_or(ParquetError::MissingColumn("ts or dt"))?;
+            .ok_or(ParquetError::MissingColumn("ts (a timestamp) or dt"))?;
         let mut r = reader(path, &[t])?;
         let (mut last, mut first, mut sorted) = (0u64, u64::MAX, true);
         while let Some(batch) = next_batch(&mut r) {
@@ -488,32 +550,16 @@ impl Rows {
         Ok((sorted, if first == u64::MAX { 0 } else { first }))
     }
 
-    fn load_whole(&mut self) -> Result<(), ParquetError> {
-        let t = self.time_column();
-        if let Some(mut reader) = self.reader.take() {
-            while let Some(batch) = next_batch(&mut reader) {
-                let batch = batch?;
-                let b = self.whole.len() as u32;
-                let a = batch.column(t).clone();
-                for r in 0..batch.num_rows() {
-                    self.order.push((time(&a, r).unwrap_or(0), b, r as u32));
-                }
-                self.whole.push(batch);
-            }
-        }
-        // Stable: rows of one time keep their file order.
-        self.order.sort_by_key(|&(ns, _, _)| ns);
-        Ok(())
-    }
-
     /// The next row into `rec` (its text in `arena`): `Some(Ok)` a
     /// request, `Some(Err(why))` a row that is not one, `None` the end.
+    /// After an error there are no more rows.
     pub fn next_row(
         &mut self,
         rec: &mut Record,
         arena: &mut Vec<u8>,
     ) -> Option<Result<Result<(), &'static str>, ParquetError>> {
         if let Err(e) = self.load() {
+            self.finish();
             return Some(Err(e));
         }
         let (batch, r) = if self.sorted {
@@ -522,24 +568,39 @@ impl Rows {
                     if self.next < b.num_rows() {
                         break;
                     }
+                    self.base += b.num_rows() as u64;
+                    self.batch = None;
                 }
                 match next_batch(self.reader.as_mut()?)? {
                     Ok(b) => {
                         self.batch = Some(b);
                         self.next = 0;
                     }
-                    Err(e) => return Some(Err(e)),
+                    Err(e) => {
+                        self.finish();
+                        return Some(Err(e));
+                    }
                 }
             }
             self.next += 1;
+            self.row = self.base + self.next as u64;
             (self.batch.as_ref()?, self.next - 1)
         } else {
             let &(_, b, r) = self.order.get(self.at)?;
             self.at += 1;
+            self.row = self.starts.get(b as usize).copied().unwrap_or(0) + u64::from(r) + 1;
             (self.whole.get(b as usize)?, r as usize)
         };
-        self.row += 1;
         Some(Ok(fill(&self.table, batch, r, rec, arena)))
+    }
+
+    /// Lets go of everything: no row comes after.
+    fn finish(&mut self) {
+        self.reader = None;
+        self.batch = None;
+        self.whole = Vec::new();
+        self.order = Vec::new();
+        self.at = 0;
     }
 }
 

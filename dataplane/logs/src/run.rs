@@ -410,10 +410,28 @@ impl Source {
                 }
                 Some(Err(e)) => {
                     self.error = Some(format!("{}: {e}", self.name));
+                    self.rows = None;
                     return false;
                 }
             }
         }
+    }
+
+    /// Whether it waits unopened at its earliest time (a Parquet table).
+    fn deferred(&self) -> bool {
+        #[cfg(feature = "parquet")]
+        return self.deferred;
+        #[cfg(not(feature = "parquet"))]
+        false
+    }
+
+    /// Opens a table waiting at its earliest time and reads its first
+    /// row; false if it has none.
+    fn undefer(&mut self) -> bool {
+        #[cfg(feature = "parquet")]
+        return self.fill_row();
+        #[cfg(not(feature = "parquet"))]
+        false
     }
 
     /// The parsed line's time.
@@ -524,6 +542,15 @@ fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBu
             .min_by_key(|&(_, &i)| (sources[i].time_ns(), i))
             .unwrap_or((0, &0));
         let i = live[k];
+        if sources[i].deferred() {
+            // Due: opened now, and its first row (which may be later than
+            // its earliest time, if the earliest rows are bad) taken in
+            // its turn.
+            if !sources[i].undefer() {
+                live.remove(k);
+            }
+            continue;
+        }
         each(&mut sources[i], &mut headers);
         if !sources[i].fill() {
             live.remove(k);

@@ -186,14 +186,19 @@ impl DryRun {
         Ok(())
     }
 
-    /// The fields the ruleset reads that an input carrying `known` lacks
-    /// (sorted, each once): what a columnar reader must decode is what
+    /// The fields the ruleset (and the old one, with `--against`) reads
+    /// that an input carrying `known` lacks (sorted, each once): what a columnar reader must decode is what
     /// makes this list longer when left out.
     pub fn missing_for(&self, known: &Known) -> Vec<String> {
         let blind = self.engine.blind(known);
         let mut out: Vec<String> = (0..self.missing.len())
             .flat_map(|i| blind.missing(i).iter().cloned())
             .collect();
+        // The old ruleset of `--against` reads what it reads too.
+        if let Some(old) = &self.old {
+            let b = old.blind(known);
+            out.extend((0..old.ruleset().rules.len()).flat_map(|i| b.missing(i).iter().cloned()));
+        }
         out.sort();
         out.dedup();
         out

@@ -96,6 +96,11 @@ pub struct Window {
 /// and computed again.
 const FAMILIES: usize = 4096;
 
+/// The longest key kept, in bytes: a longer User-Agent or host and path
+/// is counted by its first bytes, so that memory is bounded whatever the
+/// requests carry.
+pub const MAX_KEY: usize = 256;
+
 /// An address as its bytes: 4 for IPv4, 16 for IPv6.
 fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
     match ip {
@@ -176,6 +181,7 @@ impl Window {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(b"user-agent"))
             .map_or(&b""[..], |(_, v)| v);
+        let ua = &ua[..ua.len().min(MAX_KEY)];
         let path = r.target.split(|&b| b == b'?').next().unwrap_or(r.target);
         // A User-Agent's family, remembered: clients send few distinct
         // ones, and the request path should not parse each again.
@@ -199,6 +205,7 @@ impl Window {
                 KeyKind::PathTemplate => {
                     buf.extend(r.host.iter().map(u8::to_ascii_lowercase));
                     template_into(path, buf);
+                    buf.truncate(MAX_KEY);
                 }
             }
             buf.push(0);
@@ -211,6 +218,34 @@ impl Window {
     /// kind over the seconds `now_s - seconds + 1 ..= now_s`.
     pub fn top(&self, now_s: u64, n: usize) -> Top {
         self.top_over(now_s, self.seconds(), n)
+    }
+
+    /// A copy of the slots [`Window::top_over`] would read for `seconds`
+    /// at `now_s` (the others left empty): taken under a lock, merged
+    /// outside it, so that reading never holds up counting.
+    pub fn recent(&self, now_s: u64, seconds: u64) -> Window {
+        let len = seconds.clamp(1, self.slots.len() as u64);
+        let slots = self
+            .slots
+            .iter()
+            .map(|s| match s.second {
+                Some(t) if t <= now_s && t + len > now_s => Slot {
+                    second: s.second,
+                    counters: s.counters.clone(),
+                },
+                _ => Slot {
+                    second: None,
+                    counters: Vec::new(),
+                },
+            })
+            .collect();
+        Window {
+            capacity: self.capacity,
+            slots,
+            proto: self.proto.sharing(1),
+            buf: Vec::new(),
+            families: HashMap::new(),
+        }
     }
 
     /// [`Window::top`] over the last `seconds` only (1 to the window's

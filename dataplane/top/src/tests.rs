@@ -99,3 +99,26 @@ fn seconds_older_than_the_window_are_not_counted() {
     assert_eq!(json["keys"]["ip"][0]["key"], "192.0.2.2");
     assert_eq!(json["window_s"], 10);
 }
+
+#[test]
+fn long_keys_are_cut_and_a_copy_reads_as_the_window() {
+    let mut w = Window::new(60, 16);
+    let ua = vec![b'a'; 10_000];
+    let path = format!("/{}", "p".repeat(10_000));
+    let headers: &[(&[u8], &[u8])] = &[(b"User-Agent", &ua)];
+    for s in 0..5u64 {
+        req("192.0.2.1", path.as_bytes(), headers, |r| {
+            w.add(100 + s, r, "pass")
+        });
+    }
+    let top = w.top(104, 5);
+    let copy = w.recent(104, 60).top(104, 5);
+    assert_eq!(copy, top);
+    for kind in [KeyKind::UserAgent, KeyKind::PathTemplate] {
+        let e = &top.keys[&kind][0];
+        assert_eq!(e.requests, 5, "{kind:?}");
+        assert!(e.key.len() <= MAX_KEY, "{kind:?}: {}", e.key.len());
+    }
+    // The copy holds only what the asked-for seconds read.
+    assert_eq!(w.recent(104, 2).top_over(104, 2, 5).requests, 2);
+}
