@@ -30,7 +30,7 @@ rule per_ip {
 }
 "#;
 
-fn ruleset() -> &'static rctl_compiler::ir::Ruleset {
+pub fn ruleset() -> &'static rctl_compiler::ir::Ruleset {
     static R: OnceLock<rctl_compiler::ir::Ruleset> = OnceLock::new();
     R.get_or_init(|| {
         let c = rctl_compiler::compile_str("fuzz.rctl", RULES, &Default::default());
