@@ -5,9 +5,11 @@
 //! (SIGTERM to the group, SIGKILL after 5 s) that runs when a test panics
 //! too; and what tests ask of processes and ports around it.
 //!
-//! Ports come from [`free_port`]: the kernel picks a free one, which is
-//! released just before the server binds it (another process could take
-//! it in between; the readiness wait then fails with the server's log).
+//! Ports come from [`free_port`]: one that binds now, below the kernel's
+//! ephemeral range and never handed out twice by one process, so a server
+//! stopped for a restart finds its port still free. It is released just
+//! before the server binds it (another process could take it in between;
+//! the readiness wait then fails with the server's log).
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,12 +34,30 @@ pub fn check(mut cmd: Command) -> Result<String, String> {
     }
 }
 
-/// A TCP port that was free a moment ago on 127.0.0.1.
+/// A TCP port that was free a moment ago on 127.0.0.1, never handed
+/// out before by this process.
+///
+/// Ports come from below the kernel's ephemeral range (32768 and up on
+/// Debian), so neither `bind(0)` nor the source port of an outgoing
+/// connection can take one while its server is stopped for a restart.
+/// Each test process starts at its own offset, so two test binaries
+/// run side by side rarely probe the same ports.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::Mutex;
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut offset = next.unwrap_or((std::process::id() % u32::from(SPAN)) as u16);
+    for _ in 0..SPAN {
+        let port = LOW + offset;
+        offset = (offset + 1) % SPAN;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            *next = Some(offset);
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// Whether something accepts connections at `addr`.
