@@ -214,6 +214,10 @@ fn every_figure_on_the_page_equals_the_json_for_every_fixture() {
     assert_eq!(r["throttle"]["top"][0]["passed"], 5);
     assert_eq!(json["affected"]["throttle"]["requests"], 80);
     assert_eq!(json["affected"]["total"]["requests"], 80);
+    assert!(
+        json["affected"]["legit_unmeasured"].is_null(),
+        "a capture carries every header"
+    );
     // The updater is exempt: its address is in the allow rule's block, and
     // it is never among the stopped.
     assert_eq!(rule("updater")["passed"], 0);
@@ -398,6 +402,20 @@ fn a_log_run_names_its_format_and_counts_allow_blocks_as_legitimate() {
         (&throttled, &1.into())
     );
     assert!(json["series_100ms"].is_null(), "a log timed to the second");
+    // nginx's combined format logs no Accept-Language: only the allow
+    // blocks tell there, and the page says the figures are lower bounds.
+    assert_eq!(json["affected"]["legit_unmeasured"], serde_json::json!([l]));
+    let lead = page
+        .split("id=verdict>")
+        .nth(1)
+        .and_then(|p| p.split("</p>").next())
+        .unwrap_or_default();
+    assert!(
+        lead.contains("<strong class=legit>at least ")
+            && lead.contains("<span id=legit-unmeasured>")
+            && lead.contains("so these are lower bounds"),
+        "{lead}"
+    );
     assert!(
         page.contains("access log (nginx-combined)"),
         "the input type"

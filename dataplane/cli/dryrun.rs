@@ -240,8 +240,20 @@ fn affected(r: &Report) -> String {
             n(x.clients, "client")
         )
     };
+    let (lower, unmeasured) = if a.legit_unmeasured.is_empty() {
+        ("", String::new())
+    } else {
+        (
+            "at least ",
+            format!(
+                "; {} {} no User-Agent or no Accept-Language: there only the allow blocks tell, so these are lower bounds",
+                a.legit_unmeasured.join(", "),
+                if a.legit_unmeasured.len() == 1 { "logs" } else { "log" }
+            ),
+        )
+    };
     format!(
-        "would {}, {}, {}; of all {} stopped ({at_least}{}), {} from {at_least}{} look legitimate (browser-like User-Agent with Accept-Language, or in an allow rule's blocks)\n",
+        "would {}, {}, {}; of all {} stopped ({at_least}{}), {lower}{} from {at_least}{} look legitimate (browser-like User-Agent with Accept-Language, or in an allow rule's blocks{unmeasured})\n",
         part("deny", &a.deny),
         part("throttle", &a.throttle),
         part("drop", &a.drop),

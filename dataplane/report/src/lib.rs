@@ -124,16 +124,32 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
     }
     let _ = write!(o, "{}.", parts.join(", "));
     let at_least = if a.exact { "" } else { " at least" };
+    let unmeasured = !a.legit_unmeasured.is_empty();
     let _ = write!(
         o,
         " In all it stops {} from{at_least} {}; \
-         <strong class=legit>{} from {} of those look legitimate</strong> \
-         (a browser-like User-Agent with Accept-Language, or an address in an <code>allow</code> rule's blocks).</p>",
+         <strong class=legit>{}{} from {} of those look legitimate</strong> \
+         (a browser-like User-Agent with Accept-Language, or an address in an <code>allow</code> rule's blocks).",
         requests("/affected/total/requests", a.total.requests),
         clients("/affected/total/clients", a.total.clients),
+        if unmeasured { "at least " } else { "" },
         requests("/affected/total/legit_requests", a.total.legit_requests),
         clients("/affected/total/legit_clients", a.total.legit_clients),
     );
+    if unmeasured {
+        let names: Vec<String> = a
+            .legit_unmeasured
+            .iter()
+            .map(|n| format!("<code>{}</code>", esc(n)))
+            .collect();
+        let _ = write!(
+            o,
+            " <span id=legit-unmeasured>{} {} no User-Agent or no Accept-Language: there only the <code>allow</code> blocks tell, so these are lower bounds.</span>",
+            names.join(", "),
+            if names.len() == 1 { "logs" } else { "log" }
+        );
+    }
+    o.push_str("</p>");
     // What ran on what, and when.
     let hash = &r.ruleset.hash;
     let _ = write!(

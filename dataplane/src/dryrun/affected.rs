@@ -218,6 +218,7 @@ impl Stops {
             exact: [&self.deny, &self.throttle, &self.drop, &self.total]
                 .iter()
                 .all(|s| s.exact()),
+            legit_unmeasured: Vec::new(),
         }
     }
 }

@@ -95,6 +95,8 @@ pub struct DryRun {
     /// The ruleset, and with `--against` the old one.
     ruleset: RulesetInfo,
     against: Option<RulesetInfo>,
+    /// The inputs that log no User-Agent or no Accept-Language.
+    legit_unmeasured: Vec<String>,
 }
 
 /// The packet decision, reassembly and parsing.
@@ -166,6 +168,7 @@ impl DryRun {
             },
             inputs: Vec::new(),
             engine: engine2,
+            legit_unmeasured: Vec::new(),
         })
     }
 
@@ -232,6 +235,10 @@ impl DryRun {
             }
         }
         missing_fields.sort();
+        let tells = known.has_header("user-agent") && known.has_header("accept-language");
+        if !tells && !self.legit_unmeasured.iter().any(|n| n == name) {
+            self.legit_unmeasured.push(name.to_string());
+        }
         let old = self.old.as_ref().map(|o| o.blind(known));
         self.blinds.push(Some(Blinds { new, old }));
         self.inputs.push(InputReport {
@@ -523,7 +530,10 @@ impl DryRun {
             schema: 1,
             ruleset: self.ruleset,
             against: self.against,
-            affected: stops.report(),
+            affected: Affected {
+                legit_unmeasured: self.legit_unmeasured,
+                ..stops.report()
+            },
             totals: t,
             rules,
             unmatched: r.unmatched,

@@ -161,6 +161,12 @@ pub struct Affected {
     /// Whether the client counts are exact (each counts at most
     /// [`DISTINCT_MAX`] addresses, and is a lower bound beyond).
     pub exact: bool,
+    /// The inputs that log no User-Agent or no Accept-Language: on them
+    /// a request looks legitimate only by an `allow` rule's blocks, so
+    /// the `legit_` figures are lower bounds. Empty: they are measured
+    /// on every input.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub legit_unmeasured: Vec<String>,
 }
 
 /// Which ruleset ran.
