@@ -91,8 +91,9 @@ pub struct ListenArgs {
     #[arg(long)]
     shadow: bool,
     /// Count the recent traffic by address, prefix, User-Agent and path,
-    /// with its verdicts, for `rctl top` (off by default: it costs each
-    /// request about a third more; see the agent manual).
+    /// with its verdicts, for `rctl top`, on a thread of its own (off by
+    /// default: the counting costs about a third more CPU in all, if
+    /// little on the request path; see the agent manual).
     #[arg(long)]
     top: bool,
     /// Only this site's rules (and rules for all sites) apply.

@@ -103,6 +103,13 @@ fn screen(t: &Top) -> String {
         "rctl top: {} requests in the last {} s\n",
         t.requests, t.window_s
     );
+    if t.dropped > 0 {
+        let _ = writeln!(
+            o,
+            "({} requests not counted since the agent started: its counter fell behind)",
+            t.dropped
+        );
+    }
     for k in KeyKind::ALL {
         let _ = writeln!(o, "\n{:>10}  {}", "requests", title(k));
         for e in t.keys.get(&k).into_iter().flatten() {

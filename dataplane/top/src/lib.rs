@@ -71,6 +71,10 @@ pub struct Top {
     pub requests: u64,
     /// Per kind, the heaviest keys, heaviest first.
     pub keys: BTreeMap<KeyKind, Vec<Entry>>,
+    /// Requests not counted since counting began, because the counter
+    /// fell behind its bounded buffer (0 from a [`Window`] itself).
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 struct Slot {
@@ -273,6 +277,7 @@ impl Window {
             window_s: len,
             requests,
             keys,
+            dropped: 0,
         }
     }
 }
