@@ -1,7 +1,8 @@
 //! The front end: source text to the spanned AST. Where a ruleset may
 //! read ([`files`]), how its files and includes are loaded ([`load`],
 //! [`lists`] for ipblock list files), the grammar's parse ([`parse`]) into
-//! the [`ast`], and the canonical printer ([`fmt`]).
+//! the [`ast`] with its syntax errors explained (`syntax`), and the
+//! canonical printer ([`fmt`]).
 
 pub mod ast;
 pub mod files;
@@ -10,3 +11,4 @@ pub(crate) mod lists;
 pub mod load;
 pub mod parse;
 pub mod source;
+mod syntax;
