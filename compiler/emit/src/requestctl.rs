@@ -33,9 +33,10 @@
 //! intervals or bans that are no whole number of seconds, query and query
 //! parameter tests, destination addresses, ports and protocols, and what
 //! [`url`] cannot rewrite exactly. Packet and connection limits are the
-//! XDP program's: left out with a note. The default bucket (GCRA) is
-//! written as vsthrottle's of the same burst and rate, with a note, as
-//! `rctl emit vcl` writes it.
+//! XDP program's: left out with a note. A throttle must use requestctl's
+//! bucket (`bucket vsthrottle`): rctl's default (GCRA) refills
+//! continuously and would admit differently after its burst, so it is
+//! refused rather than approximated.
 
 pub mod url;
 
@@ -306,7 +307,7 @@ impl Writer<'_> {
                     None => {
                         let mut n = ipblock_name(set, *s);
                         if self.objects.ipblocks.values().any(|v| *v == n) {
-                            n = format!("{n}-{s}");
+                            n = format!("{n}_{s}");
                         }
                         self.objects.ipblocks.insert(*s, n.clone());
                         n
@@ -377,9 +378,12 @@ impl Writer<'_> {
                         x => (false, x),
                     };
                     if i == 0 && neg {
+                        // Every part is negated: the first is `any AND
+                        // NOT` it, in parentheses (whatever `op` is).
                         let any = self.any();
-                        s.push_str(&self.text(&any));
-                        s.push_str(&format!(" {op} NOT "));
+                        let t = self.text(&Ex::And(vec![any, Ex::Not(Box::new(x.clone()))]));
+                        let _ = write!(s, "({t})");
+                        continue;
                     } else if i > 0 {
                         s.push_str(&format!(" {op}{} ", if neg { " NOT" } else { "" }));
                     }
@@ -397,11 +401,13 @@ impl Writer<'_> {
 }
 
 /// The ipblock's requestctl name: its rctl name as one word (`cloud/aws`
-/// is `cloud_aws`, `abuse/x` is `x`), `inlineN` for an `ip in { … }`.
+/// is `cloud_aws`, `abuse/x` is `x`, `-` as `_`), `inlineN` for an
+/// `ip in { … }`.
 fn ipblock_name(set: &IpSet, index: u32) -> String {
     match set.name.as_str() {
         "inline" => format!("inline{index}"),
-        n => word(n.strip_prefix("abuse/").unwrap_or(n)),
+        // An ACL's name in VCL: no `-`.
+        n => word(n.strip_prefix("abuse/").unwrap_or(n)).replace('-', "_"),
     }
 }
 

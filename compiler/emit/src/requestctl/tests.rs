@@ -177,3 +177,23 @@ fn unsupported_rules_are_named_or_skipped() {
         .iter()
         .any(|f| f.0 == "request-actions/cache-text/z_first.yaml"));
 }
+
+#[test]
+fn negations_lead_only_after_and_or_or() {
+    let t = tree(
+        "rule r {\n  when not header(\"a\") present or not header(\"b\") present\n  deny 403 \"x\"\n}\n",
+        false,
+    )
+    .unwrap();
+    let action = &t.files.iter().find(|f| f.0.ends_with("/r.yaml")).unwrap().1;
+    assert!(
+        action.contains(
+            "expression: '(pattern@rctl/any AND NOT pattern@rctl/r-1) OR NOT pattern@rctl/r-2'"
+        ),
+        "{action}"
+    );
+    assert!(t
+        .files
+        .iter()
+        .any(|f| f.0 == "request-patterns/rctl/any.yaml"));
+}

@@ -68,7 +68,7 @@ fn status(s: u16) -> Result<u16, String> {
 
 /// Whole seconds of `ms`, or why not.
 fn seconds(what: &str, ms: u64) -> Result<u64, String> {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         Ok(ms / 1000)
     } else {
         Err(format!(
@@ -77,8 +77,8 @@ fn seconds(what: &str, ms: u64) -> Result<u64, String> {
     }
 }
 
-/// The throttle's fields, and a note when it is not exactly rctl's.
-fn throttle(r: &Rule, t: &Throttle) -> Result<(String, Option<String>), String> {
+/// The throttle's fields.
+fn throttle(t: &Throttle) -> Result<String, String> {
     if t.shared {
         return Err("a shared throttle: requestctl counts in each CDN server's vsthrottle".into());
     }
@@ -92,20 +92,13 @@ fn throttle(r: &Rule, t: &Throttle) -> Result<(String, Option<String>), String> 
             ))
         }
     };
-    let (limit, period_ms, note) = match t.bucket {
-        Bucket::Vsthrottle => (t.limit, t.period_ms, None),
-        Bucket::Gcra => {
-            let p = u128::from(t.period_ms) * u128::from(t.burst) / u128::from(t.limit.max(1));
-            (
-                t.burst,
-                u64::try_from(p).unwrap_or(u64::MAX),
-                Some(format!(
-                    "{}: rctl's default bucket (GCRA) is written as vsthrottle's with the same burst ({}) and rate; both admit the burst at once and ban alike, but vsthrottle refills by whole tokens from the last take (use `bucket vsthrottle` for exactly requestctl's admission)",
-                    r.name, t.burst
-                )),
-            )
-        }
-    };
+    if t.bucket != Bucket::Vsthrottle {
+        return Err(format!(
+            "rctl's default bucket (GCRA) refills continuously, requestctl's (vmod_vsthrottle) by whole tokens, so they admit differently after the first {}: write `bucket vsthrottle` for requestctl's",
+            t.burst
+        ));
+    }
+    let (limit, period_ms) = (t.limit, t.period_ms);
     let interval = seconds("an interval", period_ms)?;
     if interval == 0 {
         return Err(
@@ -114,32 +107,26 @@ fn throttle(r: &Rule, t: &Throttle) -> Result<(String, Option<String>), String> 
     }
     let ban = seconds("a ban", t.ban_ms)?;
     vcl_safe("reason", &t.reason)?;
-    Ok((
-        format!(
-            "do_throttle: true\nresp_reason: {}\nresp_status: {}\nthrottle_duration: {ban}\nthrottle_interval: {interval}\nthrottle_per_ip: {per_ip}\nthrottle_requests: {limit}\n",
-            ys(&t.reason),
-            status(t.status)?
-        ),
-        note,
+    Ok(format!(
+        "do_throttle: true\nresp_reason: {}\nresp_status: {}\nthrottle_duration: {ban}\nthrottle_interval: {interval}\nthrottle_per_ip: {per_ip}\nthrottle_requests: {limit}\n",
+        ys(&t.reason),
+        status(t.status)?
     ))
 }
 
 /// The action's file for `r` with the expression `expr`.
-fn action(r: &Rule, expr: &str) -> Result<(String, Option<String>), String> {
-    let (what, note) = match &r.action {
+fn action(r: &Rule, expr: &str) -> Result<String, String> {
+    let what = match &r.action {
         Action::Deny { status: s, reason } => {
             vcl_safe("reason", reason)?;
-            (
-                format!(
-                    "do_throttle: false\nresp_reason: {}\nresp_status: {}\n",
-                    ys(reason),
-                    status(*s)?
-                ),
-                None,
+            format!(
+                "do_throttle: false\nresp_reason: {}\nresp_status: {}\n",
+                ys(reason),
+                status(*s)?
             )
         }
-        Action::Throttle(t) => throttle(r, t)?,
-        Action::Log => ("do_throttle: false\n".into(), None),
+        Action::Throttle(t) => throttle(t)?,
+        Action::Log => "do_throttle: false\n".into(),
         Action::Drop => {
             return Err("drop: requestctl's VCL answers every request it reads; silent_drop is its HAProxy actions'".into())
         }
@@ -168,7 +155,7 @@ fn action(r: &Rule, expr: &str) -> Result<(String, Option<String>), String> {
             let _ = writeln!(s, "- {}", ys(site));
         }
     }
-    Ok((s, note))
+    Ok(s)
 }
 
 fn pattern_file(p: &Pattern) -> String {
@@ -292,11 +279,10 @@ pub(super) fn tree(rs: &Ruleset, o: &Options) -> Result<Tree, Error> {
             x => x,
         };
         match written {
-            Ok((text, note)) => {
+            Ok(text) => {
                 if enforces(r) {
                     kept.push(r);
                 }
-                notes.extend(note);
                 actions.push((
                     format!("request-actions/{}/{}.yaml", o.cluster, r.name),
                     text,
