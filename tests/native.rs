@@ -27,26 +27,34 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// One request as it goes on the wire and to the engine.
-struct Wire {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    ip: IpAddr,
+pub(crate) struct Wire {
+    pub(crate) method: String,
+    pub(crate) target: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) ip: IpAddr,
+    /// The sample's time in its test, milliseconds.
+    pub(crate) ms: u64,
 }
 
 /// The test blocks' requests, in time order within each test (at most 12
 /// copies of a sample).
-fn requests(tests: &[TestCase]) -> Vec<Wire> {
+pub(crate) fn requests(tests: &[TestCase]) -> Vec<Wire> {
+    requests_upto(tests, 12)
+}
+
+/// The test blocks' requests, in time order within each test, at most
+/// `copies` of each sample.
+pub(crate) fn requests_upto(tests: &[TestCase], copies: u32) -> Vec<Wire> {
     let mut out = Vec::new();
     for t in tests {
         let mut ev = Vec::new();
         for (si, s) in t.samples.iter().enumerate() {
-            for i in 0..s.count.min(12) {
+            for i in 0..s.count.min(copies) {
                 ev.push((s.time_of(i), si));
             }
         }
         ev.sort();
-        for (_, si) in ev {
+        for (ms, si) in ev {
             let s = &t.samples[si];
             let SampleKind::Request {
                 method,
@@ -66,6 +74,7 @@ fn requests(tests: &[TestCase]) -> Vec<Wire> {
                 target: target.clone(),
                 headers,
                 ip: s.ip,
+                ms,
             });
         }
     }
@@ -100,6 +109,7 @@ fn incident_requests() -> Vec<Wire> {
                 })
                 .collect(),
             ip: r.client.0,
+            ms: 0,
         })
         .collect()
 }
@@ -107,7 +117,7 @@ fn incident_requests() -> Vec<Wire> {
 /// Whether the servers take the request as it is: no bytes outside
 /// visible ASCII in the request line or header values (HAProxy answers 400
 /// itself), and an upper-case method (nginx, the backend, refuses `get`).
-fn sendable(w: &Wire) -> bool {
+pub(crate) fn sendable(w: &Wire) -> bool {
     let ok = |s: &str| s.bytes().all(|b| (0x20..0x7f).contains(&b));
     ok(&w.target)
         && !w.method.is_empty()
@@ -117,7 +127,7 @@ fn sendable(w: &Wire) -> bool {
 
 /// Sends one request (its client address in X-Client-IP) and returns the
 /// status, or "closed" when the connection closes without an answer.
-fn send(addr: SocketAddr, w: &Wire) -> String {
+pub(crate) fn send(addr: SocketAddr, w: &Wire) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
     // HAProxy's silent-drop never answers: the wait ends the request.
     s.set_read_timeout(Some(Duration::from_millis(1500)))
@@ -152,7 +162,7 @@ fn expected(v: &Verdict) -> String {
 }
 
 /// The engine's answers and the server's, request by request.
-fn replay(
+pub(crate) fn replay(
     rs: &Ruleset,
     site: Option<&str>,
     front: SocketAddr,
@@ -169,27 +179,13 @@ fn replay(
     let start = Instant::now();
     let mut out = Vec::new();
     for w in reqs {
-        let host = w
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-            .map_or("", |(_, v)| v.as_str());
-        let hs: Vec<(&[u8], &[u8])> = w
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-            .collect();
         let got = send(front, w);
-        let d = e.decide_request(&Request {
-            method: w.method.as_bytes(),
-            host: host.as_bytes(),
-            target: w.target.as_bytes(),
-            headers: &hs,
-            ip: w.ip,
-            dst: Some(front.ip()),
-            port: front.port(),
-            time_ns: 1_000_000_000_000 + start.elapsed().as_nanos() as u64,
-        });
+        let d = decide(
+            &e,
+            w,
+            front,
+            1_000_000_000_000 + start.elapsed().as_nanos() as u64,
+        );
         out.push((
             format!("{} {} from {}", w.method, w.target, w.ip),
             expected(&d.verdict),
@@ -199,8 +195,37 @@ fn replay(
     out
 }
 
+/// The engine's decision on `w`, sent to `to`, at `time_ns`.
+pub(crate) fn decide(
+    e: &Engine,
+    w: &Wire,
+    to: SocketAddr,
+    time_ns: u64,
+) -> rctl_dataplane::Decision {
+    let host = w
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map_or("", |(_, v)| v.as_str());
+    let hs: Vec<(&[u8], &[u8])> = w
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect();
+    e.decide_request(&Request {
+        method: w.method.as_bytes(),
+        host: host.as_bytes(),
+        target: w.target.as_bytes(),
+        headers: &hs,
+        ip: w.ip,
+        dst: Some(to.ip()),
+        port: to.port(),
+        time_ns,
+    })
+}
+
 /// The ruleset without the rules emit left out.
-fn without(rs: &Ruleset, skipped: &[(String, String)]) -> Ruleset {
+pub(crate) fn without(rs: &Ruleset, skipped: &[(String, String)]) -> Ruleset {
     let mut r = rs.clone();
     let keep: Vec<bool> = r
         .rules
@@ -215,7 +240,7 @@ fn without(rs: &Ruleset, skipped: &[(String, String)]) -> Ruleset {
 }
 
 /// nginx answering 200 to everything.
-fn backend(dir: &Path) -> (Nginx, SocketAddr) {
+pub(crate) fn backend(dir: &Path) -> (Nginx, SocketAddr) {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let http = format!("    server {{ listen {addr}; location / {{ return 200 \"ok\\n\"; }} }}");
     (
@@ -287,7 +312,7 @@ fn start_haproxy(
 
 /// The rulesets the servers run: the shipped rules, the corpus, and the
 /// imported requestctl fixtures (with their expectations).
-fn rulesets() -> Vec<(String, Ruleset, Vec<TestCase>)> {
+pub(crate) fn rulesets() -> Vec<(String, Ruleset, Vec<TestCase>)> {
     let mut paths: Vec<PathBuf> = vec![root().join("rules"), root().join("tests/fixtures/rules")];
     paths.extend(corpus_files());
     let imported = tempdir("native-import");
@@ -401,7 +426,7 @@ fn emitted_vcl_and_haproxy_decide_as_rctl_on_every_test_request() {
 
 /// conftool 5.3.0.1's source from PyPI (sdist), or `None` (skipped, and a
 /// failure under CI).
-fn conftool_source(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn conftool_source(dir: &Path) -> Option<PathBuf> {
     let ok = std::process::Command::new("python3")
         .args([
             "-m",

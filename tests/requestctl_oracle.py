@@ -17,16 +17,19 @@ complete VCL:
   hit-SITE, global, SITE (api.get_actions_by_site, sorted by priority as
   api.get_dsl_diffs does, rendered by api.get_dsl_for).
 
-Usage: requestctl_oracle.py CONFTOOL_SRC TREE SITE BACKEND_PORT OUT.vcl
+Usage: requestctl_oracle.py CONFTOOL_SRC TREE SITE BACKEND_PORT OUT.vcl [TREE SITE BACKEND_PORT OUT.vcl …]
+(each group of four is one VCL: conftool is imported once for all).
 """
 
 import pathlib
 import sys
 import types
 
-src, tree, site, port, out = sys.argv[1:6]
+src = sys.argv[1]
+jobs = sys.argv[2:]
+if not jobs or len(jobs) % 4:
+    sys.exit(__doc__)
 sys.path.insert(0, src)
-tree = pathlib.Path(tree)
 
 import yaml  # noqa: E402
 
@@ -96,25 +99,38 @@ from conftool.extensions.reqconfig.schema import SCHEMA  # noqa: E402
 from conftool.extensions.reqconfig import api  # noqa: E402
 
 OBJECTS = {}
-for kind, spec in SCHEMA.items():
-    base = tree / spec["path"]
-    if not base.is_dir():
-        continue
-    for f in sorted(base.glob("*/*.yaml")):
-        OBJECTS.setdefault(kind, {})[f"{f.parent.name}/{f.stem}"] = (
-            yaml.safe_load(f.read_text()) or {}
-        )
 
-rq = api.RequestctlApi(Client())
-by_site = rq.get_actions_by_site("action")
-fragments = []
-for cluster, sites in by_site.items():
-    for name in ["hit-global", f"hit-{site}", "global", site]:
-        actions = sites.get(name, [])
-        actions.sort(key=lambda x: x.priority)
-        if actions:
-            fragments.append(f"// {cluster}/{name}\n" + rq.get_dsl_for(actions))
-body = "\n".join(fragments)
+
+def render(tree, site, port, out):
+    """Writes requestctl's VCL for TREE at SITE to OUT."""
+    OBJECTS.clear()
+    load(pathlib.Path(tree))
+    body = actions(site)
+    write(body, port, out)
+
+
+def load(tree):
+    for kind, spec in SCHEMA.items():
+        base = tree / spec["path"]
+        if not base.is_dir():
+            continue
+        for f in sorted(base.glob("*/*.yaml")):
+            OBJECTS.setdefault(kind, {})[f"{f.parent.name}/{f.stem}"] = (
+                yaml.safe_load(f.read_text()) or {}
+            )
+
+
+def actions(site):
+    rq = api.RequestctlApi(Client())
+    by_site = rq.get_actions_by_site("action")
+    fragments = []
+    for cluster, sites in by_site.items():
+        for name in ["hit-global", f"hit-{site}", "global", site]:
+            acts = sites.get(name, [])
+            acts.sort(key=lambda x: x.priority)
+            if acts:
+                fragments.append(f"// {cluster}/{name}\n" + rq.get_dsl_for(acts))
+    return "\n".join(fragments)
 
 
 def cidrs(slug):
@@ -131,22 +147,23 @@ def acl(name, nets):
     return f"acl {name} {{\n" + "\n".join(lines) + "\n}\n"
 
 
-acls, netmapper = [], []
-headers = {"cloud": "X-Public-Cloud", "known-clients": "X-Known-Client"}
-for slug in sorted(OBJECTS.get("ipblock", {})):
-    scope, name = slug.split("/")
-    if scope == "abuse" and f"~ {name}" in body:
-        acls.append(acl(name, cidrs(slug)))
-    elif scope in headers and f'"^{name}$"' in body:
-        nm = f"netmapper_{scope.replace('-', '_')}_{name.replace('-', '_')}"
-        acls.append(acl(nm, cidrs(slug)))
-        netmapper.append(
-            f'    if (std.ip(req.http.X-Client-IP, "192.0.2.1") ~ {nm}) {{\n'
-            f'        set req.http.{headers[scope]} = "{name}";\n    }}'
-        )
+def write(body, port, out):
+    acls, netmapper = [], []
+    headers = {"cloud": "X-Public-Cloud", "known-clients": "X-Known-Client"}
+    for slug in sorted(OBJECTS.get("ipblock", {})):
+        scope, name = slug.split("/")
+        if scope == "abuse" and f"~ {name}" in body:
+            acls.append(acl(name, cidrs(slug)))
+        elif scope in headers and f'"^{name}$"' in body:
+            nm = f"netmapper_{scope.replace('-', '_')}_{name.replace('-', '_')}"
+            acls.append(acl(nm, cidrs(slug)))
+            netmapper.append(
+                f'    if (std.ip(req.http.X-Client-IP, "192.0.2.1") ~ {nm}) {{\n'
+                f'        set req.http.{headers[scope]} = "{name}";\n    }}'
+            )
 
-pathlib.Path(out).write_text(
-    f"""vcl 4.1;
+    pathlib.Path(out).write_text(
+        f"""vcl 4.1;
 import std;
 import vsthrottle;
 
@@ -165,3 +182,7 @@ sub vcl_recv {{
 }}
 """
 )
+
+
+for i in range(0, len(jobs), 4):
+    render(*jobs[i : i + 4])

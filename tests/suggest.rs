@@ -314,9 +314,9 @@ fn the_wdqs_swarm_the_sample_missed_is_found_and_the_updater_never_limited() {
     assert_eq!(exempt["requests"]["allow"], 600, "{exempt}");
 }
 
-#[test]
-fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
-    let dir = tempdir("suggest-loop");
+/// Readers, the re-render loop (one title, no-cache, from six service
+/// hosts) and a scraper with a browser's User-Agent on one page.
+fn loop_and_scraper() -> Traffic {
     let mut t = Traffic::default();
     t.readers(20);
     // The loop: one title, no-cache, from six service hosts.
@@ -340,8 +340,14 @@ fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
         &[("User-Agent", CHROME)],
         |n| format!("/wiki/Special:EntityData/Q{n}.json"),
     );
+    t
+}
+
+#[test]
+fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
+    let dir = tempdir("suggest-loop");
     let pcap = dir.join("loop.pcap");
-    t.write(&pcap);
+    loop_and_scraper().write(&pcap);
     let (v, file) = suggest(&dir, None, &pcap, &[]);
     let w = written(&v);
     let keys: Vec<&str> = w.iter().map(|s| s["key"].as_str().unwrap()).collect();
@@ -465,4 +471,71 @@ fn a_log_without_the_user_agent_gets_no_rule_reading_it_and_the_updater_is_not_g
     let exempt = rule_in(&d, "wdqs_updater_exempt");
     assert_eq!(exempt["unknown"], 600, "{exempt}");
     accepted(&[&rules, &out]);
+}
+
+#[test]
+fn suggestions_are_also_written_as_requestctl_objects_that_decide_alike() {
+    let dir = tempdir("suggest-requestctl");
+    let pcap = dir.join("loop.pcap");
+    loop_and_scraper().write(&pcap);
+    let rq = dir.join("requestctl");
+    let (v, _, err) = suggest_on(
+        &dir,
+        None,
+        &["--pcap", pcap.to_str().unwrap()],
+        &["--requestctl", rq.to_str().unwrap()],
+    );
+    let w = written(&v);
+    let name = |key: &str| -> String {
+        w.iter()
+            .find(|s| s["key"] == key)
+            .and_then(|s| s["rule"].as_str())
+            .unwrap_or_else(|| panic!("no {key} suggestion: {v:#}"))
+            .to_string()
+    };
+    let (ip, page) = (name("ip"), name("host, path"));
+    // The address-keyed throttle is requestctl's; the page-keyed one is not,
+    // and says why, in the summary and on stderr.
+    assert_eq!(v["requestctl"]["written"], serde_json::json!([ip]), "{v:#}");
+    let skipped = v["requestctl"]["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{v:#}");
+    assert_eq!(skipped[0]["rule"], page.as_str(), "{v:#}");
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(
+        !reason.is_empty() && err.contains(&format!("requestctl: {page} not written: {reason}")),
+        "{err}"
+    );
+    let action =
+        std::fs::read_to_string(rq.join(format!("request-actions/cache-text/{ip}.yaml"))).unwrap();
+    assert!(
+        action.contains("enabled: false")
+            && action.contains("log_matching: true")
+            && action.contains("throttle_per_ip: true"),
+        "{action}"
+    );
+    // Read back by `rctl import requestctl`, it decides as the .rctl rule:
+    // the same shadow verdicts on every request of the capture, in order.
+    let back = crate::requestctl_emit::import(&rq, &dir.join("imported"));
+    let c = rctl_compiler::compile_paths(&[dir.join("suggested.rctl")], &Default::default());
+    let orig = crate::native::without(&c.ruleset.expect("compiles"), &[(page, String::new())]);
+    let f = std::fs::File::open(&pcap).unwrap();
+    let (reqs, e) = rctl_dataplane::dryrun::requests_in(std::io::BufReader::new(f));
+    assert!(e.is_none(), "{e:?}");
+    let want = crate::requestctl_emit::capture_decisions(&orig, &reqs);
+    let got = crate::requestctl_emit::capture_decisions(&back, &reqs);
+    let limited = want.iter().filter(|o| o.contains(": throttle")).count();
+    assert!(limited > 200, "{limited} of {}", want.len());
+    let bad: Vec<String> = want
+        .iter()
+        .zip(&got)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (a, b))| format!("request {i}: rctl {a}, imported {b}"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} differences:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }

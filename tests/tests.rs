@@ -33,6 +33,7 @@ mod native;
 mod neighbours;
 mod netns;
 mod package;
+mod requestctl_emit;
 mod shared_throttle;
 mod suggest;
 mod transcripts;

@@ -5,7 +5,7 @@ use crate::common::{load_ruleset, warn, Limits};
 use crate::output;
 use anyhow::{Context, Result};
 use rctl_compiler::artifact;
-use rctl_emit::{haproxy, haproxy_spoe, nginx, vcl, Agent, Emitted, File};
+use rctl_emit::{haproxy, haproxy_spoe, nginx, requestctl, vcl, Agent, Emitted, File};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -93,6 +93,20 @@ pub enum Target {
         /// The backend of rctl-main.vcl, HOST:PORT.
         #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = parse_backend)]
         backend: (String, u16),
+    },
+    /// requestctl's objects: the YAML tree `requestctl sync` loads
+    /// (request-ipblocks/, request-patterns/, request-actions/CLUSTER/),
+    /// from which requestctl writes its own VCL.
+    Requestctl {
+        #[command(flatten)]
+        common: Common,
+        /// The cluster the actions are for (request-actions/CLUSTER/).
+        #[arg(long, value_name = "CLUSTER", default_value = "cache-text")]
+        cluster: String,
+        /// Leave out the rules requestctl cannot express (each named with
+        /// the reason on stderr) instead of refusing the ruleset.
+        #[arg(long)]
+        skip_unsupported: bool,
     },
     /// HAProxy 2.6+: the rules themselves as ACLs, map files and stick
     /// tables, no agent.
@@ -203,6 +217,9 @@ fn role(name: &str) -> &'static str {
         haproxy::SECTIONS_FILE => {
             "global and stick-table sections: load with -f before the frontend's file"
         }
+        n if n.starts_with("request-ipblocks/") => "a requestctl ipblock",
+        n if n.starts_with("request-patterns/") => "a requestctl pattern",
+        n if n.starts_with("request-actions/") => "a requestctl action",
         _ => "a map file of addresses (map_ip)",
     }
 }
@@ -315,6 +332,28 @@ pub fn run(target: Target) -> Result<ExitCode> {
             let e = standalone(v.files, v.notes, v.skipped);
             return finish(&common, &e, &inputs);
         }
+        Target::Requestctl {
+            common,
+            cluster,
+            skip_unsupported,
+        } => {
+            let Some((rs, inputs)) = load(&common)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let o = requestctl::Options {
+                cluster,
+                skip_unsupported,
+            };
+            let t = match requestctl::emit(&rs, &o) {
+                Ok(t) => t,
+                Err(requestctl::Error::Unsupported(why)) => return Ok(refused("requestctl", &why)),
+                Err(requestctl::Error::Option(flag, why)) => {
+                    return Ok(refused("requestctl", &[(flag.to_string(), why)]))
+                }
+            };
+            let e = standalone(t.files, t.notes, t.skipped);
+            return finish(&common, &e, &inputs);
+        }
         Target::Haproxy {
             common,
             alone,
@@ -402,6 +441,10 @@ fn write_dir(dir: &Path, e: &Emitted, inputs: &[PathBuf]) -> Result<()> {
     let mut err = std::io::stderr().lock();
     for f in &e.files {
         let path = dir.join(&f.name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
         output::write(&path, f.text.as_bytes(), inputs)?;
         let _ = writeln!(err, "wrote {} ({})", path.display(), f.role);
     }

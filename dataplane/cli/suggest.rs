@@ -34,6 +34,14 @@ pub struct Args {
     /// `rctl test` accept as it is); default: print them.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Also write the suggestions written to the .rctl file as
+    /// requestctl's objects into DIR (request-patterns/,
+    /// request-actions/cache-text/, as `rctl emit requestctl` writes
+    /// them); those requestctl cannot express are listed with the reason.
+    /// The throttles are then written with requestctl's bucket (`bucket
+    /// vsthrottle`) in both.
+    #[arg(long, value_name = "DIR")]
+    requestctl: Option<PathBuf>,
     /// The summary's format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -104,7 +112,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .collect();
 
     // Measured on the merged ruleset: the existing rules and the drafts.
-    let draft = file_text(&named, &traffic, first, |_| None);
+    let bucket = if a.requestctl.is_some() {
+        rctl_suggest::write::Bucket::Vsthrottle
+    } else {
+        rctl_suggest::write::Bucket::Default
+    };
+    let draft = file_text(&named, &traffic, first, bucket, |_| None);
     let dir = scratch_dir()?;
     let draft_path = dir.join("suggested.rctl");
     std::fs::write(&draft_path, &draft)?;
@@ -143,7 +156,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .filter(|m| !m.over_budget)
         .map(|m| (m.name.clone(), m.finding.clone()))
         .collect();
-    let text = file_text(&kept, &traffic, first, |name| {
+    let text = file_text(&kept, &traffic, first, bucket, |name| {
         measured.iter().find(|m| m.name == name).map(|m| &m.effect)
     });
     let final_path = match &a.output {
@@ -156,8 +169,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.output.is_none() {
         print!("{text}");
     }
+    let rq = a
+        .requestctl
+        .as_ref()
+        .map(|out| write_requestctl(&final_path, out, &opts));
     let _ = std::fs::remove_dir_all(&dir);
-    summary(&a, &traffic, &measured, collateral_measured)?;
+    let rq = rq.transpose()?;
+    summary(&a, &traffic, &measured, collateral_measured, rq.as_ref())?;
     Ok(if ok && !log_failed {
         ExitCode::SUCCESS
     } else {
@@ -232,6 +250,7 @@ fn file_text<'a>(
     named: &[(String, Finding)],
     traffic: &[Obs],
     first: i64,
+    bucket: rctl_suggest::write::Bucket,
     effect: impl Fn(&str) -> Option<&'a Effect>,
 ) -> String {
     let mut out = format!(
@@ -254,7 +273,9 @@ fn file_text<'a>(
                 e.requests_limited, e.clients_limited, e.collateral_requests, e.collateral_clients
             );
         }
-        let Some(rule) = rctl_suggest::write::rule(f, name, first + 10 * i as i64, &comment) else {
+        let Some(rule) =
+            rctl_suggest::write::rule(f, name, first + 10 * i as i64, &comment, bucket)
+        else {
             continue;
         };
         out.push('\n');
@@ -303,6 +324,52 @@ fn self_check(existing: &[PathBuf], file: &Path, opts: &rctl_compiler::Options) 
     ok
 }
 
+/// What `--requestctl` wrote: the rules written as actions, and those
+/// left out with the reason.
+struct Requestctl {
+    written: Vec<String>,
+    skipped: Vec<(String, String)>,
+}
+
+/// The suggested file's rules as requestctl's objects in `out`, through
+/// `rctl emit requestctl`'s writer; each rule it cannot express is named
+/// with the reason on stderr.
+fn write_requestctl(file: &Path, out: &Path, opts: &rctl_compiler::Options) -> Result<Requestctl> {
+    let c = rctl_compiler::compile_paths(&[file.to_path_buf()], opts);
+    let Some(rs) = c.ruleset else {
+        bail!("--requestctl: the suggested file does not compile, so nothing is written for requestctl");
+    };
+    let o = rctl_emit::requestctl::Options {
+        skip_unsupported: true,
+        ..Default::default()
+    };
+    let t =
+        rctl_emit::requestctl::emit(&rs, &o).map_err(|e| anyhow::anyhow!("--requestctl: {e}"))?;
+    for n in &t.notes {
+        crate::common::warn(&format!("requestctl: {n}"));
+    }
+    for (rule, why) in &t.skipped {
+        crate::common::warn(&format!("requestctl: {rule} not written: {why}"));
+    }
+    let mut written = Vec::new();
+    for (name, text) in &t.files {
+        let path = out.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        crate::output::write(&path, text.as_bytes(), &[file.to_path_buf()])?;
+        if let Some(action) = name.strip_prefix("request-actions/") {
+            let rule = action.rsplit('/').next().unwrap_or(action);
+            written.push(rule.trim_end_matches(".yaml").to_string());
+        }
+    }
+    Ok(Requestctl {
+        written,
+        skipped: t.skipped,
+    })
+}
+
 fn key_name(k: &rctl_suggest::Key) -> &'static str {
     match k {
         rctl_suggest::Key::Ip => "ip",
@@ -318,6 +385,7 @@ fn summary(
     traffic: &[Obs],
     measured: &[Measured],
     collateral_measured: bool,
+    rq: Option<&Requestctl>,
 ) -> Result<()> {
     let mut ranked: Vec<&Measured> = measured.iter().collect();
     ranked.sort_by_key(|m| {
@@ -327,7 +395,7 @@ fn summary(
     });
     let mut out = std::io::stdout().lock();
     if a.format == Format::Json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "requests": traffic.len(),
             "budget": a.budget,
             "collateral_measured": collateral_measured,
@@ -344,6 +412,15 @@ fn summary(
                 "written": !m.over_budget,
             })).collect::<Vec<_>>(),
         });
+        if let Some(rq) = rq {
+            v["requestctl"] = serde_json::json!({
+                "written": rq.written,
+                "skipped": rq.skipped.iter().map(|(rule, reason)| serde_json::json!({
+                    "rule": rule,
+                    "reason": reason,
+                })).collect::<Vec<_>>(),
+            });
+        }
         writeln!(
             out,
             "{}",
@@ -370,6 +447,14 @@ fn summary(
             e.clients_limited,
             e.collateral_requests,
             e.collateral_clients
+        )?;
+    }
+    if let Some(rq) = rq {
+        writeln!(
+            err,
+            "requestctl: {} written, {} not written (the reasons are above)",
+            crate::common::count(rq.written.len(), "action"),
+            rq.skipped.len()
         )?;
     }
     Ok(())

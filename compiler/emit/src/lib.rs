@@ -12,6 +12,9 @@
 //! - [`vcl`]: Varnish 7.1+ VCL, throttles with vmod_vsthrottle;
 //! - [`haproxy`]: HAProxy 2.6+ ACLs, map files and stick tables.
 //!
+//! and [`requestctl`], the objects requestctl itself keeps (its YAML
+//! tree), from which requestctl writes its own VCL.
+//!
 //! [`pcre`] writes rctl's regexes for both (PCRE2 without UTF).
 //!
 //! [`check`] checks every value an operator gives (agent addresses,
@@ -34,6 +37,7 @@ pub mod nginx;
 pub mod nginx_module;
 pub mod pcre;
 pub mod reads;
+pub mod requestctl;
 pub mod vcl;
 
 pub mod check;

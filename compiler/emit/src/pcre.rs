@@ -42,7 +42,7 @@ pub fn literal(s: &[u8]) -> String {
     out
 }
 
-fn byte(b: u8, out: &mut String) {
+pub(crate) fn byte(b: u8, out: &mut String) {
     if b.is_ascii_alphanumeric() || b == b'_' || b == b'/' {
         out.push(b as char);
     } else {
@@ -80,7 +80,7 @@ fn byte_class(ranges: &[(u8, u8)], out: &mut String) {
     out.push(']');
 }
 
-fn print(h: &Hir, out: &mut String) -> Result<(), Unprintable> {
+pub(crate) fn print(h: &Hir, out: &mut String) -> Result<(), Unprintable> {
     match h.kind() {
         HirKind::Empty => {}
         HirKind::Literal(l) => {

@@ -86,9 +86,26 @@ fn key_text(k: &Key) -> &'static str {
     }
 }
 
-/// The rule for `f`, called `name`, at `priority`, with `comment`; None
-/// when its endpoint cannot be written as a condition.
-pub fn rule(f: &Finding, name: &str, priority: i64, comment: &str) -> Option<String> {
+/// The bucket a suggested throttle is written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    /// rctl's default (GCRA), bursting to the limit.
+    Default,
+    /// vmod_vsthrottle's (`bucket vsthrottle`): requestctl's, which
+    /// `rctl emit requestctl` writes exactly.
+    Vsthrottle,
+}
+
+/// The rule for `f`, called `name`, at `priority`, with `comment`, its
+/// throttle in `bucket`; None when its endpoint cannot be written as a
+/// condition.
+pub fn rule(
+    f: &Finding,
+    name: &str,
+    priority: i64,
+    comment: &str,
+    bucket: Bucket,
+) -> Option<String> {
     let mut when = Vec::new();
     if !f.host.is_empty() {
         when.push(format!("host == {}", quote(&f.host)));
@@ -103,13 +120,16 @@ pub fn rule(f: &Finding, name: &str, priority: i64, comment: &str) -> Option<Str
                 .to_string(),
         );
     }
+    let (burst, bucket) = match bucket {
+        Bucket::Default => (format!(" burst {}", f.limit), ""),
+        Bucket::Vsthrottle => (String::new(), " bucket vsthrottle"),
+    };
     Some(format!(
-        "rule {name} {{\n  comment {}\n  priority {priority}\n  shadow\n  when {}\n  throttle {} requests per {} burst {} by {} status 429 reason {}\n}}\n",
+        "rule {name} {{\n  comment {}\n  priority {priority}\n  shadow\n  when {}\n  throttle {} requests per {}{burst} by {} status 429 reason {}{bucket}\n}}\n",
         quote(comment),
         when.join(" and "),
         f.limit,
         period(f.period_s),
-        f.limit,
         key_text(&f.key),
         quote("Too many requests (rctl suggest)"),
     ))
