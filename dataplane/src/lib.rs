@@ -30,7 +30,7 @@ pub mod testing;
 pub mod topk;
 pub mod xdp;
 
-pub use crate::core::{Decision, EngineConfig, IndexError, Step, Verdict};
+pub use crate::core::{Decision, EngineConfig, IndexError, Replay, Step, Verdict};
 pub use engine::{Engine, EngineError, Scratch, Trace};
 pub use naive::NaiveEngine;
 pub use request::{Packet, Request};
