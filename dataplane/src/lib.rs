@@ -24,6 +24,8 @@ pub mod naive;
 pub mod partial;
 #[cfg(test)]
 mod partial_tests;
+#[cfg(test)]
+mod replay_tests;
 pub mod request;
 pub mod snapshot;
 pub mod testing;

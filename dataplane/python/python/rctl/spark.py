@@ -39,6 +39,9 @@ PENDING = "_rctl_pending"
 KEY = "_rctl_key"
 BAD = "_rctl_bad"
 TS_US = "_rctl_ts_us"
+# The fields of the webrequest JSON format (rctl-logs' webrequest.rs).
+JSON_FIELDS = ["dt", "ip", "uri_host", "uri_path", "uri_query", "http_method", "user_agent",
+               "referer", "accept_language", "x_analytics", "accept", "range"]
 
 
 class InputError(RctlError):
@@ -132,7 +135,9 @@ def _mapper(df, schema_out, arrow_fn, use_arrow):
 
 def _read(spark, path, fmt):
     if fmt == "json":
-        return spark.read.json(path)
+        # Every value as text: a number or a nested object is read as
+        # the line holds it, for the row's reader to judge.
+        return spark.read.option("primitivesAsString", "true").json(path)
     if fmt == "parquet":
         return spark.read.parquet(path)
     raise InputError("unknown input format %r: parquet or json" % fmt)
@@ -157,6 +162,13 @@ def plan(spark, path, artifact, fmt="parquet", site=None, use_arrow=None, name=N
 
     rs = rctl.Ruleset(artifact, site)
     df = _read(spark, path, fmt)
+    if fmt == "json":
+        # As `--log-format webrequest` reads a line: every field of the
+        # format is carried, a key a line lacks is an absent header (a
+        # Parquet table's missing column, by contrast, is lacking).
+        for c in JSON_FIELDS:
+            if c not in df.columns:
+                df = df.withColumn(c, F.lit(None).cast("string"))
     arrow_schema = _arrow_schema(df.schema)
     columns = rs.columns(arrow_schema)
     missing = rs.missing(arrow_schema)
