@@ -122,18 +122,18 @@ cargo test --workspace --locked
 
 step "the rctl wheel and the Spark job (dataplane/python)"
 # The wheel (maturin, debug: its dependencies are those cargo test just
-# built) into a fresh virtualenv with what it declares (pyarrow); its own
-# tests against target/debug/rctl, then pyspark and pandas from PyPI and
-# the Spark job's tests on one local[2] session.
+# built) into a fresh virtualenv with what it declares (pyarrow) and
+# pandas; its own tests against target/debug/rctl, then pyspark from PyPI
+# and the Spark job's tests on one local[2] session.
 python_started=$SECONDS
 venv="$PWD/target/python-ci/venv"
 rm -rf "$PWD/target/python-ci"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check 'maturin>=1.5,<2'
 "$venv/bin/maturin" build -q -m dataplane/python/Cargo.toml -o target/python-ci/dist
-"$venv/bin/pip" install -q --disable-pip-version-check target/python-ci/dist/rctl-*.whl
+"$venv/bin/pip" install -q --disable-pip-version-check target/python-ci/dist/rctl-*.whl 'pandas>=2.0,<2.3'
 (cd dataplane/python/tests && RCTL_BIN="$OLDPWD/target/debug/rctl" "$venv/bin/python" -m unittest -v test_wheel)
-"$venv/bin/pip" install -q --disable-pip-version-check 'pyspark>=3.5,<3.6' 'pandas>=2.0,<2.3' 'numpy<2'
+"$venv/bin/pip" install -q --disable-pip-version-check 'pyspark>=3.5,<3.6'
 (cd dataplane/python/tests && RCTL_BIN="$OLDPWD/target/debug/rctl" "$venv/bin/python" -m unittest -v test_spark)
 echo "the wheel and the Spark job: $((SECONDS - python_started)) s"
 

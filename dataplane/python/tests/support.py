@@ -2,9 +2,11 @@
 test ruleset compiled by it, a generated webrequest traffic, and one
 Spark session for every test (Spark takes seconds to start)."""
 
+import atexit
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ def rctl(*args, check=True):
 
 
 _tmp = tempfile.mkdtemp(prefix="rctl-python-tests-")
+atexit.register(shutil.rmtree, _tmp, True)
 
 
 def tmpdir():
