@@ -139,7 +139,19 @@ def table(rows):
     return pa.table({c: pa.array([r[c] for r in rows], pa.string()) for c in COLUMNS})
 
 
-def write_parquet_parts(rows, folder, parts=8, seed=1):
+def table_ts(rows):
+    """The rows as a refined table has them: ``ts``, a millisecond
+    timestamp (null where ``dt`` is not a time), in place of ``dt``."""
+    def ts(d):
+        try:
+            return datetime.strptime(d, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        except ValueError:
+            return None
+    t = table(rows).drop(["dt"])
+    return t.append_column("ts", pa.array([ts(r["dt"]) for r in rows], pa.timestamp("ms", tz="UTC")))
+
+
+def write_parquet_parts(rows, folder, parts=8, seed=1, as_table=table):
     """The rows in random order, spread over `parts` Parquet files."""
     os.makedirs(folder, exist_ok=True)
     rnd = random.Random(seed)
@@ -149,7 +161,7 @@ def write_parquet_parts(rows, folder, parts=8, seed=1):
     for r in rows:
         buckets[rnd.randrange(parts)].append(r)
     for i, b in enumerate(buckets):
-        pq.write_table(table(b), os.path.join(folder, "part-%05d.parquet" % i))
+        pq.write_table(as_table(b), os.path.join(folder, "part-%05d.parquet" % i))
     return folder
 
 

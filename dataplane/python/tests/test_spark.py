@@ -92,6 +92,19 @@ class SparkJob(unittest.TestCase):
         got, _ = self.run_job(folder)
         self.check_equal(got, self.expected)
 
+    def test_a_timestamp_ts_column_equals_dry_run(self):
+        d = support.tmpdir()
+        folder = support.write_parquet_parts(self.rows, os.path.join(d, "ts"), parts=8, as_table=support.table_ts)
+        whole = os.path.join(d, "whole-ts.parquet")
+        pq.write_table(support.table_ts(self.rows), whole)
+        expected = dry_run(whole)
+        self.assertEqual(expected["inputs"][0]["log"]["columns"][-1], "ts")
+        got, info = self.run_job(folder)
+        self.assertIn("ts", info["columns"])
+        self.check_equal(got, expected)
+        # The same times as dt's: the same figures.
+        self.assertEqual(support.stable_core(expected), support.stable_core(self.expected))
+
     def test_json_lines_equal_dry_run(self):
         d = support.tmpdir()
         folder = support.write_jsonl_parts(self.rows, os.path.join(d, "jsonl"))
