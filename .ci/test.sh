@@ -130,7 +130,7 @@ venv="$PWD/target/python-ci/venv"
 rm -rf "$PWD/target/python-ci"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check 'maturin>=1.5,<2'
-"$venv/bin/maturin" build -q -m dataplane/python/Cargo.toml -o target/python-ci/dist
+"$venv/bin/maturin" build -q --locked -m dataplane/python/Cargo.toml -o target/python-ci/dist
 "$venv/bin/pip" install -q --disable-pip-version-check target/python-ci/dist/rctl-*.whl 'pandas>=2.0,<2.3'
 (cd dataplane/python/tests && RCTL_BIN="$OLDPWD/target/debug/rctl" "$venv/bin/python" -m unittest -v test_wheel)
 "$venv/bin/pip" install -q --disable-pip-version-check 'pyspark>=3.5,<3.6'

@@ -29,16 +29,7 @@ rule per_path {
 "#;
 
 fn request<'a>(path: &'a str, ip: &str, i: u64) -> Request<'a> {
-    Request {
-        method: b"GET",
-        host: b"example.org",
-        target: path.as_bytes(),
-        headers: &[],
-        ip: ip.parse().unwrap(),
-        dst: None,
-        port: 443,
-        time_ns: i * 1_000_000,
-    }
+    Request::get(path, ip, i * 1_000_000)
 }
 
 #[test]
