@@ -536,3 +536,179 @@ impl Tally {
         serde_json::to_string(&report).map_err(|e| Error::Batch(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::StringArray;
+
+    // A deny after two throttles (the second a shadow one).
+    const RULES: &str = r#"
+rule per_ip { priority 10 when path starts_with "/x" throttle 3 requests per 10s burst 3 by ip }
+rule shadow_per_path { priority 20 shadow when path starts_with "/x" throttle 2 requests per 10s by path }
+rule deny_y { priority 30 when path == "/x/y" deny 403 "no" }
+"#;
+
+    fn decider() -> Decider {
+        let c = rctl_compiler::compile_str("t.rctl", RULES, &Default::default());
+        let rs = c.ruleset.unwrap_or_else(|| panic!("{:?}", c.diagnostics));
+        Decider::load_ruleset(rs, None).unwrap()
+    }
+
+    /// 60 requests over 6 s from three addresses on two paths, and a bad row.
+    fn traffic() -> RecordBatch {
+        let mut dt: Vec<Option<String>> = Vec::new();
+        let (mut ip, mut path) = (Vec::new(), Vec::new());
+        for i in 0..60u32 {
+            dt.push(Some(format!(
+                "2026-05-13T12:00:0{}.{:03}Z",
+                i / 10,
+                (i % 10) * 100
+            )));
+            ip.push(Some(format!("192.0.2.{}", i % 3)));
+            path.push(Some(["/x/a", "/x/y"][(i % 2) as usize].to_string()));
+        }
+        dt.push(Some("not a time".into()));
+        ip.push(Some("192.0.2.1".into()));
+        path.push(Some("/x/a".into()));
+        let col = |v: Vec<Option<String>>| Arc::new(StringArray::from(v)) as ArrayRef;
+        RecordBatch::try_from_iter([("dt", col(dt)), ("ip", col(ip)), ("uri_path", col(path))])
+            .unwrap()
+    }
+
+    fn core(json: &str) -> Vec<(String, u64, String, u64)> {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let rules = v["rules"].as_array().unwrap().iter().map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["matches"].as_u64().unwrap(),
+                r["requests"].to_string(),
+                r["would"]["throttle"].as_u64().unwrap(),
+            )
+        });
+        let mut out: Vec<_> = rules.collect();
+        out.push((
+            "bad".into(),
+            v["inputs"][0]["log"]["bad_lines"].as_u64().unwrap(),
+            v["series"].to_string(),
+            v["totals"]["requests"].as_u64().unwrap(),
+        ));
+        out
+    }
+
+    #[test]
+    fn staged_throttles_then_a_tally_make_the_single_runs_report() {
+        let batch = traffic();
+        // One run: every row through a dry run that counts in its own
+        // limiters, as `rctl dry-run --log` does.
+        let mut whole = decider().tally("t").unwrap();
+        let d = decider();
+        let t = d.table(&batch.schema()).unwrap();
+        let proj = batch.project(t.indices()).unwrap();
+        let input = whole
+            .run
+            .add_request_input("t", &t.format.name, &t.format.known);
+        let (mut rec, mut arena, mut headers) =
+            (Record::default(), Vec::new(), HeaderBuf::default());
+        let mut bad = 0;
+        for r in 0..proj.num_rows() {
+            if fill_row(&t, &proj, r, &mut rec, &mut arena).is_err() {
+                bad += 1;
+                continue;
+            }
+            headers.with_request(&rec, &[], &arena, &t.format.header_names, |req| {
+                whole.run.log_request(input, req)
+            });
+        }
+        whole.log = LogInput {
+            lines: proj.num_rows() as u64,
+            judged: proj.num_rows() as u64 - bad,
+            bad_lines: bad,
+            ..LogInput::default()
+        };
+        whole.input = Some(input);
+        let want = core(&whole.finish().unwrap());
+
+        // Staged: every row to its first throttle, then each throttle
+        // rule's limiter over the rows waiting at it (rows here are in
+        // time order already), the rows decided again, then the tally.
+        let mut d = decider();
+        let mut rows = batch.clone();
+        let staged = d.stage(&rows).unwrap();
+        let mut replay: Vec<Option<Vec<u8>>> = vec![None; rows.num_rows()];
+        let mut pending = staged
+            .column(1)
+            .as_primitive::<arrow_array::types::Int32Type>()
+            .clone();
+        let mut keys = staged.column(2).as_binary::<i32>().clone();
+        let times = staged.column(0).clone();
+        for rule in d.throttles() {
+            let mut limits = decider();
+            for (r, rp) in replay.iter_mut().enumerate() {
+                if pending.value(r) != rule as i32 {
+                    continue;
+                }
+                let one = RecordBatch::try_from_iter([
+                    (
+                        KEY,
+                        Arc::new(arrow_array::BinaryArray::from(vec![keys.value(r)])) as ArrayRef,
+                    ),
+                    (TIME, times.slice(r, 1)),
+                    (
+                        REPLAY,
+                        Arc::new(arrow_array::BinaryArray::from(vec![rp.as_deref()])) as ArrayRef,
+                    ),
+                ])
+                .unwrap();
+                let out = limits.hit(rule, &one).unwrap();
+                *rp = Some(out.as_binary::<i32>().value(0).to_vec());
+            }
+            let col: ArrayRef = Arc::new(arrow_array::BinaryArray::from(
+                replay.iter().map(|x| x.as_deref()).collect::<Vec<_>>(),
+            ));
+            let schema = batch.schema();
+            let mut cols: Vec<(&str, ArrayRef)> = schema
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .map(|(f, c)| (f.name().as_str(), c.clone()))
+                .collect();
+            cols.push((REPLAY, col));
+            rows = RecordBatch::try_from_iter(cols).unwrap();
+            let staged = d.stage(&rows).unwrap();
+            pending = staged
+                .column(1)
+                .as_primitive::<arrow_array::types::Int32Type>()
+                .clone();
+            keys = staged.column(2).as_binary::<i32>().clone();
+        }
+        assert!((0..rows.num_rows()).all(|r| pending.value(r) == -1));
+        let mut tally = decider().tally("t").unwrap();
+        tally.add(&rows).unwrap();
+        let got = core(&tally.finish().unwrap());
+        assert_eq!(got, want);
+        assert!(want[0].2.contains("\"throttle\":") && !want[0].2.contains("\"throttle\":0"));
+        assert!(want[1].3 > 0, "the shadow throttle would throttle");
+        assert_eq!(want[3].1, 1, "one bad row");
+    }
+
+    #[test]
+    fn a_malformed_replay_is_an_error() {
+        let mut r = Replay::default();
+        assert!(matches!(
+            decode_replay(&[1, 2, 3], &mut r),
+            Err(Error::Batch(_))
+        ));
+        let mut v = Vec::new();
+        encode_entry(4, Outcome::Limited { retry_after_ns: 9 }, &mut v);
+        encode_entry(7, Outcome::Allowed, &mut v);
+        decode_replay(&v, &mut r).unwrap();
+        assert_eq!(
+            r.outcomes,
+            vec![
+                (4, Outcome::Limited { retry_after_ns: 9 }),
+                (7, Outcome::Allowed)
+            ]
+        );
+    }
+}
