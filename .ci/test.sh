@@ -64,6 +64,10 @@ command -v curl >/dev/null || missing="$missing curl"
 command -v tcpdump >/dev/null || missing="$missing tcpdump"
 # The fleet's TLS test makes its CA and certificates with openssl.
 command -v openssl >/dev/null || missing="$missing openssl"
+# The rctl wheel's tests: a virtualenv for it, and Java for the Spark job's
+# (pyspark in local mode).
+python3 -c 'import ensurepip' 2>/dev/null || missing="$missing python3-venv"
+command -v java >/dev/null || missing="$missing openjdk-17-jre-headless"
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -qq
@@ -115,6 +119,23 @@ export RCTL_DEB
 
 step "cargo test"
 cargo test --workspace --locked
+
+step "the rctl wheel and the Spark job (dataplane/python)"
+# The wheel (maturin, debug: its dependencies are those cargo test just
+# built) into a fresh virtualenv with what it declares (pyarrow) and
+# pandas; its own tests against target/debug/rctl, then pyspark from PyPI
+# and the Spark job's tests on one local[2] session.
+python_started=$SECONDS
+venv="$PWD/target/python-ci/venv"
+rm -rf "$PWD/target/python-ci"
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check 'maturin>=1.5,<2'
+"$venv/bin/maturin" build -q --locked -m dataplane/python/Cargo.toml -o target/python-ci/dist
+"$venv/bin/pip" install -q --disable-pip-version-check target/python-ci/dist/rctl-*.whl 'pandas>=2.0,<2.3'
+(cd dataplane/python/tests && RCTL_BIN="$OLDPWD/target/debug/rctl" "$venv/bin/python" -m unittest -v test_wheel)
+"$venv/bin/pip" install -q --disable-pip-version-check 'pyspark>=3.5,<3.6'
+(cd dataplane/python/tests && RCTL_BIN="$OLDPWD/target/debug/rctl" "$venv/bin/python" -m unittest -v test_spark)
+echo "the wheel and the Spark job: $((SECONDS - python_started)) s"
 
 step "rctl check and rctl test on the shipped rules"
 # The release rctl the package step built (with the XDP program in).

@@ -142,16 +142,7 @@ mod tests {
 
     /// The verdict kind for a GET of `path` from `ip` at `t` seconds.
     fn hit(e: &Engine, path: &str, ip: &str, t: u64) -> &'static str {
-        let req = Request {
-            method: b"GET",
-            host: b"example.org",
-            target: path.as_bytes(),
-            headers: &[],
-            ip: ip.parse().unwrap(),
-            dst: None,
-            port: 443,
-            time_ns: 1_000 * S + t * S,
-        };
+        let req = Request::get(path, ip, 1_000 * S + t * S);
         match e.decide_request(&req).verdict {
             Verdict::Throttle { .. } => "throttle",
             v => v.kind(),

@@ -115,6 +115,34 @@ pub struct Step {
     pub shadow: bool,
 }
 
+/// Throttle outcomes decided elsewhere, for a replay that runs each
+/// throttle rule's limiter apart from the rest of the decision (a
+/// distributed dry run: every request that reaches one throttle rule,
+/// shuffled by its key and run through that rule's limiter in time
+/// order, then the decisions resumed). With a replay in the scratch
+/// ([`crate::Scratch::replay`]), a throttle rule whose outcome is in
+/// `outcomes` takes it instead of counting a hit; the first one that is
+/// not is recorded in `pending` with its key, counts nothing, and lets
+/// the request through (the decision is then incomplete until its
+/// outcome is known, and the caller discards it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Per throttle rule reached so far: its index and what its limiter
+    /// said of this request.
+    pub outcomes: Vec<(usize, Outcome)>,
+    /// The first throttle rule reached whose outcome is not known yet,
+    /// with the limiter key of this request for it.
+    pub pending: Option<(usize, Vec<u8>)>,
+}
+
+impl Replay {
+    /// Empties both parts.
+    pub fn clear(&mut self) {
+        self.outcomes.clear();
+        self.pending = None;
+    }
+}
+
 /// A ruleset that names a predicate, ip set or plan it does not hold.
 /// The artifact decoder rejects these (`rctl_compiler::validate`), but a
 /// ruleset built in memory can have them; loading one fails with this,
@@ -356,12 +384,25 @@ impl Core {
         ip: IpAddr,
         now: u64,
         key: &mut Vec<u8>,
+        replay: Option<&mut Replay>,
     ) -> Option<Verdict> {
         let Action::Throttle(t) = &self.ruleset.rules[i].action else {
             return None;
         };
         Self::key(&t.keys, f, ip, key);
-        match self.limiter(i)?.hit(key, now) {
+        let outcome = match replay {
+            None => self.limiter(i)?.hit(key, now),
+            Some(r) => match r.outcomes.iter().find(|(rule, _)| *rule == i) {
+                Some((_, o)) => *o,
+                None => {
+                    if r.pending.is_none() {
+                        r.pending = Some((i, key.clone()));
+                    }
+                    Outcome::Allowed
+                }
+            },
+        };
+        match outcome {
             Outcome::Allowed => None,
             Outcome::Limited { retry_after_ns } => Some(Verdict::Throttle {
                 rule: i,
@@ -380,6 +421,7 @@ impl Core {
         candidates: impl Iterator<Item = usize>,
         mut matches: impl FnMut(usize) -> bool,
         mut trace: Option<&mut Vec<Step>>,
+        mut replay: Option<&mut Replay>,
     ) -> Decision {
         let req = f.request();
         let mut logged = Vec::new();
@@ -399,7 +441,14 @@ impl Core {
                     reason: reason.clone(),
                 }),
                 Action::Log => None,
-                Action::Throttle(_) => self.throttle(i, Some(f), req.ip, req.time_ns, &mut key),
+                Action::Throttle(_) => self.throttle(
+                    i,
+                    Some(f),
+                    req.ip,
+                    req.time_ns,
+                    &mut key,
+                    replay.as_deref_mut(),
+                ),
             };
             if let Some(t) = trace.as_deref_mut() {
                 t.push(Step {
@@ -455,7 +504,7 @@ impl Core {
                         _ => false,
                     };
                     if counts {
-                        self.throttle(i, None, p.src, p.time_ns, &mut key)
+                        self.throttle(i, None, p.src, p.time_ns, &mut key, None)
                     } else {
                         None
                     }

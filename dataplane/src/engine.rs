@@ -15,6 +15,10 @@ pub struct Scratch {
     pub(crate) atoms: AtomSet,
     patterns: MatchScratch,
     pub(crate) candidates: Vec<u32>,
+    /// Throttle outcomes given from outside: with `Some`, throttle rules
+    /// take their outcomes from it instead of their limiters (see
+    /// [`crate::core::Replay`]); `None` (the default) counts as usual.
+    pub replay: Option<crate::core::Replay>,
 }
 
 /// What `rctl eval` shows: the atoms that held and each rule that matched.
@@ -134,6 +138,12 @@ impl Engine {
         self.core.rule(i)
     }
 
+    /// Whether rule `i` takes part in request decisions (enabled, for
+    /// this site, and not a packet or connection limit).
+    pub fn on_request_path(&self, i: usize) -> bool {
+        i < self.core.ruleset.rules.len() && self.core.on_request_path(i)
+    }
+
     /// Rule `i`'s rate limiter, if it throttles.
     pub fn limiter(&self, i: usize) -> Option<&crate::limiter::Limiter> {
         self.core.limiter(i)
@@ -188,6 +198,7 @@ impl Engine {
             atoms: self.matcher.atom_set(),
             patterns: self.matcher.scratch(),
             candidates: Vec::new(),
+            replay: None,
         }
     }
 
@@ -212,6 +223,7 @@ impl Engine {
                 s.candidates.iter().map(|&i| i as usize),
                 |i| eval(&self.core.rule(i).cond, atoms),
                 None,
+                s.replay.as_mut(),
             ),
             Some(t) => {
                 t.atoms = atoms.atoms().to_vec();
@@ -226,6 +238,7 @@ impl Engine {
                         eval(&self.core.rule(i).cond, atoms)
                     },
                     Some(&mut t.steps),
+                    s.replay.as_mut(),
                 )
             }
         }
@@ -268,6 +281,7 @@ impl Engine {
             s.candidates.iter().map(|&i| i as usize),
             |i| eval(&self.core.rule(i).cond, atoms),
             Some(steps),
+            s.replay.as_mut(),
         )
     }
 

@@ -24,13 +24,15 @@ pub mod naive;
 pub mod partial;
 #[cfg(test)]
 mod partial_tests;
+#[cfg(test)]
+mod replay_tests;
 pub mod request;
 pub mod snapshot;
 pub mod testing;
 pub mod topk;
 pub mod xdp;
 
-pub use crate::core::{Decision, EngineConfig, IndexError, Step, Verdict};
+pub use crate::core::{Decision, EngineConfig, IndexError, Replay, Step, Verdict};
 pub use engine::{Engine, EngineError, Scratch, Trace};
 pub use naive::NaiveEngine;
 pub use request::{Packet, Request};

@@ -164,6 +164,7 @@ impl NaiveEngine {
             0..self.core.ruleset.rules.len(),
             |i| self.eval(&self.core.rule(i).cond, &f),
             None,
+            None,
         )
     }
 

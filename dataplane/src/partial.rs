@@ -395,7 +395,14 @@ impl Engine {
                     reason: reason.clone(),
                 }),
                 Action::Log => None,
-                Action::Throttle(_) => core.throttle(i, Some(&f), req.ip, req.time_ns, &mut key),
+                Action::Throttle(_) => core.throttle(
+                    i,
+                    Some(&f),
+                    req.ip,
+                    req.time_ns,
+                    &mut key,
+                    s.replay.as_mut(),
+                ),
             };
             trace.steps.push(Step {
                 rule: i,

@@ -279,6 +279,7 @@ fn completed(
         0..rs.rules.len(),
         |i| ev(&rs.rules[i].cond, &value),
         None,
+        None,
     );
     d.verdict.rule()
 }

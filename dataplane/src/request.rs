@@ -59,6 +59,24 @@ pub struct Fields<'a> {
     req: &'a Request<'a>,
 }
 
+#[cfg(test)]
+impl<'a> Request<'a> {
+    /// A GET of `target` on example.org, port 443, from `ip` at `time_ns`
+    /// (tests' requests).
+    pub(crate) fn get(target: &'a str, ip: &str, time_ns: u64) -> Request<'a> {
+        Request {
+            method: b"GET",
+            host: b"example.org",
+            target: target.as_bytes(),
+            headers: &[],
+            ip: ip.parse().unwrap(),
+            dst: None,
+            port: 443,
+            time_ns,
+        }
+    }
+}
+
 impl<'a> Fields<'a> {
     /// Extracts and normalises.
     pub fn new(req: &'a Request<'a>) -> Self {

@@ -239,6 +239,16 @@ pub fn table(path: &Path, lacks: &dyn Fn(&Known) -> Vec<String>) -> Result<Table
             .schema()
             .clone())
     })?;
+    table_of_schema(&schema, lacks)
+}
+
+/// [`table`] for a table known by its Arrow schema alone (record batches
+/// from elsewhere: a Spark job's); the same choice of columns, the same
+/// errors. [`Table::indices`] are indices into `schema`.
+pub fn table_of_schema(
+    schema: &arrow_schema::Schema,
+    lacks: &dyn Fn(&Known) -> Vec<String>,
+) -> Result<Table, ParquetError> {
     let mut names: Vec<String> = HEADERS.iter().map(|(_, h)| h.to_string()).collect();
     names.push("host".into());
     let mut present: Vec<(String, Role, usize)> = Vec::new();
@@ -591,7 +601,7 @@ impl Rows {
             self.row = self.starts.get(b as usize).copied().unwrap_or(0) + u64::from(r) + 1;
             (self.whole.get(b as usize)?, r as usize)
         };
-        Some(Ok(fill(&self.table, batch, r, rec, arena)))
+        Some(Ok(fill_row(&self.table, batch, r, rec, arena)))
     }
 
     /// Lets go of everything: no row comes after.
@@ -604,8 +614,20 @@ impl Rows {
     }
 }
 
-/// Row `r` of `batch` into `rec`.
-fn fill(
+impl Table {
+    /// Where each decoded column ([`Table::columns`]) is in the schema
+    /// the table was worked out from.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
+}
+
+/// Row `r` of `batch` into `rec` (its text in `arena`), as a file's rows
+/// are read: `batch` holds the table's columns, in [`Table::columns`]'
+/// order (a batch of the schema projected on [`Table::indices`]).
+/// `Err(why)`: the row is not a request (no time, no usable address),
+/// a bad row.
+pub fn fill_row(
     table: &Table,
     batch: &RecordBatch,
     r: usize,

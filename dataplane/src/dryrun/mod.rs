@@ -278,6 +278,14 @@ impl DryRun {
         }
     }
 
+    /// The throttle outcomes the request side's next decisions take
+    /// instead of counting in their limiters (see [`crate::Replay`]):
+    /// set it before [`DryRun::log_request`] to replay a request whose
+    /// throttles were run elsewhere; `None` (the default) counts as usual.
+    pub fn replay_mut(&mut self) -> &mut Option<crate::Replay> {
+        self.requests.replay_mut()
+    }
+
     /// Each rule's counts so far (a followed log's running screen).
     pub fn so_far(&self) -> Vec<RuleSoFar> {
         self.requests.so_far()

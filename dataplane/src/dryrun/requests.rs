@@ -449,6 +449,11 @@ impl RequestSide {
             .collect()
     }
 
+    /// The replayed throttle outcomes the next decisions take.
+    pub(super) fn replay_mut(&mut self) -> &mut Option<crate::Replay> {
+        &mut self.scratch.replay
+    }
+
     /// Also decides every request with `old`, for `--against`.
     pub fn against(&mut self, old: Arc<Engine>) {
         let scratch = old.scratch();
