@@ -117,6 +117,15 @@ fn timed(mut cmd: Command) -> Option<f64> {
     ok.then(|| t.elapsed().as_secs_f64())
 }
 
+/// Seconds this thread has run on a CPU (Linux's schedstat), to set
+/// beside the wall time on a machine that other work shares: a
+/// per-core rate is lines per CPU second. `None` where it is not kept.
+fn thread_cpu() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
 fn installed(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
@@ -297,11 +306,20 @@ fn judged(
     name: &str,
 ) -> (f64, rctl_dataplane::dryrun::LogInput) {
     let mut run = DryRun::new(rs.clone(), None).unwrap();
+    let cpu = thread_cpu();
     let t = Instant::now();
     let summary =
         rctl_logs::replay(&mut run, std::slice::from_ref(&path.to_path_buf()), opts).unwrap();
     let report = run.finish();
     let secs = t.elapsed().as_secs_f64();
+    if let (Some(a), Some(b)) = (cpu, thread_cpu()) {
+        row(
+            &format!("rctl dry-run, {name}: CPU time of its thread (wall time below)"),
+            lines,
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            b - a,
+        );
+    }
     let (_, l) = summary.inputs.into_iter().next().unwrap();
     assert_eq!(
         (l.lines, l.judged),
