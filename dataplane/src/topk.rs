@@ -4,12 +4,14 @@
 //! reported count overestimates by at most the stated `error`. Every
 //! request is counted: nothing is sampled.
 
-use crate::matcher::{FastHash, FastMap};
+use crate::matcher::FastHash;
 use serde::Serialize;
 
-/// A bounded top-k counter: an indexed min-heap over fixed slots, so that
-/// counting an item, or replacing the smallest counter with a new item,
-/// costs one hash of the item and O(log capacity) swaps of small integers.
+/// A bounded top-k counter in Space-Saving's Stream-Summary layout:
+/// counters grouped in buckets of equal count, the buckets in a list in
+/// ascending count, so that counting an item moves its counter to the
+/// next bucket and replacing the smallest counter takes the first
+/// bucket's first counter: O(1) either way, after one hash of the item.
 /// Items are found by a 64-bit fingerprint (a per-process seeded hash): two
 /// items would share a counter only on a fingerprint collision, about
 /// capacity² / 2⁶⁵ likely.
@@ -18,12 +20,16 @@ pub struct TopK {
     capacity: usize,
     /// Slot contents: (count, error, fingerprint, key).
     slots: Vec<Slot>,
-    /// Min-heap on count, of slot indices.
-    heap: Vec<u32>,
-    /// Slot index -> position in `heap`.
-    at: Vec<u32>,
+    /// Per slot: its bucket, and its neighbours in that bucket's list.
+    links: Vec<Link>,
+    /// The buckets (some free, listed from `free`).
+    buckets: Vec<Bucket>,
+    /// The bucket of the smallest count (`NIL` while empty).
+    min: u32,
+    /// A free bucket, the head of the free list (`NIL`: none).
+    free: u32,
     /// Fingerprint -> slot index.
-    index: FastMap<u64, u32>,
+    index: FpIndex,
     /// Per slot: the part of its count added as tagged
     /// ([`TopK::add_hashed_tagged`]), since the slot took its key.
     tags: Vec<u64>,
@@ -33,6 +39,118 @@ pub struct TopK {
 
 /// A counter's slot: (count, error, fingerprint, key).
 type Slot = (u64, u64, u64, Vec<u8>);
+
+/// No slot or bucket.
+const NIL: u32 = u32::MAX;
+
+/// A slot's place: its bucket and its neighbours there.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    bucket: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// The counters of one count, and the buckets of the next smaller and
+/// larger counts.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    count: u64,
+    first: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// Fingerprint -> slot, by linear probing in a table kept at most a
+/// quarter full, deletions shifting later entries back (no tombstones:
+/// the replacement of a counter on nearly every new item, a removal and
+/// an insertion, leaves no trail that would lengthen later probes, which
+/// a general-purpose map's tombstones do until it rehashes).
+#[derive(Debug, Clone, Default)]
+struct FpIndex {
+    /// (fingerprint, slot); `slot == NIL`: empty.
+    table: Vec<(u64, u32)>,
+    len: usize,
+}
+
+impl FpIndex {
+    fn mask(&self) -> usize {
+        self.table.len() - 1
+    }
+
+    fn get(&self, fp: u64) -> Option<u32> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let mut i = fp as usize & self.mask();
+        loop {
+            let (f, s) = self.table[i];
+            if s == NIL {
+                return None;
+            }
+            if f == fp {
+                return Some(s);
+            }
+            i = (i + 1) & self.mask();
+        }
+    }
+
+    /// Inserts a fingerprint not in the table.
+    fn insert(&mut self, fp: u64, slot: u32) {
+        if (self.len + 1) * 4 > self.table.len() {
+            let old = std::mem::take(&mut self.table);
+            self.table = vec![(0, NIL); (old.len() * 2).max(16)];
+            self.len = 0;
+            for (f, s) in old {
+                if s != NIL {
+                    self.insert(f, s);
+                }
+            }
+        }
+        let mut i = fp as usize & self.mask();
+        while self.table[i].1 != NIL {
+            i = (i + 1) & self.mask();
+        }
+        self.table[i] = (fp, slot);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, fp: u64) {
+        if self.table.is_empty() {
+            return;
+        }
+        let mask = self.mask();
+        let mut i = fp as usize & mask;
+        loop {
+            let (f, s) = self.table[i];
+            if s == NIL {
+                return;
+            }
+            if f == fp {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        // Backward shift: move up each later entry of the run that may
+        // take the hole (its home is not between the hole and it).
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let (f, s) = self.table[j];
+            if s == NIL {
+                break;
+            }
+            let home = f as usize & mask;
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.table[hole] = (f, s);
+                hole = j;
+            }
+        }
+        self.table[hole] = (0, NIL);
+        self.len -= 1;
+    }
+}
 
 /// One reported item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,53 +169,143 @@ impl TopK {
         TopK {
             capacity: capacity.max(1),
             slots: Vec::new(),
-            heap: Vec::new(),
-            at: Vec::new(),
-            index: FastMap::default(),
+            links: Vec::new(),
+            buckets: Vec::new(),
+            min: NIL,
+            free: NIL,
+            index: FpIndex::default(),
             tags: Vec::new(),
             hasher: FastHash::random(),
             total: 0,
         }
     }
 
-    fn count_at(&self, heap_pos: usize) -> u64 {
-        self.slots[self.heap[heap_pos] as usize].0
+    /// A bucket of `count` between `prev` and `next` (either may be NIL).
+    fn new_bucket(&mut self, count: u64, prev: u32, next: u32) -> u32 {
+        let b = Bucket {
+            count,
+            first: NIL,
+            prev,
+            next,
+        };
+        let id = if self.free != NIL {
+            let id = self.free;
+            self.free = self.buckets[id as usize].next;
+            self.buckets[id as usize] = b;
+            id
+        } else {
+            self.buckets.push(b);
+            (self.buckets.len() - 1) as u32
+        };
+        match prev {
+            NIL => self.min = id,
+            p => self.buckets[p as usize].next = id,
+        }
+        if next != NIL {
+            self.buckets[next as usize].prev = id;
+        }
+        id
     }
 
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.at[self.heap[a] as usize] = a as u32;
-        self.at[self.heap[b] as usize] = b as u32;
+    /// Puts `slot` first in bucket `b`.
+    fn attach(&mut self, slot: u32, b: u32) {
+        let first = self.buckets[b as usize].first;
+        self.links[slot as usize] = Link {
+            bucket: b,
+            prev: NIL,
+            next: first,
+        };
+        if first != NIL {
+            self.links[first as usize].prev = slot;
+        }
+        self.buckets[b as usize].first = slot;
     }
 
-    /// Restores the heap below `i` after its count grew.
-    fn sift_down(&mut self, mut i: usize) {
-        loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut m = i;
-            if l < self.heap.len() && self.count_at(l) < self.count_at(m) {
-                m = l;
-            }
-            if r < self.heap.len() && self.count_at(r) < self.count_at(m) {
-                m = r;
-            }
-            if m == i {
-                return;
-            }
-            self.swap(i, m);
-            i = m;
+    /// Takes `slot` out of its bucket's list.
+    fn detach(&mut self, slot: u32) {
+        let l = self.links[slot as usize];
+        match l.prev {
+            NIL => self.buckets[l.bucket as usize].first = l.next,
+            p => self.links[p as usize].next = l.next,
+        }
+        if l.next != NIL {
+            self.links[l.next as usize].prev = l.prev;
         }
     }
 
-    fn sift_up(&mut self, mut i: usize) {
-        while i > 0 {
-            let p = (i - 1) / 2;
-            if self.count_at(p) <= self.count_at(i) {
-                return;
-            }
-            self.swap(i, p);
-            i = p;
+    /// Takes the empty bucket `b` out of the list, onto the free list.
+    fn release(&mut self, b: u32) {
+        let Bucket { prev, next, .. } = self.buckets[b as usize];
+        match prev {
+            NIL => self.min = next,
+            p => self.buckets[p as usize].next = next,
         }
+        if next != NIL {
+            self.buckets[next as usize].prev = prev;
+        }
+        self.buckets[b as usize].next = self.free;
+        self.free = b;
+    }
+
+    /// Adds one to `slot`'s count (its slot's count field is the caller's
+    /// to update): moves it to the bucket of the next count.
+    fn bump(&mut self, slot: u32) {
+        let b = self.links[slot as usize].bucket;
+        let Bucket { count, next, .. } = self.buckets[b as usize];
+        self.detach(slot);
+        let alone = self.buckets[b as usize].first == NIL;
+        if next != NIL && self.buckets[next as usize].count == count + 1 {
+            self.attach(slot, next);
+            if alone {
+                self.release(b);
+            }
+        } else if alone {
+            // Its own bucket becomes the next count's, in place.
+            self.buckets[b as usize].count = count + 1;
+            self.attach(slot, b);
+        } else {
+            let nb = self.new_bucket(count + 1, b, next);
+            self.attach(slot, nb);
+        }
+    }
+
+    /// Appends a new slot (not yet indexed) with `count`, which is at
+    /// least every count held (or 1, for a counter that is not full).
+    fn push_slot(&mut self, entry: Slot, tag: u64) -> u32 {
+        let slot = self.slots.len() as u32;
+        let count = entry.0;
+        self.slots.push(entry);
+        self.tags.push(tag);
+        self.links.push(Link {
+            bucket: NIL,
+            prev: NIL,
+            next: NIL,
+        });
+        let b = if self.min != NIL && self.buckets[self.min as usize].count == count {
+            self.min
+        } else if self.min == NIL || self.buckets[self.min as usize].count > count {
+            self.new_bucket(count, NIL, self.min)
+        } else {
+            // Counts from a merge come in ascending order: the bucket of
+            // the slot pushed before (the last one) is the one to join or
+            // follow.
+            let mut last = self.links[slot as usize - 1].bucket;
+            while self.buckets[last as usize].next != NIL {
+                last = self.buckets[last as usize].next;
+            }
+            if self.buckets[last as usize].count == count {
+                last
+            } else {
+                self.new_bucket(count, last, NIL)
+            }
+        };
+        self.attach(slot, b);
+        slot
+    }
+
+    /// The smallest count held.
+    fn min_count(&self) -> u64 {
+        self.buckets.get(self.min as usize).map_or(0, |b| b.count)
     }
 
     /// Counts one occurrence.
@@ -135,34 +343,29 @@ impl TopK {
     pub fn add_hashed_tagged(&mut self, fp: u64, key: &[u8], tagged: bool) {
         self.total += 1;
         let tag = u64::from(tagged);
-        if let Some(&slot) = self.index.get(&fp) {
+        if let Some(slot) = self.index.get(fp) {
             self.slots[slot as usize].0 += 1;
             self.tags[slot as usize] += tag;
-            self.sift_down(self.at[slot as usize] as usize);
+            self.bump(slot);
             return;
         }
         if self.slots.len() < self.capacity {
-            let slot = self.slots.len() as u32;
-            self.tags.push(tag);
-            self.slots.push((1, 0, fp, key.to_vec()));
-            self.heap.push(slot);
-            self.at.push((self.heap.len() - 1) as u32);
+            let slot = self.push_slot((1, 0, fp, key.to_vec()), tag);
             self.index.insert(fp, slot);
-            self.sift_up(self.heap.len() - 1);
             return;
         }
-        // Replace the smallest counter; the newcomer inherits its count as
+        // Replace a smallest counter; the newcomer inherits its count as
         // the error bound. The slot's key buffer is reused.
-        let slot = self.heap[0] as usize;
-        let min = self.slots[slot].0;
-        self.index.remove(&self.slots[slot].2);
-        self.tags[slot] = tag;
-        let entry = &mut self.slots[slot];
+        let slot = self.buckets[self.min as usize].first;
+        let min = self.slots[slot as usize].0;
+        self.index.remove(self.slots[slot as usize].2);
+        self.tags[slot as usize] = tag;
+        let entry = &mut self.slots[slot as usize];
         (entry.0, entry.1, entry.2) = (min + 1, min, fp);
         entry.3.clear();
         entry.3.extend_from_slice(key);
-        self.index.insert(fp, slot as u32);
-        self.sift_down(0);
+        self.index.insert(fp, slot);
+        self.bump(slot);
     }
 
     /// Adds `other`'s counts to these (the merge of mergeable summaries,
@@ -172,7 +375,7 @@ impl TopK {
     pub fn merge(&mut self, other: &TopK) {
         let floor = |t: &TopK| {
             if t.slots.len() >= t.capacity {
-                t.heap.first().map_or(0, |&s| t.slots[s as usize].0)
+                t.min_count()
             } else {
                 0
             }
@@ -205,15 +408,11 @@ impl TopK {
             hasher: self.hasher,
             ..TopK::new(self.capacity)
         };
-        for (k, (c, e), t) in v {
+        // Smallest first: each joins or follows the last bucket.
+        for (k, (c, e), t) in v.into_iter().rev() {
             let fp = self.fingerprint(&k);
-            let slot = self.slots.len() as u32;
-            self.tags.push(t);
-            self.slots.push((c, e, fp, k));
-            self.heap.push(slot);
-            self.at.push(slot);
+            let slot = self.push_slot((c, e, fp, k), t);
             self.index.insert(fp, slot);
-            self.sift_up(self.heap.len() - 1);
         }
         self.total = total;
     }
@@ -294,6 +493,142 @@ mod tests {
         assert_eq!(top[0].key, "scraper");
         assert!(top[0].count - top[0].error <= 10_000 && top[0].count >= 10_000);
         assert_eq!(t.total(), 20_000);
+    }
+
+    /// Checks the Stream-Summary's lists against its slots: every slot in
+    /// the bucket of its count, buckets in ascending count, none empty,
+    /// and (unless merged, which adds bounds and cuts) the counts summing
+    /// to the total (Space-Saving's invariant).
+    fn check_structure(t: &TopK, merged: bool) {
+        let (mut b, mut last, mut seen, mut sum) = (t.min, 0, 0, 0);
+        while b != NIL {
+            let bucket = t.buckets[b as usize];
+            assert!(bucket.count > last, "buckets ascend");
+            assert_ne!(bucket.first, NIL, "no empty bucket is listed");
+            last = bucket.count;
+            let mut s = bucket.first;
+            while s != NIL {
+                assert_eq!(t.slots[s as usize].0, bucket.count);
+                assert_eq!(t.links[s as usize].bucket, b);
+                seen += 1;
+                sum += bucket.count;
+                s = t.links[s as usize].next;
+            }
+            b = bucket.next;
+        }
+        assert_eq!(seen, t.slots.len());
+        if !merged {
+            assert_eq!(sum, t.total());
+        }
+    }
+
+    /// Against the plain computation (a hash map of exact counts), on a
+    /// skewed stream of many distinct keys, with eviction: while it holds
+    /// every key the counts are exact; once it cannot, every reported
+    /// count bounds the true one from above, by at most its error, and
+    /// every key above total / capacity is kept.
+    #[test]
+    fn stream_summary_agrees_with_exact_counts() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for capacity in [1, 2, 7, 64, 500] {
+            let mut t = TopK::new(capacity);
+            let mut exact: std::collections::HashMap<Vec<u8>, u64> = Default::default();
+            for i in 0..60_000u64 {
+                // Heavy keys, a Zipf-like middle and a long tail.
+                let r = next();
+                let k = match r % 10 {
+                    0..=2 => r >> 40 & 7,
+                    3..=6 => 8 + (r >> 20) % ((r >> 44) % 2_000 + 1),
+                    _ => 100_000 + (r >> 8) % 1_000_000,
+                };
+                let key = k.to_le_bytes().to_vec();
+                t.add(&key);
+                *exact.entry(key).or_default() += 1;
+                if exact.len() <= capacity {
+                    for h in t.top(capacity) {
+                        assert_eq!(h.error, 0);
+                    }
+                    assert_eq!(t.slots.len(), exact.len());
+                }
+                if i % 5_000 == 0 {
+                    check_structure(&t, false);
+                }
+            }
+            check_structure(&t, false);
+            let held: Vec<(Vec<u8>, u64, u64)> = t
+                .slots
+                .iter()
+                .map(|(c, e, _, k)| (k.clone(), *c, *e))
+                .collect();
+            assert_eq!(held.len(), capacity.min(exact.len()));
+            for (k, c, e) in &held {
+                let truth = exact[k];
+                assert!(*c >= truth && c - e <= truth, "{k:?}: {c} - {e} vs {truth}");
+            }
+            let floor = t.total() / capacity as u64;
+            for (k, n) in &exact {
+                if *n > floor {
+                    assert!(held.iter().any(|(h, _, _)| h == k), "{k:?} ({n}) kept");
+                }
+            }
+            // A merge rebuilds the lists from counts in ascending order.
+            let mut u = t.sharing(capacity);
+            for i in 0..1_000u64 {
+                u.add(&(i % 13).to_le_bytes());
+            }
+            t.merge(&u);
+            check_structure(&t, true);
+            let mut v = t.sharing(capacity);
+            v.merge(&t);
+            check_structure(&v, true);
+        }
+    }
+
+    /// The probing index against a hash map, under the churn of a full
+    /// counter (a removal and an insertion per new item), with
+    /// fingerprints that share their low bits (one probe run) and ones
+    /// that wrap around the table's end.
+    #[test]
+    fn fingerprint_index_agrees_with_a_map() {
+        let mut ix = FpIndex::default();
+        let mut map: std::collections::HashMap<u64, u32> = Default::default();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut live: Vec<u64> = Vec::new();
+        for i in 0..40_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let fp = match rng % 4 {
+                0 => (rng >> 8) << 12,
+                1 => ((rng >> 8) << 12) | 0xfff,
+                _ => rng,
+            };
+            if map.contains_key(&fp) {
+                continue;
+            }
+            if live.len() >= 300 {
+                let out = live.swap_remove((rng >> 32) as usize % live.len());
+                ix.remove(out);
+                map.remove(&out);
+                ix.remove(out);
+            }
+            ix.insert(fp, i);
+            map.insert(fp, i);
+            live.push(fp);
+            if i % 97 == 0 {
+                for (f, s) in &map {
+                    assert_eq!(ix.get(*f), Some(*s));
+                }
+                assert_eq!(ix.get(fp ^ 0x5555), map.get(&(fp ^ 0x5555)).copied());
+                assert_eq!(ix.len, map.len());
+            }
+        }
     }
 
     #[test]

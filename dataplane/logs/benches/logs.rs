@@ -5,11 +5,17 @@
 //! GoAccess (`goaccess --log-format=COMBINED`) and CrowdSec's replay
 //! (`crowdsec -dsn file://… -type nginx`) where installed and configured.
 //!
-//! `RCTL_BENCH_LOG_MB` sets the size (default 1024); `RCTL_BENCH_CROWDSEC_LINES`
+//! `RCTL_BENCH_LOG_MB` sets the size (default 1024); `RCTL_BENCH_FORMATS`
+//! which logs are run (a comma-separated list of `nginx-combined`,
+//! `haproxy-httplog`, `webrequest`; default all three, the Parquet table
+//! with `webrequest`); `RCTL_BENCH_CROWDSEC_LINES`
 //! how many lines CrowdSec replays (default 5000: it runs at tens to
 //! thousands a second, so the full file would take hours; its rate is
 //! taken on that prefix). The logs go to the temporary directory and are
-//! deleted afterwards.
+//! deleted afterwards. The traffic's values (titles, hosts, User-Agents,
+//! clients) follow the distributions described in `traffic/mod.rs`: a
+//! million titles and millions of clients, so no per-value cache can
+//! serve the whole run from a handful of entries.
 //!
 //! ```sh
 //! cargo bench -p rctl-logs --bench logs
@@ -24,25 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const UAS: [&str; 6] = [
-    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36",
-    "python-requests/2.31.0",
-    "curl/7.88.1",
-    "wmf-streaming-updater-consumer/0.3.140 (query-service)",
-    "WDQS-reader/1.0 (ops@example.org)",
-];
-
-const PATHS: [&str; 6] = [
-    "/wiki/Main_Page",
-    "/sparql?query=SELECT%20%3Fitem%20WHERE%20%7B%7D",
-    "/w/index.php?title=Special:Search&search=rust",
-    "/api/rest_v1/page/html/%EA%9D%AE",
-    "/w/api.php?action=query&format=json&titles=Foo",
-    "/static/images/project-logos/enwiki.png",
-];
-
-const HOSTS: [&str; 3] = ["en.wikipedia.org", "query.wikidata.org", "fr.wikipedia.org"];
+mod traffic;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -67,40 +55,46 @@ fn generate(path: &Path, kind: Kind, mb: u64) -> u64 {
         // About 10,000 requests a second; a day's clock from noon.
         let ms = lines / 10;
         let (s, frac) = (ms / 1000, ms % 1000);
-        let (h, m, sec) = (12 + s / 3600 % 12, s / 60 % 60, s % 60);
-        let ip = format!(
-            "{}.{}.{}.{}",
-            1 + r.below(223),
-            r.below(256),
-            r.below(256),
-            1 + r.below(254)
-        );
-        let ua = UAS[r.below(UAS.len() as u64) as usize];
-        let path = PATHS[r.below(PATHS.len() as u64) as usize];
-        let host = HOSTS[r.below(HOSTS.len() as u64) as usize];
-        let status = [200, 200, 200, 304, 404, 429][r.below(6) as usize];
+        let (hh, m, sec) = (12 + s / 3600 % 12, s / 60 % 60, s % 60);
+        let h = traffic::hit(&mut r);
+        let (ip, host, status) = (&h.ip, &h.host, h.status);
+        let method = h.method;
+        let target = if h.query.is_empty() {
+            h.path.clone()
+        } else {
+            format!("{}?{}", h.path, h.query)
+        };
+        let ua = h.ua.as_deref().unwrap_or("-");
+        let referer = h.referer.as_deref().unwrap_or("-");
         line.clear();
         use std::fmt::Write as _;
         let _ = match kind {
             Kind::Nginx => writeln!(
                 line,
-                "{ip} - - [13/{}/2026:{h:02}:{m:02}:{sec:02} +0000] \"GET {path} HTTP/1.1\" {status} {} \"-\" \"{ua}\"",
+                "{ip} - - [13/{}/2026:{hh:02}:{m:02}:{sec:02} +0000] \"{method} {target} HTTP/1.1\" {status} {} \"{referer}\" \"{ua}\"",
                 months(4),
-                r.below(50_000)
+                h.bytes
             ),
             Kind::Haproxy => writeln!(
                 line,
-                "{ip}:{} [13/{}/2026:{h:02}:{m:02}:{sec:02}.{frac:03}] edge origin/o 0/0/0/1/1 {status} {} - - ---- 1/1/0/0/0 0/0 {{{ua}|{host}}} \"GET {path} HTTP/1.1\"",
+                // A header not sent is captured empty.
+                "{ip}:{} [13/{}/2026:{hh:02}:{m:02}:{sec:02}.{frac:03}] edge origin/o 0/0/0/1/1 {status} {} - - ---- 1/1/0/0/0 0/0 {{{}|{host}}} \"{method} {target} HTTP/1.1\"",
                 1024 + r.below(60_000),
                 months(4),
-                r.below(50_000)
+                h.bytes,
+                h.ua.as_deref().unwrap_or("")
             ),
             Kind::Webrequest => {
-                let (p, q) = path.split_once('?').map_or((path, ""), |(p, q)| (p, q));
-                let q = if q.is_empty() { String::new() } else { format!("?{q}") };
+                let p = &h.path;
+                let q = if h.query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{}", h.query)
+                };
+                let ua = h.ua.as_deref().unwrap_or("");
                 writeln!(
                     line,
-                    "{{\"dt\":\"2026-05-13T{h:02}:{m:02}:{sec:02}.{frac:03}Z\",\"ip\":\"{ip}\",\"uri_host\":\"{host}\",\"uri_path\":\"{p}\",\"uri_query\":\"{q}\",\"http_method\":\"GET\",\"user_agent\":\"{ua}\",\"accept_language\":\"en\",\"referer\":\"-\",\"x_analytics\":\"\",\"http_status\":\"{status}\"}}"
+                    "{{\"dt\":\"2026-05-13T{hh:02}:{m:02}:{sec:02}.{frac:03}Z\",\"ip\":\"{ip}\",\"uri_host\":\"{host}\",\"uri_path\":\"{p}\",\"uri_query\":\"{q}\",\"http_method\":\"{method}\",\"user_agent\":\"{ua}\",\"accept_language\":\"en\",\"referer\":\"{referer}\",\"x_analytics\":\"\",\"http_status\":\"{status}\"}}"
                 )
             }
         };
@@ -121,6 +115,15 @@ fn timed(mut cmd: Command) -> Option<f64> {
         .status()
         .is_ok_and(|s| s.success());
     ok.then(|| t.elapsed().as_secs_f64())
+}
+
+/// Seconds this thread has run on a CPU (Linux's schedstat), to set
+/// beside the wall time on a machine that other work shares: a
+/// per-core rate is lines per CPU second. `None` where it is not kept.
+fn thread_cpu() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
 }
 
 fn installed(program: &str) -> bool {
@@ -152,6 +155,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
+    let formats: Vec<String> = std::env::var("RCTL_BENCH_FORMATS")
+        .unwrap_or_else(|_| "nginx-combined,haproxy-httplog,webrequest".into())
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .collect();
     let dir = std::env::temp_dir().join(format!("rctl-bench-logs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     println!("| run | lines | seconds | lines/s | MB/s |");
@@ -161,6 +169,9 @@ fn main() {
         (Kind::Haproxy, "HAProxy httplog", "haproxy-httplog"),
         (Kind::Webrequest, "webrequest JSON", "webrequest"),
     ] {
+        if !formats.iter().any(|f| f == format) {
+            continue;
+        }
         let path = dir.join(format!("{format}.log"));
         let lines = generate(&path, kind, mb);
         let bytes = std::fs::metadata(&path).unwrap().len();
@@ -295,11 +306,20 @@ fn judged(
     name: &str,
 ) -> (f64, rctl_dataplane::dryrun::LogInput) {
     let mut run = DryRun::new(rs.clone(), None).unwrap();
+    let cpu = thread_cpu();
     let t = Instant::now();
     let summary =
         rctl_logs::replay(&mut run, std::slice::from_ref(&path.to_path_buf()), opts).unwrap();
     let report = run.finish();
     let secs = t.elapsed().as_secs_f64();
+    if let (Some(a), Some(b)) = (cpu, thread_cpu()) {
+        row(
+            &format!("rctl dry-run, {name}: CPU time of its thread (wall time below)"),
+            lines,
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            b - a,
+        );
+    }
     let (_, l) = summary.inputs.into_iter().next().unwrap();
     assert_eq!(
         (l.lines, l.judged),
