@@ -55,7 +55,14 @@ fuzz_target!(|data: &[u8]| {
     let mut text = String::new();
     for (i, f) in findings.iter().enumerate() {
         let name = format!("suggested_{i}");
-        if let Some(rule) = write::rule(f, &name, 1000 + 10 * i as i64, &f.what) {
+        // Both buckets: rctl's own, and vsthrottle's (what
+        // `--requestctl` writes).
+        let bucket = if i % 2 == 0 {
+            write::Bucket::Default
+        } else {
+            write::Bucket::Vsthrottle
+        };
+        if let Some(rule) = write::rule(f, &name, 1000 + 10 * i as i64, &f.what, bucket) {
             text.push_str(&rule);
             text.push_str(&write::test_block(f, &name, &traffic));
         }
