@@ -11,7 +11,7 @@
 //! match before a final newline). Word boundaries are ASCII's or refused
 //! (PCRE without UCP has no Unicode `\b`), as are CRLF-mode anchors.
 
-use regex_syntax::hir::{Class, Hir, HirKind, Look};
+use regex_syntax::hir::{Class, Hir, HirKind, Look, Repetition};
 use regex_syntax::utf8::Utf8Sequences;
 use std::fmt::Write as _;
 
@@ -150,26 +150,7 @@ pub(crate) fn print(h: &Hir, out: &mut String) -> Result<(), Unprintable> {
             out.push_str("(?:");
             print(&r.sub, out)?;
             out.push(')');
-            match (r.min, r.max) {
-                (0, None) => out.push('*'),
-                (1, None) => out.push('+'),
-                (0, Some(1)) => out.push('?'),
-                (a, None) => {
-                    let _ = write!(out, "{{{a},}}");
-                }
-                (a, Some(b)) if a == b => {
-                    let _ = write!(out, "{{{a}}}");
-                }
-                (a, Some(b)) => {
-                    let _ = write!(out, "{{{a},{b}}}");
-                }
-            }
-            if r.max.is_some_and(|m| m > 65_535) || r.min > 65_535 {
-                return Err(Unprintable("a repetition above PCRE's 65535".into()));
-            }
-            if !r.greedy {
-                out.push('?');
-            }
+            quantifier(r, out).map_err(|e| Unprintable(e.into()))?;
         }
         HirKind::Capture(c) => {
             out.push_str("(?:");
@@ -191,6 +172,32 @@ pub(crate) fn print(h: &Hir, out: &mut String) -> Result<(), Unprintable> {
             }
             out.push(')');
         }
+    }
+    Ok(())
+}
+
+/// `r`'s quantifier in PCRE's syntax (`*`, `+`, `?`, `{a,b}`, and `?`
+/// after it when lazy), appended to `out`; an error past PCRE's bound.
+pub(crate) fn quantifier(r: &Repetition, out: &mut String) -> Result<(), &'static str> {
+    if r.max.is_some_and(|m| m > 65_535) || r.min > 65_535 {
+        return Err("a repetition above PCRE's 65535");
+    }
+    match (r.min, r.max) {
+        (0, None) => out.push('*'),
+        (1, None) => out.push('+'),
+        (0, Some(1)) => out.push('?'),
+        (a, None) => {
+            let _ = write!(out, "{{{a},}}");
+        }
+        (a, Some(b)) if a == b => {
+            let _ = write!(out, "{{{a}}}");
+        }
+        (a, Some(b)) => {
+            let _ = write!(out, "{{{a},{b}}}");
+        }
+    }
+    if !r.greedy {
+        out.push('?');
     }
     Ok(())
 }

@@ -20,7 +20,7 @@
 //! - a host is compared equal only, case-insensitively, with an optional
 //!   `:PORT` (as rctl strips it), and never holds `:` unless bracketed.
 
-use crate::pcre::{byte, print, Unprintable};
+use crate::pcre::{byte, print, quantifier, Unprintable};
 use regex_syntax::hir::{Class, ClassBytes, ClassBytesRange, ClassUnicode, Hir, HirKind, Look};
 use std::fmt::Write as _;
 
@@ -146,27 +146,7 @@ fn tokens(h: &Hir, out: &mut String) -> Result<(), String> {
             out.push_str("(?:");
             tokens(&r.sub, out)?;
             out.push(')');
-            match (r.min, r.max) {
-                (0, None) => out.push('*'),
-                (1, None) => out.push('+'),
-                (0, Some(1)) => out.push('?'),
-                (a, None) => {
-                    let _ = write!(out, "{{{a},}}");
-                }
-                (a, Some(b)) if a == b => {
-                    let _ = write!(out, "{{{a}}}");
-                }
-                (a, Some(b)) => {
-                    let _ = write!(out, "{{{a},{b}}}");
-                }
-            }
-            if r.max.is_some_and(|m| m > 65_535) || r.min > 65_535 {
-                return Err("a repetition above PCRE's 65535".into());
-            }
-            if !r.greedy {
-                out.push('?');
-            }
-            Ok(())
+            quantifier(r, out).map_err(Into::into)
         }
         HirKind::Capture(c) => {
             out.push_str("(?:");
