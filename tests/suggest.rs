@@ -539,3 +539,79 @@ fn suggestions_are_also_written_as_requestctl_objects_that_decide_alike() {
         bad.join("\n")
     );
 }
+
+#[test]
+fn a_log_on_standard_input_with_few_keys_held_gives_the_same_rules_and_says_so() {
+    let dir = tempdir("suggest-bounded");
+    let mut t = Traffic::wdqs();
+    // Many light readers, one title each: more keys than held below.
+    for i in 0..3_000u32 {
+        let [_, a, b, c] = (0x5d00_0000u32 + i * 7).to_be_bytes();
+        t.client(
+            [93, a, b, c],
+            "www.wikidata.org",
+            1,
+            &[(
+                "User-Agent",
+                "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+            )],
+            move |_| format!("/wiki/Title_{i}"),
+        );
+    }
+    let log = dir.join("access.log");
+    t.write_log(&log, true);
+    let rules = existing(&dir);
+    let format = format!("{NGINX_MS} \"$http_user_agent\"");
+    let input = ["--log", log.to_str().unwrap(), "--log-format", &format];
+    let (all, file, _) = suggest_on(&dir, Some(&rules), &input, &[]);
+    assert_eq!(all["exact"], true, "{all}");
+    // The same log on standard input (spooled, read once a pass), with
+    // a sixth of its keys held.
+    let out = dir.join("bounded.rctl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .args([
+            "suggest",
+            rules.to_str().unwrap(),
+            "--log",
+            "-",
+            "--log-format",
+            &format,
+        ])
+        .args([
+            "--max-keys",
+            "256",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdin(std::fs::File::open(&log).unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("--max-keys 256"), "{err}");
+    let bounded: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(bounded["exact"], false, "{bounded}");
+    assert_eq!(bounded["requests"], all["requests"], "{bounded}");
+    // The same offenders, their requests counted exactly; the limits,
+    // taken from the normal clients that were held, can only be higher,
+    // so the effect can only be smaller: nothing is invented.
+    let pick = |v: &Value| -> Vec<(Value, Value)> {
+        written(v)
+            .iter()
+            .map(|s| (s["key"].clone(), s["offender_requests"].clone()))
+            .collect()
+    };
+    assert!(!pick(&all).is_empty(), "{all:#}\n{file}");
+    assert_eq!(pick(&bounded), pick(&all), "{bounded:#}\n{all:#}");
+    for (b, a) in written(&bounded).iter().zip(written(&all)) {
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
+        assert!(n(b, "limit") >= n(a, "limit"), "{b}\n{a}");
+        assert!(
+            n(&b["effect"], "requests_limited") <= n(&a["effect"], "requests_limited"),
+            "{b}\n{a}"
+        );
+    }
+    accepted(&[&rules, &out]);
+}

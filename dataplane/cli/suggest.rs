@@ -4,7 +4,7 @@
 
 use crate::common::{load_ruleset, report, Format, Limits};
 use anyhow::{bail, Context, Result};
-use rctl_suggest::{Effect, Finding, Obs};
+use rctl_suggest::{Effect, Finding};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,12 @@ pub struct Args {
     /// The summary's format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// The most keys each count holds (endpoints, paths, prefixes,
+    /// User-Agents; four times as many addresses): what bounds the
+    /// memory. Past it the lightest keys are dropped, and the summary
+    /// says the counts are not exact.
+    #[arg(long, value_name = "N", default_value_t = 1 << 18)]
+    max_keys: usize,
     #[command(flatten)]
     limits: Limits,
 }
@@ -85,7 +91,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     };
     let keep = rctl_suggest::headers_read(existing.as_ref());
-    let (traffic, inputs, log_failed) = read_traffic(&a.pcap, &a.logs, &keep)?;
+    let dir = scratch_dir()?;
+    let result = suggest(&a, existing.as_ref(), keep, &dir, &opts);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn suggest(
+    a: &Args,
+    existing: Option<&rctl_compiler::ir::Ruleset>,
+    keep: Vec<String>,
+    dir: &Path,
+    opts: &rctl_compiler::Options,
+) -> Result<ExitCode> {
+    let sets = rctl_suggest::trusted_blocks(existing, &a.trusted)
+        .map_err(|n| anyhow::anyhow!("--trusted {n}: the existing rules have no ipblock {n}"))?;
+    let trusted = |ip| rctl_suggest::in_sets(&sets, ip);
+    let mut files = Files::new(&a.pcap, &a.logs, dir)?;
+    let bounds = rctl_suggest::Bounds {
+        keys: a.max_keys,
+        clients: 4 * a.max_keys,
+        ..Default::default()
+    };
+    let find_opts = rctl_suggest::Options::default();
+    let counts = rctl_suggest::count(&mut files, existing, &trusted, &find_opts, bounds)?;
+    let inputs = files.inputs.clone();
     let unmeasured: Vec<&str> = inputs
         .iter()
         .filter(|(_, k)| !rctl_suggest::collateral_measurable(k))
@@ -97,14 +127,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             unmeasured.join(", ")
         ));
     }
+    if !counts.exact() {
+        crate::common::warn(&format!(
+            "more keys than --max-keys {}: the lightest were dropped, so the counts are upper bounds and each offender was judged on the fewest requests it can have sent; the offenders' requests and the effects are counted exactly all the same (raise --max-keys for exact counts)",
+            a.max_keys
+        ));
+    }
     let collateral_measured = unmeasured.is_empty();
-    let inputs: Vec<rctl_dataplane::partial::Known> = inputs.into_iter().map(|(_, k)| k).collect();
-    let sets = rctl_suggest::trusted_blocks(existing.as_ref(), &a.trusted)
-        .map_err(|n| anyhow::anyhow!("--trusted {n}: the existing rules have no ipblock {n}"))?;
-    let trusted = |ip| rctl_suggest::in_sets(&sets, ip);
-    let seen = rctl_suggest::existing(existing.clone(), &traffic, &inputs)?;
-    let findings = rctl_suggest::find(&traffic, &seen, &trusted, &rctl_suggest::Options::default());
-    let first = rctl_suggest::first_priority(existing.as_ref());
+    let findings = rctl_suggest::find::find(&counts, &find_opts);
+    let first = rctl_suggest::first_priority(existing);
     let named: Vec<(String, Finding)> = findings
         .into_iter()
         .enumerate()
@@ -117,15 +148,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         rctl_suggest::write::Bucket::Default
     };
-    let draft = file_text(&named, &traffic, first, bucket, |_| None);
-    let dir = scratch_dir()?;
-    let draft_path = dir.join("suggested.rctl");
+    let draft = file_text(&named, counts.requests, first, bucket, |_| None);
+    let draft_path = dir.join("draft.rctl");
     std::fs::write(&draft_path, &draft)?;
     let mut paths = a.paths.clone();
     paths.push(draft_path.clone());
-    let merged = rctl_compiler::compile_paths(&paths, &opts);
+    let merged = rctl_compiler::compile_paths(&paths, opts);
     if report(&merged.sources, &merged.diagnostics, false) {
-        let _ = std::fs::remove_dir_all(&dir);
         bail!(
             "the suggested rules do not compile beside the existing ones (a bug in rctl suggest)"
         );
@@ -133,20 +162,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let Some(ruleset) = merged.ruleset else {
         bail!("no ruleset produced")
     };
-    let names: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
-    let effects = rctl_suggest::measure(ruleset, &traffic, &inputs, &names, &trusted)?;
-    let legit = traffic.iter().filter(|r| r.looks_legitimate()).count() as f64;
-    let measured: Vec<Measured> = named
+    let (names, findings): (Vec<String>, Vec<Finding>) = named.into_iter().unzip();
+    let measured = rctl_suggest::measure(
+        &mut files, ruleset, findings, names, &counts, keep, &trusted,
+    )?;
+    let legit = counts.legit as f64;
+    let measured: Vec<Measured> = measured
         .into_iter()
-        .map(|(name, finding)| {
-            let effect = effects.get(&name).cloned().unwrap_or_default();
-            let over_budget = effect.collateral_requests as f64 > a.budget * legit;
-            Measured {
-                name,
-                finding,
-                effect,
-                over_budget,
-            }
+        .map(|m| Measured {
+            over_budget: m.effect.collateral_requests as f64 > a.budget * legit,
+            name: m.name,
+            finding: m.finding,
+            effect: m.effect,
         })
         .collect();
 
@@ -156,7 +183,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .filter(|m| !m.over_budget)
         .map(|m| (m.name.clone(), m.finding.clone()))
         .collect();
-    let text = file_text(&kept, &traffic, first, bucket, |name| {
+    let text = file_text(&kept, counts.requests, first, bucket, |name| {
         measured.iter().find(|m| m.name == name).map(|m| &m.effect)
     });
     let final_path = match &a.output {
@@ -165,78 +192,115 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     std::fs::write(&final_path, &text)
         .with_context(|| format!("cannot write {}", final_path.display()))?;
-    let ok = self_check(&a.paths, &final_path, &opts);
+    let ok = self_check(&a.paths, &final_path, opts);
     if a.output.is_none() {
         print!("{text}");
     }
     let rq = a
         .requestctl
         .as_ref()
-        .map(|out| write_requestctl(&final_path, out, &opts));
-    let _ = std::fs::remove_dir_all(&dir);
-    let rq = rq.transpose()?;
-    summary(&a, &traffic, &measured, collateral_measured, rq.as_ref())?;
-    Ok(if ok && !log_failed {
+        .map(|out| write_requestctl(&final_path, out, opts))
+        .transpose()?;
+    summary(a, &counts, &measured, collateral_measured, rq.as_ref())?;
+    Ok(if ok && !files.failed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// Every request of the captures and the logs (with the headers in
-/// `keep`), in time order, with the
-/// fields each log carries (by name; a request's `input` indexes them,
-/// captures' past the end), and whether reading the logs failed (as
-/// `rctl dry-run --log` fails: a read error, no line of the format,
-/// `--max-bad-lines`). A capture that cannot be read to its end is
-/// reported with where it stopped, and what was read of it is kept.
-#[expect(
-    clippy::type_complexity,
-    reason = "the traffic, its inputs, and a flag"
-)]
-fn read_traffic(
-    pcaps: &[PathBuf],
-    logs: &crate::log_input::LogInputArgs,
-    keep: &[String],
-) -> Result<(
-    Vec<Obs>,
-    Vec<(String, rctl_dataplane::partial::Known)>,
-    bool,
-)> {
-    let mut traffic = Vec::new();
-    for p in pcaps {
-        let file =
-            std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
-        let (reqs, err) = rctl_dataplane::dryrun::requests_in(std::io::BufReader::new(file));
-        if let Some(e) = err {
-            crate::common::warn(&format!(
-                "{}: {e} (the requests before it are counted)",
-                p.display()
-            ));
+/// The captures and the logs, read once a pass: the captures one after
+/// the other, then the logs merged in time order. Standard input is
+/// spooled to a file first, to be read again.
+struct Files<'a> {
+    pcaps: &'a [PathBuf],
+    logs: Vec<PathBuf>,
+    args: &'a crate::log_input::LogInputArgs,
+    /// Passes made.
+    passes: u32,
+    /// Each log's name and the fields it carries (after the first pass).
+    inputs: Vec<(String, rctl_dataplane::partial::Known)>,
+    /// Whether reading the logs failed (as `rctl dry-run --log` fails:
+    /// no line of the format, `--max-bad-lines`).
+    failed: bool,
+}
+
+impl<'a> Files<'a> {
+    fn new(
+        pcaps: &'a [PathBuf],
+        args: &'a crate::log_input::LogInputArgs,
+        dir: &Path,
+    ) -> Result<Files<'a>> {
+        let mut logs = Vec::with_capacity(args.log.len());
+        for p in &args.log {
+            if p.as_os_str() == "-" {
+                let spool = dir.join("stdin");
+                let mut out = std::fs::File::create(&spool)
+                    .with_context(|| format!("cannot write {}", spool.display()))?;
+                std::io::copy(&mut std::io::stdin().lock(), &mut out)
+                    .context("cannot read standard input")?;
+                logs.push(spool);
+            } else {
+                logs.push(p.clone());
+            }
         }
-        traffic.extend(reqs.iter().map(|r| Obs::from_http_keeping(r, Some(keep))));
-    }
-    let mut inputs = Vec::new();
-    let mut failed = false;
-    if !logs.log.is_empty() {
-        let opts = logs.options()?;
-        let (summary, formats) = rctl_logs::read_requests(&logs.log, &opts, |i, req| {
-            traffic.push(Obs::from_request(i as u32, req, Some(keep)));
+        Ok(Files {
+            pcaps,
+            logs,
+            args,
+            passes: 0,
+            inputs: Vec::new(),
+            failed: false,
         })
-        .map_err(anyhow::Error::msg)?;
-        failed = logs.failed(&summary);
-        for ((name, l), f) in summary.inputs.iter().zip(formats) {
-            if l.bad_lines > 0 {
+    }
+}
+
+impl rctl_suggest::Traffic for Files<'_> {
+    fn each(
+        &mut self,
+        f: &mut dyn FnMut(u32, &rctl_dataplane::partial::Known, &rctl_dataplane::Request<'_>),
+    ) -> std::result::Result<(), String> {
+        let first = self.passes == 0;
+        self.passes += 1;
+        let all = rctl_dataplane::partial::Known::all();
+        for p in self.pcaps {
+            let file =
+                std::fs::File::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let err =
+                rctl_dataplane::dryrun::each_request_in(std::io::BufReader::new(file), |hr| {
+                    let mut buf = Vec::new();
+                    rctl_suggest::obs::with_http(hr, &mut buf, |r| {
+                        f(rctl_suggest::CAPTURE, &all, r)
+                    });
+                });
+            if let (Some(e), true) = (err, first) {
                 crate::common::warn(&format!(
-                    "{name}: {} of {} lines could not be read (the rest are counted)",
-                    l.bad_lines, l.lines
+                    "{}: {e} (the requests before it are counted)",
+                    p.display()
                 ));
             }
-            inputs.push((name.clone(), f.known));
         }
+        if self.logs.is_empty() {
+            return Ok(());
+        }
+        let opts = self.args.options().map_err(|e| format!("{e:#}"))?;
+        let (summary, formats) =
+            rctl_logs::read_requests(&self.logs, &opts, |i, k, r| f(i as u32, k, r))
+                .map_err(|e| e.to_string())?;
+        if first {
+            self.failed = self.args.failed(&summary);
+            for ((name, l), fmt) in summary.inputs.iter().zip(formats) {
+                if l.bad_lines > 0 {
+                    crate::common::warn(&format!(
+                        "{name}: {} of {} lines could not be read (the rest are counted)",
+                        l.bad_lines, l.lines
+                    ));
+                }
+                self.inputs.push((name.clone(), fmt.known));
+            }
+        }
+        Ok(())
     }
-    traffic.sort_by_key(|r| r.time_ns);
-    Ok((traffic, inputs, failed))
 }
 
 fn scratch_dir() -> Result<PathBuf> {
@@ -248,15 +312,14 @@ fn scratch_dir() -> Result<PathBuf> {
 /// The suggested file: a header, then each rule and its test.
 fn file_text<'a>(
     named: &[(String, Finding)],
-    traffic: &[Obs],
+    requests: u64,
     first: i64,
     bucket: rctl_suggest::write::Bucket,
     effect: impl Fn(&str) -> Option<&'a Effect>,
 ) -> String {
     let mut out = format!(
-        "# Suggested by rctl suggest from {} requests. Each rule is in shadow:\n\
+        "# Suggested by rctl suggest from {requests} requests. Each rule is in shadow:\n\
          # it logs what it would limit; remove `shadow` to enforce it.\n",
-        traffic.len()
     );
     if named.is_empty() {
         out.push_str("# Nothing to suggest: no client stands out from the normal ones.\n");
@@ -280,8 +343,10 @@ fn file_text<'a>(
         };
         out.push('\n');
         out.push_str(&rule);
-        out.push('\n');
-        out.push_str(&rctl_suggest::write::test_block(f, name, traffic));
+        if let Some(t) = rctl_suggest::write::test_block(f, name) {
+            out.push('\n');
+            out.push_str(&t);
+        }
     }
     out
 }
@@ -382,7 +447,7 @@ fn key_name(k: &rctl_suggest::Key) -> &'static str {
 /// The summary, ranked by requests removed against collateral.
 fn summary(
     a: &Args,
-    traffic: &[Obs],
+    counts: &rctl_suggest::Counts,
     measured: &[Measured],
     collateral_measured: bool,
     rq: Option<&Requestctl>,
@@ -396,7 +461,8 @@ fn summary(
     let mut out = std::io::stdout().lock();
     if a.format == Format::Json {
         let mut v = serde_json::json!({
-            "requests": traffic.len(),
+            "requests": counts.requests,
+            "exact": counts.exact(),
             "budget": a.budget,
             "collateral_measured": collateral_measured,
             "suggestions": ranked.iter().map(|m| serde_json::json!({
@@ -406,7 +472,7 @@ fn summary(
                 "limit": m.finding.limit,
                 "period_s": m.finding.period_s,
                 "basis": m.finding.basis,
-                "offender_requests": m.finding.requests.len(),
+                "offender_requests": m.finding.requests,
                 "effect": m.effect,
                 "over_budget": m.over_budget,
                 "written": !m.over_budget,
@@ -432,7 +498,7 @@ fn summary(
     writeln!(
         err,
         "{} requests read; {}",
-        traffic.len(),
+        counts.requests,
         crate::common::count(measured.len(), "suggestion")
     )?;
     for m in ranked {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rctl_suggest::{find, write, Existing, Obs, Options};
+use rctl_suggest::{count, find::find, measure, write, Bounds, Obs, Options, Recorded};
 use std::net::{IpAddr, Ipv4Addr};
 
 fn obs(t: u64, ip: IpAddr, host: &[u8], target: &[u8], ua: &[u8], extra: &[u8]) -> Obs {
@@ -50,27 +50,58 @@ fuzz_target!(|data: &[u8]| {
         traffic.push(obs(u64::from(r), reader, host, &page, part(6), b""));
     }
     traffic.sort_by_key(|r| r.time_ns);
-    let seen = vec![Existing::Pass; traffic.len()];
-    let findings = find(&traffic, &seen, &|_| false, &Options::default());
-    let mut text = String::new();
-    for (i, f) in findings.iter().enumerate() {
-        let name = format!("suggested_{i}");
+    let no = |_| false;
+    let mut rec = Recorded {
+        traffic: &traffic,
+        inputs: &[],
+    };
+    // Small bounds, so that the eviction is fuzzed too.
+    let bounds = Bounds {
+        clients: 16,
+        keys: 8,
+        ips_per_agent: 8,
+    };
+    let o = Options::default();
+    let counts = count(&mut rec, None, &no, &o, bounds).expect("no ruleset, no engine error");
+    let findings = find(&counts, &o);
+    let bucket = |i: usize| {
         // Both buckets: rctl's own, and vsthrottle's (what
         // `--requestctl` writes).
-        let bucket = if i % 2 == 0 {
+        if i % 2 == 0 {
             write::Bucket::Default
         } else {
             write::Bucket::Vsthrottle
-        };
-        if let Some(rule) = write::rule(f, &name, 1000 + 10 * i as i64, &f.what, bucket) {
-            text.push_str(&rule);
-            text.push_str(&write::test_block(f, &name, &traffic));
         }
-    }
-    let c = rctl_compiler::compile_str("suggested.rctl", &text, &Default::default());
-    assert!(
-        !c.diagnostics.has_errors(),
-        "{text}\n{:?}",
-        c.diagnostics.iter().map(|d| &d.message).collect::<Vec<_>>()
-    );
+    };
+    let rules = |findings: &[rctl_suggest::Finding], tests: bool| {
+        let mut text = String::new();
+        for (i, f) in findings.iter().enumerate() {
+            let name = format!("suggested_{i}");
+            if let Some(rule) = write::rule(f, &name, 1000 + 10 * i as i64, &f.what, bucket(i)) {
+                text.push_str(&rule);
+                if tests {
+                    text.extend(write::test_block(f, &name));
+                }
+            }
+        }
+        text
+    };
+    let compiled = |text: &str| {
+        let c = rctl_compiler::compile_str("suggested.rctl", text, &Default::default());
+        assert!(
+            !c.diagnostics.has_errors(),
+            "{text}\n{:?}",
+            c.diagnostics.iter().map(|d| &d.message).collect::<Vec<_>>()
+        );
+        c.ruleset
+    };
+    let Some(merged) = compiled(&rules(&findings, false)) else {
+        return;
+    };
+    let names = (0..findings.len()).map(|i| format!("suggested_{i}")).collect();
+    let keep = rctl_suggest::headers_read(None);
+    let measured = measure(&mut rec, merged, findings, names, &counts, keep, &no)
+        .expect("the merged rules make an engine");
+    let findings: Vec<_> = measured.into_iter().map(|m| m.finding).collect();
+    compiled(&rules(&findings, true));
 });

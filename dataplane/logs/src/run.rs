@@ -8,6 +8,7 @@ use crate::lines::{LineReader, Next, MAX_LINE};
 use crate::record::{HeaderBuf, Record};
 use crate::template::Mismatch;
 use rctl_dataplane::dryrun::{BadLine, DryRun, LogInput};
+use rctl_dataplane::partial::Known;
 use std::fmt;
 use std::io::{self, Read};
 use std::net::IpAddr;
@@ -561,13 +562,13 @@ fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBu
 /// Every request of the logs in `paths` (files, directories, `-`),
 /// merged in time order as [`replay`] merges them, handed to `each` with
 /// the index of its input (into `formats`, the second value returned:
-/// each input's format, and so the fields it carries), without a dry
+/// each input's format) and the fields that input carries, without a dry
 /// run. Reading can be done again for a second pass over the same files
 /// (standard input cannot be read twice).
 pub fn read_requests(
     paths: &[PathBuf],
     opts: &Options,
-    mut each: impl FnMut(usize, &rctl_dataplane::Request<'_>),
+    mut each: impl FnMut(usize, &Known, &rctl_dataplane::Request<'_>),
 ) -> Result<(Summary, Vec<Format>), LogError> {
     let files = input::expand(paths).map_err(|e| LogError::Open(paths[0].clone(), e))?;
     let mut sources = Vec::with_capacity(files.len());
@@ -576,9 +577,10 @@ pub fn read_requests(
         s.id = i;
         sources.push(s);
     }
+    let known: Vec<Known> = sources.iter().map(|s| s.format.known.clone()).collect();
     merge(&mut sources, |s, headers| {
         let id = s.id;
-        s.with_request(headers, |req| each(id, req));
+        s.with_request(headers, |req| each(id, &known[id], req));
     });
     let mut summary = Summary::default();
     let mut formats = Vec::with_capacity(sources.len());

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 /// Distinct 64-bit fingerprints, exactly up to [`DISTINCT_MAX`]; past it,
 /// new ones are not counted and the count is a lower bound.
 #[derive(Debug, Clone)]
-pub(super) struct Distinct {
+pub struct Distinct {
     seen: HashSet<u64, FastHash>,
     full: bool,
 }
@@ -40,6 +40,11 @@ impl Distinct {
     /// Distinct values counted.
     pub fn len(&self) -> u64 {
         self.seen.len() as u64
+    }
+
+    /// Whether none was counted.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
     }
 
     /// Whether [`Distinct::len`] is exact.

@@ -13,7 +13,7 @@ mod report;
 mod requests;
 mod series;
 
-pub use affected::browser_like;
+pub use affected::{browser_like, Distinct};
 
 pub use crate::partial::Known;
 use crate::topk::TopK;
@@ -35,6 +35,18 @@ use std::sync::Arc;
 /// Every HTTP request in a capture, in the order the reassembler completes
 /// them (for cross-checks and tools), and the read error if any.
 pub fn requests_in(input: impl Read) -> (Vec<HttpRequest>, Option<CaptureError>) {
+    let mut out = Vec::new();
+    let err = each_request_in(input, |r| out.push(r.clone()));
+    (out, err)
+}
+
+/// Hands each HTTP request of a capture to `each`, in the order the
+/// reassembler completes them, holding only the requests of one frame at
+/// a time; the read error if any (the requests before it were handed).
+pub fn each_request_in(
+    input: impl Read,
+    mut each: impl FnMut(&HttpRequest),
+) -> Option<CaptureError> {
     let mut streams = Streams::new(Limits::default());
     let mut out = Batch::new();
     let result = (|| {
@@ -53,12 +65,16 @@ pub fn requests_in(input: impl Read) -> (Vec<HttpRequest>, Option<CaptureError>)
                         },
                         &mut out,
                     );
+                    if !out.is_empty() {
+                        out.iter().for_each(&mut each);
+                        out.clear();
+                    }
                 }
             }
         }
         Ok(())
     })();
-    (out.into_vec(), result.err())
+    result.err()
 }
 
 /// Requests handed from the packet side to the request side at a time;

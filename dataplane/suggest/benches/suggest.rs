@@ -1,39 +1,64 @@
-//! `rctl suggest`'s analysis against the dry run, on the same capture in
-//! the same run.
+//! `rctl suggest` against `rctl dry-run` on the same input, in the same
+//! run: both are the release binary (`RCTL_BIN`, default
+//! `target/release/rctl`: `cargo build --release -p rctl` first), run as
+//! an operator runs them, three times each, interleaved; each run's wall
+//! time, CPU time (user + system) and peak RSS come from `wait4`.
 //!
-//! `cargo bench -p rctl-suggest --bench suggest` writes (once) a capture
-//! of `RCTL_BENCH_CAPTURE_MB` megabytes (default 256) under the target
-//! directory, then times, three times each and interleaved, the dry run
-//! of it through the shipped rules (`DryRun::replay`) and the suggester
-//! on it with the same rules (read, decide by the existing rules, find,
-//! write and measure the suggestions), and prints the medians, their
-//! ratio and the peak memory.
-//!
-//! With `RCTL_BENCH_INPUT=log`, the input is instead a generated nginx
-//! log of `RCTL_BENCH_LOG_REQUESTS` requests (default 1,000,000; a day of
+//! `RCTL_BENCH_INPUT=log` (the default) generates an nginx log of
+//! `RCTL_BENCH_LOG_REQUESTS` requests (default 10,000,000; a day of
 //! traffic in the format the suggest manual gives: millisecond time,
-//! Host, User-Agent, Accept-Language, Cache-Control), timed the same way
-//! against the dry run of it (`rctl_logs::replay`); the log goes to the
-//! temporary directory and is deleted afterwards. Peak RSS is the
-//! process's (`VmHWM`), so the memory of two sizes is compared by two
-//! runs.
+//! Host, User-Agent, Accept-Language, Cache-Control; browsers with
+//! Accept-Language on many addresses, a python-requests swarm on
+//! /sparql, one heavy address) into the temporary directory, deleted
+//! afterwards. `RCTL_BENCH_INPUT=capture` uses the generated capture of
+//! `RCTL_BENCH_CAPTURE_MB` megabytes (default 256) instead.
+//!
+//! Both get the shipped rules; suggest's output goes to a file in the
+//! temporary directory.
 
-use rctl_dataplane::dryrun::{requests_in, DryRun};
-use rctl_suggest::Obs;
 use rctl_testkit::capgen;
-use std::path::Path;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-fn peak_rss_mb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        / 1024
+/// One run's figures.
+struct Run {
+    wall_s: f64,
+    cpu_s: f64,
+    max_rss_mb: f64,
+}
+
+/// Runs `cmd` to its end; its figures, from `wait4`.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also gives its rusage"
+)]
+fn measure(cmd: &mut Command) -> Run {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // A process group of its own: nothing else is waited for.
+    cmd.process_group(0);
+    let t = Instant::now();
+    let child = cmd.spawn().expect("the rctl binary runs");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it for our child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our child, status and ru are valid out-pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4");
+    let wall_s = t.elapsed().as_secs_f64();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{cmd:?} failed ({status})"
+    );
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    Run {
+        wall_s,
+        cpu_s: secs(ru.ru_utime) + secs(ru.ru_stime),
+        max_rss_mb: ru.ru_maxrss as f64 / 1024.0,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -97,127 +122,97 @@ fn generate_log(path: &Path, n: u64) {
     w.flush().unwrap();
 }
 
-/// The log mode: the dry run and the suggester on the same nginx log.
-fn on_log(ruleset: &rctl_compiler::ir::Ruleset) {
-    let n: u64 = std::env::var("RCTL_BENCH_LOG_REQUESTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let path = std::env::temp_dir().join(format!("rctl-suggest-bench-{}.log", std::process::id()));
-    generate_log(&path, n);
-    let opts = rctl_logs::Options {
-        format: Some(
-            "nginx:$msec $remote_addr \"$host\" \"$request\" $status \"$http_user_agent\" \"$http_accept_language\" \"$http_cache_control\""
-                .into(),
-        ),
-        ..Default::default()
-    };
-    let paths = [path.clone()];
-    let keep = rctl_suggest::headers_read(Some(ruleset));
-    let (mut dry, mut sug) = (Vec::new(), Vec::new());
-    let mut found = 0;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let mut run = DryRun::new(ruleset.clone(), None).unwrap();
-        rctl_logs::replay(&mut run, &paths, &opts).unwrap();
-        std::hint::black_box(run.finish());
-        dry.push(t.elapsed().as_secs_f64());
-
-        let t = Instant::now();
-        let mut traffic = Vec::new();
-        let (_, formats) = rctl_logs::read_requests(&paths, &opts, |i, req| {
-            traffic.push(Obs::from_request(i as u32, req, Some(&keep)));
-        })
-        .unwrap();
-        traffic.sort_by_key(|r| r.time_ns);
-        let inputs: Vec<_> = formats.into_iter().map(|f| f.known).collect();
-        let seen = rctl_suggest::existing(Some(ruleset.clone()), &traffic, &inputs).unwrap();
-        let no = |_| false;
-        let findings = rctl_suggest::find(&traffic, &seen, &no, &Default::default());
-        let names: Vec<String> = (1..=findings.len())
-            .map(|i| format!("suggested_{i}"))
-            .collect();
-        let effects =
-            rctl_suggest::measure(ruleset.clone(), &traffic, &inputs, &names, &no).unwrap();
-        std::hint::black_box(&effects);
-        sug.push(t.elapsed().as_secs_f64());
-        found = findings.len();
-    }
-    let _ = std::fs::remove_file(&path);
-    print_figures(&format!("log: {n} requests"), n as usize, found, dry, sug);
-}
+const NGINX: &str = "nginx:$msec $remote_addr \"$host\" \"$request\" $status \"$http_user_agent\" \"$http_accept_language\" \"$http_cache_control\"";
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    if std::env::var("RCTL_BENCH_INPUT").as_deref() == Ok("log") {
-        let rules = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
-        on_log(&rules.ruleset.expect("the shipped rules compile"));
-        return;
-    }
-    let mb: u64 = std::env::var("RCTL_BENCH_CAPTURE_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    let path = capgen::cached(mb);
-    let rules = rctl_compiler::compile_paths(&[root.join("rules")], &Default::default());
-    let ruleset = rules.ruleset.expect("the shipped rules compile");
+    let bin = std::env::var_os("RCTL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/rctl"));
+    assert!(
+        bin.exists(),
+        "{} is missing: cargo build --release -p rctl (or set RCTL_BIN)",
+        bin.display()
+    );
+    let rules = root.join("rules");
+    let tmp = std::env::temp_dir().join(format!("rctl-suggest-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (input, what, generated): (Vec<String>, String, Option<PathBuf>) =
+        if std::env::var("RCTL_BENCH_INPUT").as_deref() == Ok("capture") {
+            let mb: u64 = std::env::var("RCTL_BENCH_CAPTURE_MB")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(256);
+            let path = capgen::cached(mb);
+            (
+                vec!["--pcap".into(), path.display().to_string()],
+                format!("capture of {mb} MB"),
+                None,
+            )
+        } else {
+            let n: u64 = std::env::var("RCTL_BENCH_LOG_REQUESTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10_000_000);
+            let path = tmp.join("access.log");
+            generate_log(&path, n);
+            let mb = std::fs::metadata(&path).unwrap().len() >> 20;
+            (
+                vec![
+                    "--log".into(),
+                    path.display().to_string(),
+                    "--log-format".into(),
+                    NGINX.into(),
+                ],
+                format!("nginx log of {n} requests, {mb} MB"),
+                Some(path),
+            )
+        };
+    let out = tmp.join("suggested.rctl");
     let (mut dry, mut sug) = (Vec::new(), Vec::new());
-    let mut requests = 0;
-    let mut found = 0;
     for _ in 0..3 {
-        let t = Instant::now();
-        let mut run = DryRun::new(ruleset.clone(), None).unwrap();
-        let f = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
-        run.replay("bench", f).unwrap();
-        let report = run.finish();
-        std::hint::black_box(&report);
-        dry.push(t.elapsed().as_secs_f64());
-
-        let t = Instant::now();
-        let f = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
-        let (reqs, err) = requests_in(f);
-        assert!(err.is_none());
-        let keep = rctl_suggest::headers_read(Some(&ruleset));
-        let mut traffic: Vec<Obs> = reqs
-            .iter()
-            .map(|r| Obs::from_http_keeping(r, Some(&keep)))
-            .collect();
-        drop(reqs);
-        traffic.sort_by_key(|r| r.time_ns);
-        let read = t.elapsed();
-        let seen = rctl_suggest::existing(Some(ruleset.clone()), &traffic, &[]).unwrap();
-        let decided = t.elapsed();
-        let no = |_| false;
-        let findings = rctl_suggest::find(&traffic, &seen, &no, &Default::default());
-        let counted = t.elapsed();
-        let names: Vec<String> = (1..=findings.len())
-            .map(|i| format!("suggested_{i}"))
-            .collect();
-        let effects = rctl_suggest::measure(ruleset.clone(), &traffic, &[], &names, &no).unwrap();
-        eprintln!(
-            "read {read:.2?}, decided {decided:.2?}, found {counted:.2?}, measured {:.2?}",
-            t.elapsed()
-        );
-        std::hint::black_box(&effects);
-        sug.push(t.elapsed().as_secs_f64());
-        requests = traffic.len();
-        found = findings.len();
+        dry.push(measure(
+            Command::new(&bin)
+                .arg("dry-run")
+                .arg(&rules)
+                .args(&input)
+                .args(["--format", "json"]),
+        ));
+        sug.push(measure(
+            Command::new(&bin)
+                .arg("suggest")
+                .arg(&rules)
+                .args(&input)
+                .args(["--format", "json", "-o"])
+                .arg(&out),
+        ));
     }
-    let what = format!("capture: {mb} MB, {requests} requests");
-    print_figures(&what, requests, found, dry, sug);
-}
-
-/// Prints the medians of the runs, their ratio and the peak memory.
-fn print_figures(what: &str, requests: usize, found: usize, dry: Vec<f64>, sug: Vec<f64>) {
-    let (d, s) = (median(dry), median(sug));
+    let found = std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .matches("\nrule ")
+        .count();
+    if let Some(p) = generated {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    let fig = |v: &[Run]| {
+        (
+            median(v.iter().map(|r| r.wall_s).collect()),
+            median(v.iter().map(|r| r.cpu_s).collect()),
+            v.iter().map(|r| r.max_rss_mb).fold(0.0, f64::max),
+        )
+    };
+    let (dw, dc, dm) = fig(&dry);
+    let (sw, sc, sm) = fig(&sug);
     println!(
-        "{what}; findings: {found}\n\
-         dry run:  {d:.2} s ({:.0} requests/s)\n\
-         suggest:  {s:.2} s ({:.0} requests/s)\n\
-         ratio suggest/dry-run: {:.2}x\npeak RSS: {} MB",
-        requests as f64 / d,
-        requests as f64 / s,
-        s / d,
-        peak_rss_mb()
+        "{what}; rules suggested: {found}\n\
+         | | wall (median) | CPU (median) | peak RSS (max) |\n\
+         |---|---|---|---|\n\
+         | `rctl dry-run` (the baseline) | {dw:.2} s | {dc:.2} s | {dm:.0} MB |\n\
+         | `rctl suggest` | {sw:.2} s | {sc:.2} s | {sm:.0} MB |\n\
+         | ratio | **{:.2}×** | **{:.2}×** | {:.2}× |",
+        sw / dw,
+        sc / dc,
+        sm / dm
     );
 }

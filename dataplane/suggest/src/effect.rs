@@ -1,15 +1,22 @@
 //! A suggestion's effect, measured by replaying the traffic through the
-//! merged ruleset: the requests and clients it would limit, and of those
-//! the ones that look legitimate or are trusted (its collateral).
+//! merged ruleset (the existing rules and the suggestions, in shadow):
+//! the requests and clients it would limit, and of those the ones that
+//! look legitimate or are trusted (its collateral). The same pass counts
+//! each offender's requests exactly and keeps, for the test blocks, its
+//! first request and a normal client's.
 
-use crate::obs::Obs;
-use crate::Inputs;
+use crate::bounded::{ByFingerprint, Fingerprints};
+use crate::count::Counts;
+use crate::find::{Finding, Members};
+use crate::keys::{network, template_into};
+use crate::obs::{header, looks_legitimate, path, Obs};
+use crate::Judge;
 use rctl_compiler::ir::Ruleset;
-use rctl_dataplane::partial::{Judged, PartialTrace};
-use rctl_dataplane::{Engine, EngineConfig, EngineError, Verdict};
+use rctl_dataplane::dryrun::Distinct;
+use rctl_dataplane::partial::{Judged, Known};
+use rctl_dataplane::{EngineError, Request, Verdict};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 
 /// What one rule would do to the traffic.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -25,68 +32,220 @@ pub struct Effect {
     pub collateral_clients: u64,
 }
 
-/// Replays `traffic` (in time order) through `ruleset` and measures the
-/// rules named in `rules`, enforced or in shadow (what they would do);
-/// `inputs`: the fields each input carries (a request whose verdict a
-/// missing field leaves unknown counts only the shadow rules decided
-/// before it, as in `rctl dry-run`).
-pub fn measure(
-    ruleset: Ruleset,
-    traffic: &[Obs],
-    inputs: &Inputs,
-    rules: &[String],
-    trusted: &dyn Fn(IpAddr) -> bool,
-) -> Result<BTreeMap<String, Effect>, EngineError> {
-    let engine = Engine::new(ruleset, &EngineConfig::default())?;
-    let blinds = crate::blinds(&engine, inputs);
-    let mut trace = PartialTrace::default();
-    let index: BTreeMap<usize, &String> = engine
-        .ruleset()
-        .rules
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| rules.contains(&r.name))
-        .map(|(i, r)| (i, &r.name))
-        .collect();
-    let mut seen: BTreeMap<&String, (Effect, BTreeSet<IpAddr>, BTreeSet<IpAddr>)> = BTreeMap::new();
-    let limits = |v: &Verdict| matches!(v, Verdict::Throttle { .. } | Verdict::Deny { .. });
-    let mut scratch = engine.scratch();
-    for r in traffic {
-        let (logged, verdict) = match crate::judge(&engine, &blinds, r, &mut scratch, &mut trace) {
+/// A finding, measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// The rule's name.
+    pub name: String,
+    /// The finding, with its requests counted and its samples.
+    pub finding: Finding,
+    /// Its effect.
+    pub effect: Effect,
+}
+
+struct Tally {
+    effect: Effect,
+    clients: Distinct,
+    collateral: Distinct,
+}
+
+/// The measuring pass.
+pub struct Measure {
+    judge: Judge,
+    fp: Fingerprints,
+    keep: Vec<String>,
+    /// Rule index in the merged ruleset -> finding.
+    rules: BTreeMap<usize, usize>,
+    names: Vec<String>,
+    findings: Vec<Finding>,
+    tallies: Vec<Tally>,
+    by_path: ByFingerprint<usize>,
+    by_parent: ByFingerprint<Vec<usize>>,
+    by_endpoint: ByFingerprint<Vec<usize>>,
+    host: Vec<u8>,
+    template: Vec<u8>,
+}
+
+impl Measure {
+    /// Measures `findings`, called `names`, on `merged` (the existing
+    /// rules and the suggestions); `counts`: what found them; samples
+    /// keep the headers `keep` names (see [`crate::headers_read`]).
+    pub fn new(
+        merged: Ruleset,
+        findings: Vec<Finding>,
+        names: Vec<String>,
+        counts: &Counts,
+        keep: Vec<String>,
+    ) -> Result<Measure, EngineError> {
+        let judge = Judge::new(merged)?;
+        let rules = judge
+            .engine()
+            .ruleset()
+            .rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| names.iter().position(|n| *n == r.name).map(|f| (i, f)))
+            .collect();
+        let mut m = Measure {
+            judge,
+            fp: counts.fp.clone(),
+            keep,
+            rules,
+            tallies: (0..findings.len())
+                .map(|_| Tally {
+                    effect: Effect::default(),
+                    clients: Distinct::default(),
+                    collateral: Distinct::default(),
+                })
+                .collect(),
+            names,
+            findings: Vec::new(),
+            by_path: ByFingerprint::default(),
+            by_parent: ByFingerprint::default(),
+            by_endpoint: ByFingerprint::default(),
+            host: Vec::new(),
+            template: Vec::new(),
+        };
+        for (i, f) in findings.iter().enumerate() {
+            match &f.members {
+                Members::Loop { path, parent } => {
+                    m.by_path.insert(*path, i);
+                    m.by_parent.entry(*parent).or_default().push(i);
+                }
+                Members::Ips(ep, _) | Members::Prefixes(ep, _) | Members::Agent(ep, _) => {
+                    m.by_endpoint.entry(*ep).or_default().push(i);
+                }
+            }
+        }
+        m.findings = findings
+            .into_iter()
+            .map(|f| Finding {
+                requests: 0,
+                offender: None,
+                normal: None,
+                ..f
+            })
+            .collect();
+        Ok(m)
+    }
+
+    /// Replays `r` (of input `input`, carrying `known`), `trusted` if its
+    /// address is in a `--trusted` block.
+    pub fn request(&mut self, input: u32, known: &Known, r: &Request<'_>, trusted: bool) {
+        let (logged, verdict) = match self.judge.judge(input, known, r) {
             Judged::Decided(d) => (d.logged, Some(d.verdict)),
             Judged::Unknown { logged, .. } => (logged, None),
-            Judged::Stopped(_) => continue,
+            Judged::Stopped(_) => return,
         };
+        let limits = |v: &Verdict| matches!(v, Verdict::Throttle { .. } | Verdict::Deny { .. });
         let mut hit: Vec<usize> = logged
             .iter()
             .filter(|(_, v)| limits(v))
             .map(|(i, _)| *i)
             .collect();
-        if let Some(v) = verdict.filter(|v| limits(v)) {
+        if let Some(v) = verdict.as_ref().filter(|v| limits(v)) {
             hit.extend(v.rule());
         }
+        let mut legit = None;
+        let ip = match r.ip {
+            std::net::IpAddr::V4(a) => self.fp.of(&[&a.octets()]),
+            std::net::IpAddr::V6(a) => self.fp.of(&[&a.octets()]),
+        };
         for i in hit {
-            let Some(name) = index.get(&i) else { continue };
-            let (e, clients, collateral) = seen.entry(name).or_default();
-            e.requests_limited += 1;
-            clients.insert(r.ip);
-            if r.looks_legitimate() || trusted(r.ip) {
-                e.collateral_requests += 1;
-                collateral.insert(r.ip);
+            let Some(&f) = self.rules.get(&i) else {
+                continue;
+            };
+            let t = &mut self.tallies[f];
+            t.effect.requests_limited += 1;
+            t.clients.add(ip);
+            if *legit.get_or_insert_with(|| looks_legitimate(r) || trusted) {
+                t.effect.collateral_requests += 1;
+                t.collateral.add(ip);
+            }
+        }
+        if matches!(verdict, Some(Verdict::Pass)) && !trusted && r.target.starts_with(b"/") {
+            self.member(input, r);
+        }
+    }
+
+    /// Counts `r` (which a new rule may limit) to the finding it is an
+    /// offender's request of, and keeps the samples.
+    fn member(&mut self, input: u32, r: &Request<'_>) {
+        self.host.clear();
+        self.host.extend(r.host.iter().map(u8::to_ascii_lowercase));
+        let p = path(r);
+        if !r.host.is_empty() {
+            let key = self.fp.of(&[&self.host, p]);
+            if let Some(&i) = self.by_path.get(&key) {
+                let f = &mut self.findings[i];
+                f.requests += 1;
+                if f.offender.is_none() {
+                    f.offender = Some(Obs::from_request(input, r, Some(&self.keep)));
+                }
+                return;
+            }
+            if let Some(cut) = p.iter().rposition(|&b| b == b'/') {
+                let parent = self.fp.of(&[&self.host, &p[..=cut]]);
+                if let Some(loops) = self.by_parent.get(&parent) {
+                    for &i in loops {
+                        let f = &mut self.findings[i];
+                        if f.normal.is_none() {
+                            f.normal = Some(Obs::from_request(input, r, Some(&self.keep)));
+                        }
+                    }
+                }
+            }
+        }
+        self.template.clear();
+        template_into(p, &mut self.template);
+        let ep = self.fp.of(&[&self.host, &self.template]);
+        let Some(list) = self.by_endpoint.get(&ep) else {
+            return;
+        };
+        let ua = header(r, "user-agent").unwrap_or_default();
+        let net = network(r.ip);
+        let mut counted = false;
+        for &i in list {
+            let f = &mut self.findings[i];
+            let mine = match &f.members {
+                Members::Ips(_, ips) => ips.contains(&r.ip),
+                Members::Prefixes(_, nets) => nets.contains(&net),
+                Members::Agent(_, a) => a.as_slice() == ua,
+                Members::Loop { .. } => false,
+            };
+            if mine && !counted {
+                counted = true;
+                f.requests += 1;
+                if f.offender.is_none() {
+                    f.offender = Some(Obs::from_request(input, r, Some(&self.keep)));
+                }
+            }
+            let normal = match (&f.members, f.normal_key) {
+                (Members::Prefixes(..), Some(k)) => net == k,
+                (_, Some(k)) => r.ip == k,
+                (_, None) => false,
+            };
+            if normal && f.normal.is_none() {
+                f.normal = Some(Obs::from_request(input, r, Some(&self.keep)));
             }
         }
     }
-    Ok(rules
-        .iter()
-        .map(|name| {
-            let e = seen
-                .remove(name)
-                .map_or_else(Effect::default, |(mut e, c, k)| {
-                    e.clients_limited = c.len() as u64;
-                    e.collateral_clients = k.len() as u64;
-                    e
-                });
-            (name.clone(), e)
-        })
-        .collect())
+
+    /// Each finding, measured, in the order given.
+    pub fn finish(self) -> Vec<Measured> {
+        self.findings
+            .into_iter()
+            .zip(self.tallies)
+            .zip(self.names)
+            .map(|((finding, t), name)| Measured {
+                name,
+                finding,
+                effect: Effect {
+                    clients_limited: t.clients.len(),
+                    collateral_clients: t.collateral.len(),
+                    ..t.effect
+                },
+            })
+            .collect()
+    }
 }

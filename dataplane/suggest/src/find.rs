@@ -3,24 +3,11 @@
 //! and by one path re-requested among its siblings; each against how the
 //! normal clients of the same endpoint behave.
 
-use crate::keys::{network, path_template, prefix, ua_family, ua_prefix};
+use crate::count::{AgentCount, ClientCount, Counts};
+use crate::keys::{network, prefix, ua_family, ua_prefix};
 use crate::obs::Obs;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-
-/// What the existing ruleset did to a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Existing {
-    /// Passed: a new rule may limit it.
-    Pass,
-    /// Exempted by an `allow` rule: a new rule never sees it.
-    Allowed,
-    /// Already denied, throttled or dropped: already covered.
-    Limited,
-    /// Not known: an existing rule reads a field the input lacks (a
-    /// header a log does not write), so neither counted nor limited.
-    Unknown,
-}
 
 /// The key a suggested throttle counts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,11 +47,45 @@ pub struct Finding {
     pub period_s: u64,
     /// How the limit was derived (the percentile of normal clients).
     pub basis: String,
-    /// The offender's requests (indices into the traffic).
-    pub requests: Vec<usize>,
-    /// Indices of requests of normal clients of the same endpoint (for
-    /// the rule's test block).
-    pub normal: Vec<usize>,
+    /// The offender's requests as counted (at least this many; exactly,
+    /// when the counts are exact).
+    pub counted: u64,
+    /// Which requests are the offender's.
+    pub members: Members,
+    /// A normal client of the endpoint (its address, or its /24 or /48
+    /// for a prefix rule), for the test block.
+    pub normal_key: Option<IpAddr>,
+    /// Measured on the traffic ([`crate::Measure`]): the offender's
+    /// requests, its first one, and a normal client's first one.
+    pub requests: u64,
+    /// The offender's first request.
+    pub offender: Option<Obs>,
+    /// A normal client's first request on the endpoint.
+    pub normal: Option<Obs>,
+}
+
+/// Which requests a finding's offender sent: on its endpoint (a
+/// fingerprint of the host and path template, see [`Counts`]), those of
+/// some addresses, of some /24s or /48s, or of one User-Agent; or the
+/// requests of one path (a loop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Members {
+    /// One path on one host (fingerprint of both), under a parent
+    /// (fingerprint of the host and the parent).
+    Loop {
+        /// The path's key.
+        path: u64,
+        /// Its parent's.
+        parent: u64,
+    },
+    /// The addresses on an endpoint.
+    Ips(u64, BTreeSet<IpAddr>),
+    /// The /24s and /48s on an endpoint (their network addresses), less
+    /// the addresses of an earlier finding.
+    Prefixes(u64, BTreeSet<IpAddr>),
+    /// A User-Agent on an endpoint, less the requests of the endpoint's
+    /// earlier findings.
+    Agent(u64, Vec<u8>),
 }
 
 /// The suggester's knobs.
@@ -101,104 +122,98 @@ pub fn percentile(v: &mut [u64], p: f64) -> u64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
-/// Whether a request counts: the existing rules passed it, it is not
-/// from a trusted address, and its target is a path (origin form: a
-/// rule and a test can name it).
-fn usable(r: &Obs, existing: Existing, trusted: &dyn Fn(IpAddr) -> bool) -> bool {
-    existing == Existing::Pass && !trusted(r.ip) && r.target.starts_with(b"/")
+/// Per scope (an endpoint or a host), its keys' counts.
+type Scoped<'a, V> = HashMap<u64, Vec<(u64, &'a V)>>;
+
+fn scoped<'a>(entries: impl Iterator<Item = (u64, &'a ClientCount)>) -> Scoped<'a, ClientCount> {
+    let mut out: Scoped<'a, ClientCount> = HashMap::new();
+    for (n, c) in entries {
+        out.entry(c.scope).or_default().push((n, c));
+    }
+    out
 }
 
-/// Every finding in `traffic` (in time order), `existing[i]` what the
-/// existing ruleset did to request `i`, `trusted` the addresses never
-/// to limit.
-pub fn find(
-    traffic: &[Obs],
-    existing: &[Existing],
-    trusted: &dyn Fn(IpAddr) -> bool,
-    o: &Options,
-) -> Vec<Finding> {
-    let span_s = match (traffic.first(), traffic.last()) {
-        (Some(a), Some(b)) => b.time_ns.saturating_sub(a.time_ns).div_ceil(1_000_000_000),
-        _ => 0,
-    };
+/// Whether a key looks legitimate: most of its requests do.
+fn legit_key(count: u64, legit: u64) -> bool {
+    legit * 2 > count
+}
+
+/// (clients, their 99th percentile) of the keys that look legitimate.
+fn summary<'a>(keys: impl Iterator<Item = &'a (u64, &'a ClientCount)>) -> (usize, u64) {
+    let mut v: Vec<u64> = keys
+        .filter(|(n, c)| legit_key(*n, c.legit))
+        .map(|(n, _)| *n)
+        .collect();
+    (v.len(), percentile(&mut v, 99.0))
+}
+
+/// Every finding in the counted traffic.
+pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
+    let span_s = c
+        .span_ns
+        .map_or(0, |(a, b)| b.saturating_sub(a).div_ceil(1_000_000_000));
     // The period: the traffic's span rounded up to whole minutes.
     let period_s = span_s.max(1).div_ceil(60) * 60;
-    let legit: Vec<bool> = traffic.iter().map(Obs::looks_legitimate).collect();
-    let legit = legit.as_slice();
-    // A loop first: its requests are the page's, not its clients'.
-    let loops = rerenders(traffic, existing, trusted, period_s, o);
-    let looped: BTreeSet<usize> = loops
+    let mut out = rerenders(c, period_s, o);
+    let clients = scoped(c.clients.iter().map(|(_, e)| (e.count, &e.value)));
+    let networks = scoped(c.networks.iter().map(|(_, e)| (e.count, &e.value)));
+    let hosts = scoped(c.host_clients.iter().map(|(_, e)| (e.count, &e.value)));
+    let all: Vec<(u64, &ClientCount)> = c
+        .all_clients
         .iter()
-        .flat_map(|f| f.requests.iter().copied())
+        .map(|(_, e)| (e.count, &e.value))
         .collect();
-    // Hashed while counting (one lookup a request), ordered after.
-    let mut hashed: HashMap<(String, String), Vec<usize>> = HashMap::new();
-    for (i, r) in traffic.iter().enumerate() {
-        if !usable(r, existing[i], trusted) || looped.contains(&i) {
-            continue;
-        }
-        let host = String::from_utf8_lossy(&r.host).to_lowercase();
-        hashed
-            .entry((host, path_template(r.path())))
+    let mut agents: Scoped<'_, AgentCount> = HashMap::new();
+    for (_, e) in c.agents.iter() {
+        agents
+            .entry(e.value.scope)
             .or_default()
-            .push(i);
+            .push((e.count, &e.value));
     }
-    let endpoints: BTreeMap<(String, String), Vec<usize>> = hashed.into_iter().collect();
-    // Baselines where an endpoint has too few normal clients of its
-    // own: the legitimate-looking clients of its host, then of all hosts.
-    let mut per_host: BTreeMap<&str, BTreeMap<IpAddr, Vec<usize>>> = BTreeMap::new();
-    let mut everywhere: BTreeMap<IpAddr, Vec<usize>> = BTreeMap::new();
-    for ((host, _), reqs) in &endpoints {
-        for &i in reqs {
-            let ip = traffic[i].ip;
-            per_host
-                .entry(host)
-                .or_default()
-                .entry(ip)
-                .or_default()
-                .push(i);
-            everywhere.entry(ip).or_default().push(i);
-        }
-    }
-    let legit_counts = |by: &BTreeMap<IpAddr, Vec<usize>>| -> Vec<u64> {
-        by.values()
-            .filter(|v| v.iter().filter(|&&i| legit[i]).count() * 2 > v.len())
-            .map(|v| v.len() as u64)
-            .collect()
+    let global = summary(all.iter());
+    let host_summary: HashMap<u64, (usize, u64)> =
+        hosts.iter().map(|(h, v)| (*h, summary(v.iter()))).collect();
+    let floors = Floors {
+        clients: c.clients.floor(),
+        agents: c.agents.floor(),
     };
-    // (clients, their 99th percentile), computed once.
-    let summary = |mut v: Vec<u64>| (v.len(), percentile(&mut v, 99.0));
-    let global = summary(legit_counts(&everywhere));
-    let hosts: BTreeMap<&str, (usize, u64)> = per_host
+    let mut endpoints: Vec<(&u64, &crate::bounded::Counted<crate::count::EndpointCount>)> = c
+        .endpoints
         .iter()
-        .map(|(h, by)| (*h, summary(legit_counts(by))))
+        .filter(|(_, e)| e.count >= o.min_requests)
         .collect();
-    let mut out = loops;
-    for ((host, path), reqs) in &endpoints {
-        let e = Endpoint {
-            traffic,
-            host,
-            path,
-            reqs,
+    endpoints.sort_by(|a, b| {
+        (&a.1.value.host, &a.1.value.template).cmp(&(&b.1.value.host, &b.1.value.template))
+    });
+    let none = Vec::new();
+    for (&ep, e) in endpoints {
+        let end = Endpoint {
+            ep,
+            host: &e.value.host,
+            path: &e.value.template,
+            total: e.count,
             period_s,
             o,
-            legit,
+            clients: clients.get(&ep).unwrap_or(&none),
             baselines: [
                 (
                     "of its host",
-                    hosts.get(host.as_str()).copied().unwrap_or((0, 0)),
+                    host_summary
+                        .get(&e.value.host_fp)
+                        .copied()
+                        .unwrap_or((0, 0)),
                 ),
                 ("of all hosts", global),
             ],
+            floors,
         };
-        let mut caught = BTreeSet::new();
-        for key in [Key::Ip, Key::Prefix] {
-            for f in e.by_key(key, &caught) {
-                caught.extend(f.requests.iter().copied());
-                out.push(f);
-            }
-        }
-        out.extend(e.swarms(&caught));
+        let (ips, caught_ips) = end.by_ip();
+        out.extend(ips);
+        let nets = networks.get(&ep).unwrap_or(&none);
+        let (prefixes, caught_nets) = end.by_prefix(nets, &caught_ips);
+        out.extend(prefixes);
+        let agents = agents.get(&ep).map_or(&[][..], Vec::as_slice);
+        out.extend(end.swarms(agents, &caught_ips, &caught_nets));
     }
     // Counted over the traffic's span, limited per period: a client's
     // rate is kept, so a short capture does not make a tight limit.
@@ -215,96 +230,150 @@ pub fn find(
     out
 }
 
+/// The most a count can overestimate in the tables a finding reads.
+#[derive(Clone, Copy)]
+struct Floors {
+    clients: u64,
+    agents: u64,
+}
+
 struct Endpoint<'a> {
-    traffic: &'a [Obs],
+    ep: u64,
     host: &'a str,
     path: &'a str,
-    reqs: &'a [usize],
+    total: u64,
     period_s: u64,
     o: &'a Options,
+    /// The endpoint's addresses.
+    clients: &'a [(u64, &'a ClientCount)],
     /// Per-client counts of legitimate-looking clients, wider than the
     /// endpoint, with what they are.
     baselines: [(&'static str, (usize, u64)); 2],
-    /// Whether each request of the traffic looks legitimate.
-    legit: &'a [bool],
+    floors: Floors,
 }
 
 impl Endpoint<'_> {
-    /// Clients that look legitimate (most of their requests do): the
-    /// normal behaviour. With fewer than three, every client.
-    fn normal<K: Ord + Clone>(
-        &self,
-        key: impl Fn(&Obs) -> K,
-    ) -> (BTreeMap<K, Vec<usize>>, BTreeSet<K>) {
-        let mut by: BTreeMap<K, Vec<usize>> = BTreeMap::new();
-        for &i in self.reqs {
-            by.entry(key(&self.traffic[i])).or_default().push(i);
-        }
-        let legit: BTreeSet<K> = by
+    /// The first legitimate-looking client, by address (a normal
+    /// request for a test block).
+    fn normal_ip(&self) -> Option<IpAddr> {
+        self.clients
             .iter()
-            .filter(|(_, v)| v.iter().filter(|&&i| self.legit[i]).count() * 2 > v.len())
-            .map(|(k, _)| k.clone())
-            .collect();
-        (by, legit)
+            .filter(|(n, c)| legit_key(*n, c.legit))
+            .map(|(_, c)| c.ip)
+            .min()
     }
 
-    /// Heavy addresses, or prefixes heavy without one heavy address
-    /// (requests in `caught` are already another finding's).
-    fn by_key(&self, key: Key, caught: &BTreeSet<usize>) -> Vec<Finding> {
-        let k = |r: &Obs| match key {
-            Key::Prefix => network(r.ip),
-            _ => r.ip,
-        };
-        let (mut by, legit) = self.normal(k);
-        for v in by.values_mut() {
-            v.retain(|i| !caught.contains(i));
-        }
-        let (limit, basis) = limit_of(&by, &legit, &self.baselines);
-        let total = self.reqs.len() as u64;
-        // One rule limits every heavy key of the endpoint.
-        let mut heavy: Vec<(&IpAddr, usize)> = Vec::new();
-        let mut requests = Vec::new();
-        for (name, reqs) in &by {
-            let n = reqs.len() as u64;
-            if legit.contains(name) || !self.heavy(n, total, limit) {
-                continue;
-            }
-            // A prefix whose one address is heavy is that address's.
-            if key == Key::Prefix {
-                let ips: BTreeSet<IpAddr> = reqs.iter().map(|&i| self.traffic[i].ip).collect();
-                if ips.len() < 2 {
-                    continue;
-                }
-            }
-            heavy.push((name, reqs.len()));
-            requests.extend(reqs.iter().copied());
-        }
+    /// Heavy addresses: one rule limits them all; and the addresses
+    /// caught.
+    fn by_ip(&self) -> (Option<Finding>, BTreeSet<IpAddr>) {
+        let keys: Vec<(IpAddr, u64, bool)> = self
+            .clients
+            .iter()
+            .map(|(n, c)| (c.ip, *n, legit_key(*n, c.legit)))
+            .collect();
+        let (limit, basis) = limit_of(&keys, &self.baselines);
+        let mut heavy: Vec<(IpAddr, u64)> = keys
+            .iter()
+            .filter(|(_, n, legit)| {
+                !legit && self.heavy(n.saturating_sub(self.floors.clients), limit)
+            })
+            .map(|(ip, n, _)| (*ip, *n))
+            .collect();
         if heavy.is_empty() {
-            return Vec::new();
+            return (None, BTreeSet::new());
         }
-        requests.sort_unstable();
-        heavy.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        let caught: BTreeSet<IpAddr> = heavy.iter().map(|(ip, _)| *ip).collect();
+        let f = self.named(Key::Ip, &mut heavy, limit, basis, |ip| ip.to_string());
+        let f = Finding {
+            members: Members::Ips(self.ep, caught.clone()),
+            normal_key: self.normal_ip(),
+            ..f
+        };
+        (Some(f), caught)
+    }
+
+    /// Heavy /24s and /48s without one heavy address (the requests of
+    /// the `caught` addresses are another finding's); and those caught.
+    fn by_prefix(
+        &self,
+        nets: &[(u64, &ClientCount)],
+        caught: &BTreeSet<IpAddr>,
+    ) -> (Option<Finding>, BTreeSet<IpAddr>) {
+        // The caught addresses' requests, per network.
+        let mut taken: HashMap<IpAddr, (u64, u64)> = HashMap::new();
+        for (n, c) in self.clients {
+            if caught.contains(&c.ip) {
+                let t = taken.entry(network(c.ip)).or_default();
+                t.0 += n;
+                t.1 += c.legit;
+            }
+        }
+        let keys: Vec<(IpAddr, u64, bool, usize)> = nets
+            .iter()
+            .map(|(n, c)| {
+                let (tn, _) = taken.get(&c.ip).copied().unwrap_or_default();
+                let left = c.ips.iter().filter(|ip| !caught.contains(ip)).count();
+                let ips = if c.more { left.max(2) } else { left };
+                (c.ip, n.saturating_sub(tn), legit_key(*n, c.legit), ips)
+            })
+            .collect();
+        let plain: Vec<(IpAddr, u64, bool)> = keys.iter().map(|&(k, n, l, _)| (k, n, l)).collect();
+        let (limit, basis) = limit_of(&plain, &self.baselines);
+        let mut heavy: Vec<(IpAddr, u64)> = keys
+            .iter()
+            .filter(|(_, n, legit, ips)| {
+                // A prefix whose one address is heavy is that address's.
+                !legit && *ips >= 2 && self.heavy(n.saturating_sub(self.floors.clients), limit)
+            })
+            .map(|(k, n, _, _)| (*k, *n))
+            .collect();
+        if heavy.is_empty() {
+            return (None, BTreeSet::new());
+        }
+        let nets: BTreeSet<IpAddr> = heavy.iter().map(|(k, _)| *k).collect();
+        let f = self.named(Key::Prefix, &mut heavy, limit, basis, prefix);
+        let normal = keys
+            .iter()
+            .filter(|(_, _, legit, _)| *legit)
+            .map(|(k, ..)| *k)
+            .min();
+        let f = Finding {
+            members: Members::Prefixes(self.ep, nets.clone()),
+            normal_key: normal,
+            ..f
+        };
+        (Some(f), nets)
+    }
+
+    /// The finding limiting `heavy` (keys and counts), named.
+    fn named(
+        &self,
+        key: Key,
+        heavy: &mut [(IpAddr, u64)],
+        limit: u64,
+        basis: String,
+        show: impl Fn(IpAddr) -> String,
+    ) -> Finding {
+        heavy.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let requests: u64 = heavy.iter().map(|(_, n)| n).sum();
         let what = if key == Key::Ip { "address" } else { "prefix" };
         let named: Vec<String> = heavy
             .iter()
             .take(5)
-            .map(|(k, n)| match key {
-                Key::Prefix => format!("{} ({n})", prefix(**k)),
-                _ => format!("{k} ({n})"),
-            })
+            .map(|(k, n)| format!("{} ({n})", show(*k)))
             .collect();
         let more = if heavy.len() > 5 {
             format!(" and {} more", heavy.len() - 5)
         } else {
             String::new()
         };
-        vec![self.finding(
+        self.finding(
             format!(
-                "{} {what}{} {}{more}: {} of the {total} requests to {}",
+                "{} {what}{} {}{more}: {requests} of the {} requests to {}",
                 heavy.len(),
                 if heavy.len() == 1 { "" } else { "es" },
                 named.join(", "),
-                requests.len(),
+                self.total,
                 self.endpoint()
             ),
             key,
@@ -312,65 +381,84 @@ impl Endpoint<'_> {
             limit,
             basis,
             requests,
-            &legit_requests(&by, &legit),
-        )]
+        )
     }
 
     /// A User-Agent family (not a browser's) over many addresses, each
-    /// under the per-address limit, together heavy.
-    fn swarms(&self, caught: &BTreeSet<usize>) -> Vec<Finding> {
-        let (by_ua, legit_ua) = self.normal(|r| r.user_agent().to_vec());
-        let (by_ip, legit_ip) = self.normal(|r| r.ip);
-        let (limit, basis) = limit_of(&by_ua, &legit_ua, &self.baselines);
-        let total = self.reqs.len() as u64;
+    /// under the per-address limit, together heavy (the requests of the
+    /// `ips` and `nets` caught are other findings').
+    fn swarms(
+        &self,
+        agents: &[(u64, &AgentCount)],
+        ips: &BTreeSet<IpAddr>,
+        nets: &BTreeSet<IpAddr>,
+    ) -> Vec<Finding> {
+        let keys: Vec<(&[u8], u64, bool)> = agents
+            .iter()
+            .map(|(n, a)| (a.ua.as_slice(), *n, legit_key(*n, a.legit)))
+            .collect();
+        let (limit, basis) = limit_of(&keys, &self.baselines);
+        let mut sorted: Vec<&(u64, &AgentCount)> = agents.iter().collect();
+        sorted.sort_by(|a, b| a.1.ua.cmp(&b.1.ua));
         let mut out = Vec::new();
-        for (ua, reqs) in &by_ua {
-            let family = ua_family(ua);
+        for (n, a) in sorted {
+            let family = ua_family(&a.ua);
             if family.starts_with("browser:") || family == "-" {
                 continue;
             }
-            let reqs: Vec<usize> = reqs
-                .iter()
-                .copied()
-                .filter(|i| !caught.contains(i))
-                .collect();
-            let ips: BTreeSet<IpAddr> = reqs.iter().map(|&i| self.traffic[i].ip).collect();
-            let n = reqs.len() as u64;
-            if ips.len() < self.o.min_swarm || !self.heavy(n, total, limit) {
+            let Some(by_ip) = &a.ips else { continue };
+            let (mut left, mut addresses, mut taken) = (0, 0usize, 0);
+            for (ip, c) in by_ip.values() {
+                if ips.contains(ip) || nets.contains(&network(*ip)) {
+                    taken += c;
+                } else {
+                    left += c;
+                    addresses += 1;
+                }
+            }
+            // Past the addresses held, the count is the User-Agent's,
+            // less what is known to be taken.
+            let n = if a.wide {
+                n.saturating_sub(self.floors.agents).saturating_sub(taken)
+            } else {
+                left
+            };
+            let at_least = if a.wide { "at least " } else { "" };
+            if addresses < self.o.min_swarm || !self.heavy(n, limit) {
                 continue;
             }
-            out.push(self.finding(
+            let f = self.finding(
                 format!(
-                    "User-Agent {} from {} addresses: {n} of the {total} requests to {}",
-                    String::from_utf8_lossy(ua),
-                    ips.len(),
+                    "User-Agent {} from {at_least}{addresses} addresses: {n} of the {} requests to {}",
+                    String::from_utf8_lossy(&a.ua),
+                    self.total,
                     self.endpoint()
                 ),
                 Key::UserAgent,
-                Some(ua_prefix(ua)),
+                Some(ua_prefix(&a.ua)),
                 limit,
                 basis.clone(),
-                reqs,
-                &legit_requests(&by_ip, &legit_ip),
-            ));
+                n,
+            );
+            out.push(Finding {
+                members: Members::Agent(self.ep, a.ua.clone()),
+                normal_key: self.normal_ip(),
+                ..f
+            });
         }
         out
     }
 
-    fn heavy(&self, n: u64, total: u64, limit: u64) -> bool {
+    fn heavy(&self, n: u64, limit: u64) -> bool {
         n >= self.o.min_requests
             && n > self.o.over_limit * limit
-            && n as f64 >= self.o.min_share * total as f64
+            && n as f64 >= self.o.min_share * self.total as f64
     }
 
     fn endpoint(&self) -> String {
         format!("{}{}", self.host, self.path)
     }
 
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "a finding is its endpoint and these six facts"
-    )]
     fn finding(
         &self,
         what: String,
@@ -378,8 +466,7 @@ impl Endpoint<'_> {
         ua_prefix: Option<String>,
         limit: u64,
         basis: String,
-        requests: Vec<usize>,
-        normal: &[usize],
+        counted: u64,
     ) -> Finding {
         Finding {
             what,
@@ -392,26 +479,23 @@ impl Endpoint<'_> {
             limit,
             period_s: self.period_s,
             basis,
-            requests,
-            normal: normal.to_vec(),
+            counted,
+            members: Members::Ips(self.ep, BTreeSet::new()),
+            normal_key: None,
+            requests: 0,
+            offender: None,
+            normal: None,
         }
     }
 }
 
-/// The limit for a key from the normal clients' per-key counts: twice
-/// their 99th percentile (at least 10); with fewer than three keys that
-/// look legitimate, the same of the first baseline with three clients;
-/// else three times the median of all keys.
-fn limit_of<K: Ord>(
-    by: &BTreeMap<K, Vec<usize>>,
-    legit: &BTreeSet<K>,
-    baselines: &[(&str, (usize, u64))],
-) -> (u64, String) {
-    let mut normal: Vec<u64> = by
-        .iter()
-        .filter(|(k, _)| legit.contains(k))
-        .map(|(_, v)| v.len() as u64)
-        .collect();
+/// The limit for a key from the normal clients' per-key counts (`keys`:
+/// each key, its count, whether it looks legitimate): twice their 99th
+/// percentile (at least 10); with fewer than three keys that look
+/// legitimate, the same of the first baseline with three clients; else
+/// three times the median of all keys.
+fn limit_of<K>(keys: &[(K, u64, bool)], baselines: &[(&str, (usize, u64))]) -> (u64, String) {
+    let mut normal: Vec<u64> = keys.iter().filter(|k| k.2).map(|k| k.1).collect();
     let own = (normal.len(), percentile(&mut normal, 99.0));
     for &(what, (n, p)) in std::iter::once(&("of the endpoint", own)).chain(baselines) {
         if n >= 3 {
@@ -423,7 +507,7 @@ fn limit_of<K: Ord>(
             );
         }
     }
-    let mut all: Vec<u64> = by.values().map(|v| v.len() as u64).collect();
+    let mut all: Vec<u64> = keys.iter().map(|k| k.1).collect();
     let n = all.len();
     let m = percentile(&mut all, 50.0);
     (
@@ -432,100 +516,73 @@ fn limit_of<K: Ord>(
     )
 }
 
-fn legit_requests<K: Ord>(by: &BTreeMap<K, Vec<usize>>, legit: &BTreeSet<K>) -> Vec<usize> {
-    by.iter()
-        .filter(|(k, _)| legit.contains(k))
-        .flat_map(|(_, v)| v.iter().copied())
-        .collect()
-}
-
-/// The requests of each path (indices into the traffic).
-type Requests<'a> = HashMap<&'a [u8], Vec<usize>>;
-
-/// One path re-requested far more than its siblings (the same template
-/// parent on the same host), from more than one address: a loop keyed by
-/// what is requested.
-fn rerenders(
-    traffic: &[Obs],
-    existing: &[Existing],
-    trusted: &dyn Fn(IpAddr) -> bool,
-    period_s: u64,
-    o: &Options,
-) -> Vec<Finding> {
-    let mut parents: HashMap<(String, String), Requests<'_>> = HashMap::new();
-    for (i, r) in traffic.iter().enumerate() {
-        // Keyed by host and path: a request without a Host (a log that
-        // does not write it) cannot be counted by one.
-        if !usable(r, existing[i], trusted) || r.host.is_empty() {
-            continue;
-        }
-        let path = r.path();
-        let Some(cut) = path.iter().rposition(|&b| b == b'/') else {
-            continue;
-        };
-        let parent = String::from_utf8_lossy(&path[..=cut]).into_owned();
-        let host = String::from_utf8_lossy(&r.host).to_lowercase();
-        parents
-            .entry((host, parent))
-            .or_default()
-            .entry(path)
-            .or_default()
-            .push(i);
+/// One path re-requested far more than its siblings (the same parent on
+/// the same host), from more than one address: a loop keyed by what is
+/// requested.
+pub(crate) fn rerenders(c: &Counts, period_s: u64, o: &Options) -> Vec<Finding> {
+    let mut parents: HashMap<u64, Vec<(u64, &crate::bounded::Counted<crate::count::PathCount>)>> =
+        HashMap::new();
+    for (k, e) in c.paths.iter() {
+        parents.entry(e.value.parent_fp).or_default().push((*k, e));
     }
-    let mut out = Vec::new();
     let mut parents: Vec<_> = parents.into_iter().collect();
-    parents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    for ((host, parent), paths) in parents {
+    parents.sort_by(|a, b| {
+        let (x, y) = (&a.1[0].1.value, &b.1[0].1.value);
+        (&x.host, &x.parent).cmp(&(&y.host, &y.parent))
+    });
+    let mut out = Vec::new();
+    for (parent_fp, mut paths) in parents {
         if paths.len() < 3 {
             continue;
         }
-        let paths: BTreeMap<&[u8], Vec<usize>> = paths.into_iter().collect();
-        let mut counts: Vec<u64> = paths.values().map(|v| v.len() as u64).collect();
-        let total: u64 = counts.iter().sum();
+        paths.sort_by(|a, b| a.1.value.path.cmp(&b.1.value.path));
+        let total = c.parents.get(parent_fp).map_or(0, |p| p.count);
+        let mut counts: Vec<u64> = paths.iter().map(|(_, e)| e.count).collect();
         let siblings = counts.len();
         // The siblings' 90th percentile, the hot path left out by rank.
         counts.sort_unstable();
-        let p = percentile(&mut counts[..siblings - 1].to_vec(), 90.0);
+        let p = percentile(&mut counts[..siblings - 1], 90.0);
         let limit = (2 * p).max(10);
-        for (path, reqs) in &paths {
-            let n = reqs.len() as u64;
-            let ips: BTreeSet<IpAddr> = reqs.iter().map(|&i| traffic[i].ip).collect();
+        for (key, e) in &paths {
+            let n = e.lower();
+            let v = &e.value;
             if n < o.min_requests
                 || n <= 5 * limit
-                || ips.len() < 2
+                || v.ips.len() < 2
                 || (n as f64) < o.min_share * total as f64
             {
                 continue;
             }
-            let no_cache = reqs.iter().all(|&i| {
-                let r = &traffic[i];
-                r.header("cache-control")
-                    .is_some_and(|v| crate::obs::contains(v, b"no-cache"))
-                    || r.header("pragma") == Some(b"no-cache")
-            });
-            let normal: Vec<usize> = paths
-                .iter()
-                .filter(|(p, _)| *p != path)
-                .flat_map(|(_, v)| v.iter().copied())
-                .collect();
+            let ips = if v.more {
+                format!("more than {}", v.ips.len())
+            } else {
+                v.ips.len().to_string()
+            };
             out.push(Finding {
                 what: format!(
-                    "{host}{}: {n} requests from {} addresses, against at most {p} for 9 in 10 of its {} siblings",
-                    String::from_utf8_lossy(path),
-                    ips.len(),
+                    "{}{}: {n} requests from {ips} addresses, against at most {p} for 9 in 10 of its {} siblings",
+                    v.host,
+                    String::from_utf8_lossy(&v.path),
                     siblings - 1
                 ),
-                host: host.clone(),
-                path: parent.clone(),
+                host: v.host.clone(),
+                path: v.parent.clone(),
                 path_prefix: true,
                 ua_prefix: None,
-                no_cache,
+                no_cache: v.all_no_cache,
                 key: Key::HostPath,
                 limit,
                 period_s,
                 basis: format!("twice the 90th percentile ({p}) of the {} sibling paths", siblings - 1),
-                requests: reqs.clone(),
-                normal,
+                counted: n,
+                members: Members::Loop {
+                    path: *key,
+                    parent: parent_fp,
+                },
+                normal_key: None,
+                requests: 0,
+                offender: None,
+                normal: None,
             });
         }
     }

@@ -43,19 +43,23 @@ pub fn ua_prefix(ua: &[u8]) -> String {
 /// and `/api/rest_v1/page/html/Paris` stay themselves and
 /// `/w/123/edit` is `/w/*/edit`.
 pub fn path_template(path: &[u8]) -> String {
-    let p = String::from_utf8_lossy(path);
-    let mut out = String::with_capacity(p.len());
-    for (i, seg) in p.split('/').enumerate() {
+    let mut out = Vec::with_capacity(path.len());
+    template_into(path, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`path_template`] of `path`, appended to `out` as bytes.
+pub fn template_into(path: &[u8], out: &mut Vec<u8>) {
+    for (i, seg) in path.split(|&b| b == b'/').enumerate() {
         if i > 0 {
-            out.push('/');
+            out.push(b'/');
         }
-        if is_id(seg.as_bytes()) {
-            out.push('*');
+        if is_id(seg) {
+            out.push(b'*');
         } else {
-            out.push_str(seg);
+            out.extend_from_slice(seg);
         }
     }
-    out
 }
 
 /// Whether a path segment is an id: digits with at most two letters

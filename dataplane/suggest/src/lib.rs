@@ -17,82 +17,207 @@
 //! and collateral are measured by replaying the same traffic through the
 //! merged ruleset ([`effect`]).
 
+pub mod bounded;
+pub mod count;
 pub mod effect;
 pub mod find;
 pub mod keys;
 pub mod obs;
 pub mod write;
 
-pub use effect::{measure, Effect};
-pub use find::{find, Existing, Finding, Key, Options};
+#[cfg(test)]
+mod end_to_end;
+
+pub use count::{Bounds, Counts};
+pub use effect::{Effect, Measure, Measured};
+pub use find::{Finding, Key, Members, Options};
 pub use obs::Obs;
 
 use rctl_compiler::ir::cidr::PrefixSet;
 use rctl_compiler::ir::Ruleset;
 use rctl_dataplane::partial::{Blind, Judged, Known, PartialTrace};
-use rctl_dataplane::{Engine, EngineConfig, EngineError, Scratch, Verdict};
+use rctl_dataplane::{Engine, EngineConfig, EngineError, Request, Scratch, Verdict};
 use std::net::IpAddr;
 
-/// The fields each input carries, indexed by [`Obs::input`]: a log
-/// carries what its format writes; an index past the end (a capture)
-/// carries every field.
-pub type Inputs = [Known];
-
-/// Per input of `inputs`, what `engine` cannot evaluate on it, and one
-/// for the inputs past the end (every field known).
-pub(crate) fn blinds(engine: &Engine, inputs: &Inputs) -> Vec<Blind> {
-    inputs
-        .iter()
-        .chain(std::iter::once(&Known::all()))
-        .map(|k| engine.blind(k))
-        .collect()
+/// What the existing ruleset did to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Passed: a new rule may limit it.
+    Pass,
+    /// Exempted by an `allow` rule: a new rule never sees it.
+    Allowed,
+    /// Already denied, throttled or dropped: already covered.
+    Limited,
+    /// Not known: an existing rule reads a field the input lacks (a
+    /// header a log does not write), so neither counted nor limited.
+    Unknown,
 }
 
-/// How `engine` judges `r`, with the fields its input carries: a rule
-/// reading a field the input lacks is evaluated three-valued, as
+/// The input of a request that came from a capture: every field known.
+pub const CAPTURE: u32 = u32::MAX;
+
+/// An engine judging requests with the fields their input carries: a
+/// rule reading a field the input lacks is evaluated three-valued, as
 /// `rctl dry-run` evaluates it, never guessed.
-pub(crate) fn judge(
-    engine: &Engine,
-    blinds: &[Blind],
-    r: &Obs,
-    scratch: &mut Scratch,
-    trace: &mut PartialTrace,
-) -> Judged {
-    let i = (r.input as usize).min(blinds.len().saturating_sub(1));
-    match blinds.get(i) {
-        Some(b) => r.with_request(|q| engine.judge_request(q, b, scratch, trace)),
-        None => Judged::Decided(r.with_request(|q| engine.decide_request_with(q, scratch, None))),
+pub struct Judge {
+    engine: Engine,
+    /// Per input index, what the engine cannot evaluate on it.
+    blinds: Vec<Option<Blind>>,
+    scratch: Scratch,
+    trace: PartialTrace,
+}
+
+impl Judge {
+    /// A judge of `ruleset`.
+    pub fn new(ruleset: Ruleset) -> Result<Judge, EngineError> {
+        let engine = Engine::new(ruleset, &EngineConfig::default())?;
+        let scratch = engine.scratch();
+        Ok(Judge {
+            engine,
+            blinds: Vec::new(),
+            scratch,
+            trace: PartialTrace::default(),
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// How `r`, of input `input` (carrying `known`; [`CAPTURE`]: all),
+    /// is judged.
+    pub fn judge(&mut self, input: u32, known: &Known, r: &Request<'_>) -> Judged {
+        if input == CAPTURE {
+            return Judged::Decided(self.engine.decide_request_with(r, &mut self.scratch, None));
+        }
+        let i = input as usize;
+        if self.blinds.len() <= i {
+            self.blinds.resize_with(i + 1, || None);
+        }
+        let engine = &self.engine;
+        let blind = self.blinds[i].get_or_insert_with(|| engine.blind(known));
+        engine.judge_request(r, blind, &mut self.scratch, &mut self.trace)
+    }
+
+    /// What the ruleset does to `r`, as the suggester counts it.
+    pub fn existing(&mut self, input: u32, known: &Known, r: &Request<'_>) -> Existing {
+        match self.judge(input, known, r) {
+            Judged::Decided(d) => match d.verdict {
+                Verdict::Pass => Existing::Pass,
+                Verdict::Allow { .. } => Existing::Allowed,
+                _ => Existing::Limited,
+            },
+            Judged::Stopped(_) => Existing::Limited,
+            Judged::Unknown { .. } => Existing::Unknown,
+        }
     }
 }
 
-/// What `ruleset` does to each request of `traffic` (in time order);
-/// `inputs`: the fields each input carries.
-pub fn existing(
-    ruleset: Option<Ruleset>,
-    traffic: &[Obs],
-    inputs: &Inputs,
-) -> Result<Vec<Existing>, EngineError> {
-    let Some(rs) = ruleset else {
-        return Ok(vec![Existing::Pass; traffic.len()]);
+/// Traffic that can be read more than once: each pass hands every
+/// request, in order, with its input (an index; [`CAPTURE`] for a
+/// capture's) and the fields that input carries.
+pub trait Traffic {
+    /// Reads the traffic once; an error stops the pass.
+    fn each(&mut self, f: &mut dyn FnMut(u32, &Known, &Request<'_>)) -> Result<(), String>;
+}
+
+/// Requests held in memory, with the fields each input carries
+/// (`inputs[i]` for input `i`; past the end, every field).
+pub struct Recorded<'a> {
+    /// The requests, in order.
+    pub traffic: &'a [Obs],
+    /// The fields per input.
+    pub inputs: &'a [Known],
+}
+
+impl Traffic for Recorded<'_> {
+    fn each(&mut self, f: &mut dyn FnMut(u32, &Known, &Request<'_>)) -> Result<(), String> {
+        let all = Known::all();
+        for o in self.traffic {
+            let known = self.inputs.get(o.input as usize).unwrap_or(&all);
+            o.with_request(|r| f(o.input, known, r));
+        }
+        Ok(())
+    }
+}
+
+/// Why a suggestion could not be made.
+#[derive(Debug)]
+pub enum Error {
+    /// A ruleset the engine refused.
+    Engine(EngineError),
+    /// Reading the traffic failed.
+    Input(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Engine(e) => write!(f, "{e}"),
+            Error::Input(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        Error::Engine(e)
+    }
+}
+
+/// Counts `traffic` after `existing` decided it (`trusted`: the
+/// addresses never to limit): one pass, or two when the first finds a
+/// loop (whose requests the second leaves out of the endpoints).
+pub fn count(
+    traffic: &mut dyn Traffic,
+    existing: Option<&Ruleset>,
+    trusted: &dyn Fn(IpAddr) -> bool,
+    o: &Options,
+    bounds: Bounds,
+) -> Result<Counts, Error> {
+    let mut judge = existing.cloned().map(Judge::new).transpose()?;
+    let mut c = Counts::new(bounds);
+    let seen = |judge: &mut Option<Judge>, i, k: &Known, r: &Request<'_>| {
+        judge
+            .as_mut()
+            .map_or(Existing::Pass, |j| j.existing(i, k, r))
     };
-    let engine = Engine::new(rs, &EngineConfig::default())?;
-    let blinds = blinds(&engine, inputs);
-    let mut scratch = engine.scratch();
-    let mut trace = PartialTrace::default();
-    Ok(traffic
-        .iter()
-        .map(
-            |r| match judge(&engine, &blinds, r, &mut scratch, &mut trace) {
-                Judged::Decided(d) => match d.verdict {
-                    Verdict::Pass => Existing::Pass,
-                    Verdict::Allow { .. } => Existing::Allowed,
-                    _ => Existing::Limited,
-                },
-                Judged::Stopped(_) => Existing::Limited,
-                Judged::Unknown { .. } => Existing::Unknown,
-            },
-        )
-        .collect())
+    traffic
+        .each(&mut |i, k, r| {
+            let e = seen(&mut judge, i, k, r);
+            c.first(r, e, trusted(r.ip), true);
+        })
+        .map_err(Error::Input)?;
+    if c.find_loops(o) {
+        traffic
+            .each(&mut |i, k, r| {
+                let e = seen(&mut judge, i, k, r);
+                c.second(r, e, trusted(r.ip));
+            })
+            .map_err(Error::Input)?;
+    }
+    Ok(c)
+}
+
+/// Measures `findings` (called `names`) on `traffic` through `merged`,
+/// the existing rules with the suggestions, in one more pass.
+pub fn measure(
+    traffic: &mut dyn Traffic,
+    merged: Ruleset,
+    findings: Vec<Finding>,
+    names: Vec<String>,
+    counts: &Counts,
+    keep: Vec<String>,
+    trusted: &dyn Fn(IpAddr) -> bool,
+) -> Result<Vec<Measured>, Error> {
+    let mut m = Measure::new(merged, findings, names, counts, keep)?;
+    traffic
+        .each(&mut |i, k, r| m.request(i, k, r, trusted(r.ip)))
+        .map_err(Error::Input)?;
+    Ok(m.finish())
 }
 
 /// Whether the requests of an input carrying `known` can be told to

@@ -104,19 +104,10 @@ impl Obs {
         }
     }
 
-    /// Whether the request looks like a person's browser: a browser's
-    /// User-Agent and an Accept-Language header. Requests that look so
-    /// and are limited are the collateral a suggestion is judged by.
+    /// Whether the request looks like a person's browser (see
+    /// [`looks_legitimate`]).
     pub fn looks_legitimate(&self) -> bool {
-        let ua = self.user_agent();
-        let browser = ua.starts_with(b"Mozilla/5.0")
-            && [&b"Firefox/"[..], b"Chrome/", b"Safari/", b"Edg/"]
-                .iter()
-                .any(|b| contains(ua, b));
-        browser
-            && self
-                .header("accept-language")
-                .is_some_and(|v| !v.is_empty())
+        self.with_request(looks_legitimate)
     }
 
     /// Calls `f` with the engine's view of this request.
@@ -139,13 +130,67 @@ impl Obs {
     }
 }
 
+/// The first header of `r` called `name` (any case).
+pub fn header<'a>(r: &Request<'a>, name: &str) -> Option<&'a [u8]> {
+    r.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|&(_, v)| v)
+}
+
+/// The path of `r`: its target up to the `?`.
+pub fn path<'a>(r: &Request<'a>) -> &'a [u8] {
+    let t = r.target;
+    t.split(|&b| b == b'?').next().unwrap_or(t)
+}
+
+/// Whether `r` looks like a person's browser: a browser's User-Agent and
+/// an Accept-Language header. Requests that look so and are limited are
+/// the collateral a suggestion is judged by.
+pub fn looks_legitimate(r: &Request<'_>) -> bool {
+    let ua = header(r, "user-agent").unwrap_or_default();
+    let browser = ua.starts_with(b"Mozilla/5.0")
+        && [&b"Firefox/"[..], b"Chrome/", b"Safari/", b"Edg/"]
+            .iter()
+            .any(|b| contains(ua, b));
+    browser && header(r, "accept-language").is_some_and(|v| !v.is_empty())
+}
+
+/// Whether every request of a loop asks past the caches: `no-cache` in
+/// Cache-Control, or Pragma `no-cache`.
+pub fn no_cache(r: &Request<'_>) -> bool {
+    header(r, "cache-control").is_some_and(|v| contains(v, b"no-cache"))
+        || header(r, "pragma") == Some(b"no-cache")
+}
+
+/// Calls `f` with the engine's view of a request of a capture, its
+/// headers listed in `buf` (reused from request to request).
+pub fn with_http<'b, R>(
+    r: &'b HttpRequest,
+    buf: &mut Vec<(&'b [u8], &'b [u8])>,
+    f: impl FnOnce(&Request<'_>) -> R,
+) -> R {
+    buf.clear();
+    buf.extend(r.headers());
+    f(&Request {
+        method: r.method(),
+        host: r.header("host").unwrap_or_default(),
+        target: r.target(),
+        headers: buf,
+        ip: r.client.0,
+        dst: Some(r.server.0),
+        port: r.server.1,
+        time_ns: r.time_ns,
+    })
+}
+
 /// Whether a header called `name` is kept.
 fn kept(keep: Option<&[String]>, name: &[u8]) -> bool {
     keep.is_none_or(|k| k.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)))
 }
 
-/// Whether `needle` occurs in `hay`.
-pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+/// Whether `needle` occurs in `hay` (an empty needle does).
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 

@@ -171,17 +171,18 @@ fn sample(out: &mut String, label: &str, r: &Obs, repeat: u64, period_s: u64) {
 /// The test block for rule `name`: the offender's first request sent past
 /// the limit must be matched (the rule is in shadow, so it logs what it
 /// would limit), a normal client's request must pass, and must not even
-/// match where the rule's conditions set normal clients apart.
-pub fn test_block(f: &Finding, name: &str, traffic: &[Obs]) -> String {
+/// match where the rule's conditions set normal clients apart. None
+/// without an offender's request (a finding not measured).
+pub fn test_block(f: &Finding, name: &str) -> Option<String> {
+    let offender = f.offender.as_ref()?;
     let mut out = format!(
         "test {} {{\n",
         quote(&format!(
             "{name}: the offender is matched, a normal client passes"
         ))
     );
-    let offender = &traffic[f.requests[0]];
     sample(&mut out, "offender", offender, 2 * f.limit + 1, f.period_s);
-    let normal = f.normal.first().map(|&i| &traffic[i]);
+    let normal = f.normal.as_ref();
     if let Some(n) = normal {
         sample(&mut out, "normal", n, 3, f.period_s);
     }
@@ -193,5 +194,5 @@ pub fn test_block(f: &Finding, name: &str, traffic: &[Obs]) -> String {
         }
     }
     out.push_str("}\n");
-    out
+    Some(out)
 }

@@ -1,0 +1,227 @@
+//! Counting per key in bounded memory: a table of at most `capacity`
+//! keys, exact until it is full, then Space-Saving (Metwally et al.
+//! 2005) with evictions in batches.
+//!
+//! When a new key finds the table full, the half of the keys with the
+//! smallest counts is dropped at once (amortised O(1) a request) and the
+//! largest dropped count becomes the table's *floor*: a key counted from
+//! then on starts at the floor, which is also its error bound, because
+//! it may have been counted and dropped before. So a count never
+//! underestimates, and overestimates by at most its `error`: every key
+//! with more than `total / (capacity / 2)` occurrences is kept, and a
+//! decision taken on `count - error` is one the exact count would take
+//! too. The value beside a count (a share that looked legitimate, the
+//! addresses seen) is exact from the time the key took its place.
+//!
+//! Keys are 64-bit fingerprints (SipHash with a key drawn per run, so
+//! a log's author cannot make two keys collide on purpose; by chance,
+//! two of a million keys share one with a probability under 10^-7).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
+/// A hasher for keys that are fingerprints already: it keeps them.
+#[derive(Default)]
+pub struct Fingerprint(u64);
+
+impl Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Maps keyed by a fingerprint.
+pub type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<Fingerprint>>;
+
+/// Makes fingerprints, with a key drawn for this run.
+#[derive(Clone)]
+pub struct Fingerprints(std::collections::hash_map::RandomState);
+
+impl Default for Fingerprints {
+    fn default() -> Self {
+        Fingerprints(std::collections::hash_map::RandomState::new())
+    }
+}
+
+impl Fingerprints {
+    /// A hasher to feed a key's parts to.
+    pub fn hasher(&self) -> impl Hasher {
+        self.0.build_hasher()
+    }
+
+    /// The fingerprint of `parts`, each delimited.
+    pub fn of(&self, parts: &[&[u8]]) -> u64 {
+        let mut h = self.hasher();
+        for p in parts {
+            h.write(p);
+            h.write_u8(0xff);
+        }
+        h.finish()
+    }
+}
+
+/// One key's count.
+#[derive(Debug, Clone)]
+pub struct Counted<V> {
+    /// Occurrences (never fewer than the true number).
+    pub count: u64,
+    /// How much `count` may overestimate.
+    pub error: u64,
+    /// What is kept beside the count.
+    pub value: V,
+}
+
+impl<V> Counted<V> {
+    /// The fewest occurrences the key can have had.
+    pub fn lower(&self) -> u64 {
+        self.count - self.error
+    }
+}
+
+/// A bounded table of counts.
+pub struct Bounded<V> {
+    map: ByFingerprint<Counted<V>>,
+    capacity: usize,
+    floor: u64,
+    total: u64,
+}
+
+impl<V> Bounded<V> {
+    /// A table of at most `capacity` keys (at least 2).
+    pub fn new(capacity: usize) -> Self {
+        Bounded {
+            map: ByFingerprint::default(),
+            capacity: capacity.max(2),
+            floor: 0,
+            total: 0,
+        }
+    }
+
+    /// Counts one occurrence of `key` and returns its entry, made by
+    /// `new` if the key is not held; the caller then updates its value.
+    pub fn add(&mut self, key: u64, new: impl FnOnce() -> V) -> &mut Counted<V> {
+        self.total += 1;
+        if !self.map.contains_key(&key) && self.map.len() >= self.capacity {
+            self.evict();
+        }
+        let floor = self.floor;
+        let e = self.map.entry(key).or_insert_with(|| Counted {
+            count: floor,
+            error: floor,
+            value: new(),
+        });
+        e.count += 1;
+        e
+    }
+
+    /// Drops the half of the keys with the smallest counts.
+    fn evict(&mut self) {
+        let mut counts: Vec<u64> = self.map.values().map(|c| c.count).collect();
+        let mid = counts.len() / 2;
+        let (_, &mut cut, _) = counts.select_nth_unstable(mid);
+        // Keep those above the median; with many ties at it, drop them
+        // all rather than keep more than the capacity.
+        let mut dropped = 0;
+        self.map.retain(|_, c| {
+            let keep = c.count > cut;
+            if !keep {
+                dropped = dropped.max(c.count);
+            }
+            keep
+        });
+        self.floor = self.floor.max(dropped);
+    }
+
+    /// The entry of `key`, if held.
+    pub fn get(&self, key: u64) -> Option<&Counted<V>> {
+        self.map.get(&key)
+    }
+
+    /// The entries held.
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &Counted<V>)> {
+        self.map.iter()
+    }
+
+    /// Occurrences counted, all keys.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Whether every count is exact: no key was ever dropped.
+    pub fn exact(&self) -> bool {
+        self.floor == 0
+    }
+
+    /// The most a key not held can have had, and the error of a key
+    /// taken after the first eviction.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a skewed stream with many more keys than the capacity, every
+    /// key is held or under the floor, and each count held brackets the
+    /// true one; under the capacity, every count is exact.
+    #[test]
+    fn counts_bracket_the_truth_past_the_capacity_and_are_exact_under_it() {
+        let mut truth: HashMap<u64, u64> = HashMap::new();
+        let mut t = Bounded::new(64);
+        let mut exact = Bounded::new(100_000);
+        let mut x: u64 = 7;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // A few heavy keys, a long tail of light ones.
+            let key = if i % 3 == 0 { x % 5 } else { 100 + x % 20_000 };
+            *truth.entry(key).or_default() += 1;
+            t.add(key, || ());
+            exact.add(key, || ());
+        }
+        assert!(!t.exact() && t.len() <= 64);
+        for (k, n) in &truth {
+            match t.get(*k) {
+                Some(c) => assert!(c.lower() <= *n && *n <= c.count, "{k}: {n} vs {c:?}"),
+                None => assert!(*n <= t.floor(), "{k}: {n} dropped over {}", t.floor()),
+            }
+        }
+        for k in 0..5 {
+            assert!(t.get(k).is_some(), "heavy key {k} dropped");
+        }
+        assert!(exact.exact());
+        for (k, n) in &truth {
+            let c = exact.get(*k).unwrap();
+            assert_eq!((c.count, c.error), (*n, 0));
+        }
+        assert_eq!(t.total(), 200_000);
+    }
+
+    #[test]
+    fn fingerprints_delimit_their_parts() {
+        let f = Fingerprints::default();
+        assert_ne!(f.of(&[b"ab", b"c"]), f.of(&[b"a", b"bc"]));
+        assert_eq!(f.of(&[b"ab", b"c"]), f.of(&[b"ab", b"c"]));
+    }
+}

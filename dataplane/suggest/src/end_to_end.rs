@@ -1,0 +1,143 @@
+//! The suggester end to end on generated traffic: bounded counts find
+//! what exact ones find, and the measured pass counts the offenders'
+//! requests exactly.
+
+use crate::{count, find::find, measure, Bounds, Key, Obs, Options, Recorded};
+use std::net::{IpAddr, Ipv4Addr};
+
+fn obs(t_ms: u64, ip: IpAddr, host: &str, target: &str, ua: &str, lang: &str) -> Obs {
+    let mut headers = vec![(b"User-Agent".to_vec(), ua.as_bytes().to_vec())];
+    if !lang.is_empty() {
+        headers.push((b"Accept-Language".to_vec(), lang.as_bytes().to_vec()));
+    }
+    Obs {
+        input: crate::CAPTURE,
+        time_ns: t_ms * 1_000_000,
+        ip,
+        dst: None,
+        port: 443,
+        method: b"GET".to_vec(),
+        host: host.as_bytes().to_vec(),
+        target: target.as_bytes().to_vec(),
+        headers,
+    }
+}
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+
+/// 20,000 readers of as many titles, 300 readers of /sparql (ten
+/// versions of a browser), and a
+/// python-requests swarm of twelve addresses on /sparql, 40 requests
+/// each, over ten minutes.
+fn traffic() -> Vec<Obs> {
+    let mut out = Vec::new();
+    for i in 0..20_000u64 {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x5d00_0000 + i as u32 * 7));
+        out.push(obs(
+            i * 30,
+            ip,
+            "www.wikidata.org",
+            &format!("/wiki/Title_{i}"),
+            FIREFOX,
+            "en",
+        ));
+    }
+    for i in 0..300u64 {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x6d00_0000 + i as u32 * 256));
+        for k in 0..2 {
+            out.push(obs(
+                i * 1_000 + k * 17,
+                ip,
+                "query.wikidata.org",
+                &format!("/sparql?query={i}"),
+                &FIREFOX.replace("128.0", &format!("{}.0", 120 + i % 10)),
+                "de",
+            ));
+        }
+    }
+    for i in 0..480u64 {
+        let ip = IpAddr::V4(Ipv4Addr::new(185, 100 + (i % 12) as u8, 101, 7));
+        out.push(obs(
+            i * 1_250,
+            ip,
+            "query.wikidata.org",
+            &format!("/sparql?query=SELECT%20{i}"),
+            "python-requests/2.31.0",
+            "",
+        ));
+    }
+    out.sort_by_key(|r| r.time_ns);
+    out
+}
+
+/// The findings' keys, endpoints and limits, and the offenders'
+/// requests as measured.
+fn suggest(traffic: &[Obs], bounds: Bounds) -> (bool, Vec<(Key, String, u64, u64)>) {
+    let no = |_| false;
+    let mut rec = Recorded {
+        traffic,
+        inputs: &[],
+    };
+    let o = Options::default();
+    let counts = count(&mut rec, None, &no, &o, bounds).unwrap();
+    assert!(counts.clients.len() <= bounds.clients && counts.agents.len() <= bounds.keys);
+    assert!(counts.endpoints.len() <= bounds.keys && counts.paths.len() <= bounds.keys);
+    let findings = find(&counts, &o);
+    let mut text = String::new();
+    let names: Vec<String> = (0..findings.len()).map(|i| format!("s_{i}")).collect();
+    for (f, n) in findings.iter().zip(&names) {
+        text.push_str(&crate::write::rule(f, n, 1000, "", crate::write::Bucket::Default).unwrap());
+    }
+    let merged = rctl_compiler::compile_str("s.rctl", &text, &Default::default());
+    let measured = measure(
+        &mut rec,
+        merged.ruleset.unwrap(),
+        findings,
+        names,
+        &counts,
+        crate::headers_read(None),
+        &no,
+    )
+    .unwrap();
+    let out = measured
+        .iter()
+        .map(|m| {
+            let f = &m.finding;
+            assert!(f.offender.is_some() && f.requests > 0, "{f:?}");
+            (
+                f.key.clone(),
+                format!("{}{}", f.host, f.path),
+                f.limit,
+                f.requests,
+            )
+        })
+        .collect();
+    (counts.exact(), out)
+}
+
+#[test]
+fn bounded_counts_find_the_swarm_exact_ones_find_and_its_requests_are_counted_exactly() {
+    let t = traffic();
+    let (exact, found) = suggest(&t, Bounds::default());
+    assert!(exact);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (key, endpoint, _, requests) = &found[0];
+    assert_eq!(
+        (key, endpoint.as_str(), *requests),
+        (&Key::UserAgent, "query.wikidata.org/sparql", 480)
+    );
+    // Five times fewer addresses and ten times fewer endpoints held than
+    // the traffic has: light readers are dropped, the swarm is not.
+    let small = Bounds {
+        clients: 4_096,
+        keys: 2_048,
+        ips_per_agent: 64,
+    };
+    let (exact, bounded) = suggest(&t, small);
+    assert!(!exact);
+    assert_eq!(bounded.len(), 1, "{bounded:?}");
+    assert_eq!(
+        (&bounded[0].0, &bounded[0].1, bounded[0].3),
+        (key, endpoint, 480)
+    );
+}
