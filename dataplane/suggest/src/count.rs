@@ -21,6 +21,10 @@ use rctl_dataplane::Request;
 use std::hash::Hasher as _;
 use std::net::IpAddr;
 
+/// Different paths under one parent from which its last segment is a
+/// title (see [`Counts::titled`]).
+pub const TITLES: u64 = 100;
+
 /// How many keys each count holds at most: what bounds the memory.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
@@ -70,6 +74,13 @@ pub struct EndpointCount {
     pub host: String,
     /// The host's fingerprint (its scope in the per-host counts).
     pub host_fp: u64,
+    /// The fingerprint of the host and the path's parent (0 without a
+    /// host): whether its last segment is a title is told by
+    /// [`Counts::titled`].
+    pub parent: u64,
+    /// Whether the template's last segment is the parent's titles
+    /// collapsed (`*`).
+    pub collapsed: bool,
     /// Path template.
     pub template: String,
 }
@@ -90,13 +101,19 @@ pub struct ClientCount {
     pub more: bool,
 }
 
-/// A User-Agent's requests on an endpoint.
+/// A User-Agent family's requests on an endpoint: the User-Agents that
+/// start with the same product token, whatever their versions
+/// ([`crate::keys::family_prefix`]).
 #[derive(Debug, Clone)]
 pub struct AgentCount {
     /// The endpoint's fingerprint.
     pub scope: u64,
-    /// The User-Agent as sent.
+    /// The family's prefix.
     pub ua: Vec<u8>,
+    /// The first User-Agent of it seen.
+    pub first: Vec<u8>,
+    /// Whether others were seen (other versions).
+    pub versions: bool,
     /// Requests that looked legitimate.
     pub legit: u64,
     /// Per address, its requests (not kept for browsers' User-Agents,
@@ -117,7 +134,8 @@ pub struct Counts {
     /// The first and last request's time, nanoseconds.
     pub span_ns: Option<(u64, u64)>,
     pub(crate) paths: Bounded<PathCount>,
-    pub(crate) parents: Bounded<()>,
+    /// Per parent, how many paths under it were first seen.
+    pub(crate) parents: Bounded<u64>,
     /// The loops' paths (fingerprints of host and path), once found.
     pub(crate) looped: ByFingerprint<()>,
     pub(crate) endpoints: Bounded<EndpointCount>,
@@ -200,6 +218,23 @@ impl Counts {
         true
     }
 
+    /// Whether the last segment of paths under `parent` is a title: at
+    /// least [`TITLES`] different paths were asked for under it, so
+    /// each is counted under the parent's `*` (`/wiki/*`), as a scraper
+    /// of many pages asks; otherwise each path is its own endpoint.
+    pub fn titled(&self, parent: u64) -> bool {
+        parent != 0 && self.parents.get(parent).is_some_and(|p| p.value >= TITLES)
+    }
+
+    /// Every parent whose last segments are titles.
+    pub(crate) fn titled_parents(&self) -> ByFingerprint<()> {
+        self.parents
+            .iter()
+            .filter(|(k, _)| self.titled(**k))
+            .map(|(k, _)| (*k, ()))
+            .collect()
+    }
+
     /// The fingerprint of a host (lower-cased) and a path: a loop's key.
     pub(crate) fn path_key(&self, host: &[u8], path: &[u8]) -> u64 {
         self.fp.of(&[host, path])
@@ -258,8 +293,9 @@ impl Counts {
         };
         let parent = &p[..=cut];
         let parent_fp = self.fp.of(&[&self.host, parent]);
-        self.parents.add(parent_fp, || ());
         let key = self.path_key(&self.host, p);
+        let new = self.paths.get(key).is_none();
+        self.parents.add(parent_fp, || 0).value += u64::from(new);
         let host = &self.host;
         let e = self.paths.add(key, || PathCount {
             host: String::from_utf8_lossy(host).into_owned(),
@@ -288,26 +324,10 @@ impl Counts {
             ip: r.ip,
             legit,
         };
-        self.template.clear();
-        template_into(s.path, &mut self.template);
-        let ep = self.fp.of(&[&self.host, &self.template]);
         let host_fp = self.fp.of(&[&self.host]);
-        let (host, template) = (&self.host, &self.template);
-        self.endpoints.add(ep, || EndpointCount {
-            host: String::from_utf8_lossy(host).into_owned(),
-            host_fp,
-            template: String::from_utf8_lossy(template).into_owned(),
-        });
         let tag = u64::from(s.legit);
-        let ip_fp = |scope: u64, ip: IpAddr| {
-            let mut h = self.fp.hasher();
-            h.write_u64(scope);
-            match ip {
-                IpAddr::V4(a) => h.write(&a.octets()),
-                IpAddr::V6(a) => h.write(&a.octets()),
-            }
-            h.finish()
-        };
+        let k_host = self.ip_fp(host_fp, s.ip);
+        let k_all = self.ip_fp(0, s.ip);
         let client = |scope, ip| {
             move || ClientCount {
                 scope,
@@ -317,15 +337,72 @@ impl Counts {
                 more: false,
             }
         };
-        let (k_ep, k_host, k_all) = (ip_fp(ep, s.ip), ip_fp(host_fp, s.ip), ip_fp(0, s.ip));
-        let net = network(s.ip);
-        let k_net = ip_fp(ep, net);
-        self.clients.add(k_ep, client(ep, s.ip)).value.legit += tag;
         self.host_clients
             .add(k_host, client(host_fp, s.ip))
             .value
             .legit += tag;
         self.all_clients.add(k_all, client(0, s.ip)).value.legit += tag;
+        self.template.clear();
+        template_into(s.path, &mut self.template);
+        let parent = match s.path.iter().rposition(|&b| b == b'/') {
+            Some(cut) if !r.host.is_empty() => self.fp.of(&[&self.host, &s.path[..=cut]]),
+            _ => 0,
+        };
+        self.count_scope(&s, host_fp, parent, false, k_all);
+        // The same request under its parent's titles, collapsed: which of
+        // the two is analysed is told once the parent's children are
+        // counted ([`Counts::titled`]).
+        let last = self.template.iter().rposition(|&b| b == b'/');
+        if let Some(cut) = last.filter(|&c| parent != 0 && self.template[c + 1..] != *b"*") {
+            self.template.truncate(cut + 1);
+            self.template.push(b'*');
+            self.count_scope(&s, host_fp, parent, true, k_all);
+        }
+    }
+
+    /// The fingerprint of `ip` in `scope`.
+    fn ip_fp(&self, scope: u64, ip: IpAddr) -> u64 {
+        let mut h = self.fp.hasher();
+        h.write_u64(scope);
+        match ip {
+            IpAddr::V4(a) => h.write(&a.octets()),
+            IpAddr::V6(a) => h.write(&a.octets()),
+        }
+        h.finish()
+    }
+
+    /// Counts `s` on the endpoint of the host and `self.template`.
+    fn count_scope(
+        &mut self,
+        s: &Seen<'_>,
+        host_fp: u64,
+        parent: u64,
+        collapsed: bool,
+        k_all: u64,
+    ) {
+        let ep = self.fp.of(&[&self.host, &self.template]);
+        let (host, template) = (&self.host, &self.template);
+        self.endpoints.add(ep, || EndpointCount {
+            host: String::from_utf8_lossy(host).into_owned(),
+            host_fp,
+            template: String::from_utf8_lossy(template).into_owned(),
+            parent,
+            collapsed,
+        });
+        let tag = u64::from(s.legit);
+        let k_ep = self.ip_fp(ep, s.ip);
+        let net = network(s.ip);
+        let k_net = self.ip_fp(ep, net);
+        let client = |scope, ip| {
+            move || ClientCount {
+                scope,
+                ip,
+                legit: 0,
+                ips: Vec::new(),
+                more: false,
+            }
+        };
+        self.clients.add(k_ep, client(ep, s.ip)).value.legit += tag;
         let n = &mut self.networks.add(k_net, client(ep, net)).value;
         n.legit += tag;
         if !n.ips.contains(&s.ip) {
@@ -335,17 +412,20 @@ impl Counts {
                 n.more = true;
             }
         }
+        let family = crate::keys::family_prefix(s.ua);
         let k_ua = {
             let mut h = self.fp.hasher();
             h.write_u64(ep);
-            h.write(s.ua);
+            h.write(family);
             h.finish()
         };
         let a = &mut self
             .agents
             .add(k_ua, || AgentCount {
                 scope: ep,
-                ua: s.ua.to_vec(),
+                ua: family.to_vec(),
+                first: s.ua.to_vec(),
+                versions: false,
                 legit: 0,
                 ips: (!crate::keys::ua_family(s.ua).starts_with("browser:"))
                     .then(ByFingerprint::default),
@@ -353,6 +433,7 @@ impl Counts {
             })
             .value;
         a.legit += tag;
+        a.versions |= a.first != s.ua;
         if let Some(ips) = &mut a.ips {
             let len = ips.len();
             match ips.get_mut(&k_all) {

@@ -62,6 +62,8 @@ pub struct Measure {
     by_path: ByFingerprint<usize>,
     by_parent: ByFingerprint<Vec<usize>>,
     by_endpoint: ByFingerprint<Vec<usize>>,
+    /// The parents whose last segments are titles ([`Counts::titled`]).
+    titled: ByFingerprint<()>,
     host: Vec<u8>,
     template: Vec<u8>,
 }
@@ -103,6 +105,7 @@ impl Measure {
             by_path: ByFingerprint::default(),
             by_parent: ByFingerprint::default(),
             by_endpoint: ByFingerprint::default(),
+            titled: counts.titled_parents(),
             host: Vec::new(),
             template: Vec::new(),
         };
@@ -198,6 +201,16 @@ impl Measure {
         }
         self.template.clear();
         template_into(p, &mut self.template);
+        if let Some(cut) = p.iter().rposition(|&b| b == b'/') {
+            let parent = self.fp.of(&[&self.host, &p[..=cut]]);
+            let last = self.template.iter().rposition(|&b| b == b'/');
+            if let Some(c) =
+                last.filter(|_| !r.host.is_empty() && self.titled.contains_key(&parent))
+            {
+                self.template.truncate(c + 1);
+                self.template.push(b'*');
+            }
+        }
         let ep = self.fp.of(&[&self.host, &self.template]);
         let Some(list) = self.by_endpoint.get(&ep) else {
             return;
@@ -210,7 +223,7 @@ impl Measure {
             let mine = match &f.members {
                 Members::Ips(_, ips) => ips.contains(&r.ip),
                 Members::Prefixes(_, nets) => nets.contains(&net),
-                Members::Agent(_, a) => a.as_slice() == ua,
+                Members::Agent(_, a) => ua.starts_with(a),
                 Members::Loop { .. } => false,
             };
             if mine && !counted {

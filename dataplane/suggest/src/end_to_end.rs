@@ -28,8 +28,9 @@ const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 
 /// 20,000 readers of as many titles, 300 readers of /sparql (ten
 /// versions of a browser), and a
 /// python-requests swarm of twelve addresses on /sparql, 40 requests
-/// each, over ten minutes.
-fn traffic() -> Vec<Obs> {
+/// each, over ten minutes (with `versions`, half of it says another
+/// version).
+fn traffic(versions: bool) -> Vec<Obs> {
     let mut out = Vec::new();
     for i in 0..20_000u64 {
         let ip = IpAddr::V4(Ipv4Addr::from(0x5d00_0000 + i as u32 * 7));
@@ -62,7 +63,11 @@ fn traffic() -> Vec<Obs> {
             ip,
             "query.wikidata.org",
             &format!("/sparql?query=SELECT%20{i}"),
-            "python-requests/2.31.0",
+            if versions && i % 2 == 1 {
+                "python-requests/2.28.2"
+            } else {
+                "python-requests/2.31.0"
+            },
             "",
         ));
     }
@@ -117,7 +122,7 @@ fn suggest(traffic: &[Obs], bounds: Bounds) -> (bool, Vec<(Key, String, u64, u64
 
 #[test]
 fn bounded_counts_find_the_swarm_exact_ones_find_and_its_requests_are_counted_exactly() {
-    let t = traffic();
+    let t = traffic(false);
     let (exact, found) = suggest(&t, Bounds::default());
     assert!(exact);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -139,5 +144,51 @@ fn bounded_counts_find_the_swarm_exact_ones_find_and_its_requests_are_counted_ex
     assert_eq!(
         (&bounded[0].0, &bounded[0].1, bounded[0].3),
         (key, endpoint, 480)
+    );
+}
+
+#[test]
+fn a_swarm_is_one_family_whatever_its_versions() {
+    // Each version alone sends 240 requests, no more than twice the
+    // limit; the family sends 480.
+    let (_, found) = suggest(&traffic(true), Bounds::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((&found[0].0, found[0].3), (&Key::UserAgent, 480));
+}
+
+#[test]
+fn a_scraper_of_many_titles_is_found_under_their_parent() {
+    let mut t = Vec::new();
+    for i in 0..150u64 {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x5e00_0000 + i as u32 * 9));
+        t.push(obs(
+            i * 300,
+            ip,
+            "en.wikipedia.org",
+            &format!("/wiki/Page_{i}"),
+            FIREFOX,
+            "en",
+        ));
+    }
+    // One address, a browser's User-Agent without a language, 400 titles:
+    // no one title is heavy, the titles together are.
+    let scraper = IpAddr::V4(Ipv4Addr::new(45, 83, 64, 7));
+    let chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36";
+    for k in 0..400u64 {
+        t.push(obs(
+            k * 110,
+            scraper,
+            "en.wikipedia.org",
+            &format!("/wiki/Article_{k}"),
+            chrome,
+            "",
+        ));
+    }
+    t.sort_by_key(|r| r.time_ns);
+    let (_, found) = suggest(&t, Bounds::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (&found[0].0, found[0].1.as_str(), found[0].3),
+        (&Key::Ip, "en.wikipedia.org/wiki/*", 400)
     );
 }

@@ -4,7 +4,7 @@
 //! normal clients of the same endpoint behave.
 
 use crate::count::{AgentCount, ClientCount, Counts};
-use crate::keys::{network, prefix, ua_family, ua_prefix};
+use crate::keys::{network, prefix, ua_family};
 use crate::obs::Obs;
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -83,8 +83,8 @@ pub enum Members {
     /// The /24s and /48s on an endpoint (their network addresses), less
     /// the addresses of an earlier finding.
     Prefixes(u64, BTreeSet<IpAddr>),
-    /// A User-Agent on an endpoint, less the requests of the endpoint's
-    /// earlier findings.
+    /// The User-Agents starting with a family's prefix on an endpoint,
+    /// less the requests of the endpoint's earlier findings.
     Agent(u64, Vec<u8>),
 }
 
@@ -180,7 +180,7 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
     let mut endpoints: Vec<(&u64, &crate::bounded::Counted<crate::count::EndpointCount>)> = c
         .endpoints
         .iter()
-        .filter(|(_, e)| e.count >= o.min_requests)
+        .filter(|(_, e)| e.count >= o.min_requests && analysed(c, &e.value))
         .collect();
     endpoints.sort_by(|a, b| {
         (&a.1.value.host, &a.1.value.template).cmp(&(&b.1.value.host, &b.1.value.template))
@@ -228,6 +228,18 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Whether `e` is analysed: a path under a parent with titles is
+/// analysed under the parent's `*`, any other as itself.
+fn analysed(c: &Counts, e: &crate::count::EndpointCount) -> bool {
+    let titled = c.titled(e.parent);
+    if e.collapsed {
+        titled
+    } else {
+        // A template ending in an id has no collapsed twin.
+        !titled || e.template.ends_with("/*")
+    }
 }
 
 /// The most a count can overestimate in the tables a finding reads.
@@ -402,7 +414,7 @@ impl Endpoint<'_> {
         sorted.sort_by(|a, b| a.1.ua.cmp(&b.1.ua));
         let mut out = Vec::new();
         for (n, a) in sorted {
-            let family = ua_family(&a.ua);
+            let family = ua_family(&a.first);
             if family.starts_with("browser:") || family == "-" {
                 continue;
             }
@@ -429,13 +441,14 @@ impl Endpoint<'_> {
             }
             let f = self.finding(
                 format!(
-                    "User-Agent {} from {at_least}{addresses} addresses: {n} of the {} requests to {}",
-                    String::from_utf8_lossy(&a.ua),
+                    "User-Agent {}{} from {at_least}{addresses} addresses: {n} of the {} requests to {}",
+                    String::from_utf8_lossy(&a.first),
+                    if a.versions { " and other versions" } else { "" },
                     self.total,
                     self.endpoint()
                 ),
                 Key::UserAgent,
-                Some(ua_prefix(&a.ua)),
+                Some(String::from_utf8_lossy(&a.ua).into_owned()),
                 limit,
                 basis.clone(),
                 n,

@@ -29,12 +29,21 @@ pub fn ua_family(ua: &[u8]) -> String {
 
 /// The User-Agent family's prefix as the rule language matches it: the
 /// product token the User-Agent starts with, and its `/` (or the whole
-/// User-Agent when it has none).
+/// User-Agent when it has none). A User-Agent that starts with
+/// `Mozilla/` is its own family: every browser and many bots send that
+/// token, so it tells nothing apart.
 pub fn ua_prefix(ua: &[u8]) -> String {
-    let ua = String::from_utf8_lossy(ua);
-    match ua.find('/') {
-        Some(i) => ua[..=i].to_string(),
-        None => ua.into_owned(),
+    String::from_utf8_lossy(family_prefix(ua)).into_owned()
+}
+
+/// [`ua_prefix`] as bytes of `ua`.
+pub fn family_prefix(ua: &[u8]) -> &[u8] {
+    if ua.starts_with(b"Mozilla/") {
+        return ua;
+    }
+    match ua.iter().position(|&b| b == b'/') {
+        Some(i) => &ua[..=i],
+        None => ua,
     }
 }
 
@@ -118,6 +127,8 @@ mod tests {
     fn families_templates_shapes_and_prefixes() {
         assert_eq!(ua_family(b"python-requests/2.31.0"), "python-requests");
         assert_eq!(ua_prefix(b"python-requests/2.31.0"), "python-requests/");
+        let bot = b"Mozilla/5.0 (compatible; ExampleBot/1.0)";
+        assert_eq!(family_prefix(bot), bot);
         assert_eq!(
             ua_family(b"Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"),
             "browser:firefox"
