@@ -101,6 +101,19 @@ pub struct ClientCount {
     pub more: bool,
 }
 
+impl ClientCount {
+    /// What makes the count of `ip` in `scope`, none counted yet.
+    fn maker(scope: u64, ip: IpAddr) -> impl FnOnce() -> ClientCount {
+        move || ClientCount {
+            scope,
+            ip,
+            legit: 0,
+            ips: Vec::new(),
+            more: false,
+        }
+    }
+}
+
 /// A User-Agent family's requests on an endpoint: the User-Agents that
 /// start with the same product token, whatever their versions
 /// ([`crate::keys::family_prefix`]).
@@ -328,20 +341,11 @@ impl Counts {
         let tag = u64::from(s.legit);
         let k_host = self.ip_fp(host_fp, s.ip);
         let k_all = self.ip_fp(0, s.ip);
-        let client = |scope, ip| {
-            move || ClientCount {
-                scope,
-                ip,
-                legit: 0,
-                ips: Vec::new(),
-                more: false,
-            }
-        };
         self.host_clients
-            .add(k_host, client(host_fp, s.ip))
+            .add(k_host, ClientCount::maker(host_fp, s.ip))
             .value
             .legit += tag;
-        self.all_clients.add(k_all, client(0, s.ip)).value.legit += tag;
+        self.all_clients.add(k_all, ClientCount::maker(0, s.ip)).value.legit += tag;
         self.template.clear();
         template_into(s.path, &mut self.template);
         let parent = match s.path.iter().rposition(|&b| b == b'/') {
@@ -393,17 +397,8 @@ impl Counts {
         let k_ep = self.ip_fp(ep, s.ip);
         let net = network(s.ip);
         let k_net = self.ip_fp(ep, net);
-        let client = |scope, ip| {
-            move || ClientCount {
-                scope,
-                ip,
-                legit: 0,
-                ips: Vec::new(),
-                more: false,
-            }
-        };
-        self.clients.add(k_ep, client(ep, s.ip)).value.legit += tag;
-        let n = &mut self.networks.add(k_net, client(ep, net)).value;
+        self.clients.add(k_ep, ClientCount::maker(ep, s.ip)).value.legit += tag;
+        let n = &mut self.networks.add(k_net, ClientCount::maker(ep, net)).value;
         n.legit += tag;
         if !n.ips.contains(&s.ip) {
             if n.ips.len() < 4 {
