@@ -101,6 +101,18 @@ pub struct ClientCount {
     pub more: bool,
 }
 
+/// An endpoint's fingerprint: its host and template, and whether the
+/// template is a parent's titles collapsed (a template `/w/*` of ids and
+/// the titles of `/w/` collapsed are two endpoints, of which one is
+/// analysed).
+pub(crate) fn endpoint_fp(fp: &Fingerprints, host: &[u8], template: &[u8], collapsed: bool) -> u64 {
+    if collapsed {
+        fp.of(&[host, template, b"titles"])
+    } else {
+        fp.of(&[host, template])
+    }
+}
+
 impl ClientCount {
     /// What makes the count of `ip` in `scope`, none counted yet.
     fn maker(scope: u64, ip: IpAddr) -> impl FnOnce() -> ClientCount {
@@ -345,7 +357,10 @@ impl Counts {
             .add(k_host, ClientCount::maker(host_fp, s.ip))
             .value
             .legit += tag;
-        self.all_clients.add(k_all, ClientCount::maker(0, s.ip)).value.legit += tag;
+        self.all_clients
+            .add(k_all, ClientCount::maker(0, s.ip))
+            .value
+            .legit += tag;
         self.template.clear();
         template_into(s.path, &mut self.template);
         let parent = match s.path.iter().rposition(|&b| b == b'/') {
@@ -357,7 +372,7 @@ impl Counts {
         // the two is analysed is told once the parent's children are
         // counted ([`Counts::titled`]).
         let last = self.template.iter().rposition(|&b| b == b'/');
-        if let Some(cut) = last.filter(|&c| parent != 0 && self.template[c + 1..] != *b"*") {
+        if let Some(cut) = last.filter(|_| parent != 0) {
             self.template.truncate(cut + 1);
             self.template.push(b'*');
             self.count_scope(&s, host_fp, parent, true, k_all);
@@ -384,7 +399,7 @@ impl Counts {
         collapsed: bool,
         k_all: u64,
     ) {
-        let ep = self.fp.of(&[&self.host, &self.template]);
+        let ep = endpoint_fp(&self.fp, &self.host, &self.template, collapsed);
         let (host, template) = (&self.host, &self.template);
         self.endpoints.add(ep, || EndpointCount {
             host: String::from_utf8_lossy(host).into_owned(),
@@ -397,7 +412,10 @@ impl Counts {
         let k_ep = self.ip_fp(ep, s.ip);
         let net = network(s.ip);
         let k_net = self.ip_fp(ep, net);
-        self.clients.add(k_ep, ClientCount::maker(ep, s.ip)).value.legit += tag;
+        self.clients
+            .add(k_ep, ClientCount::maker(ep, s.ip))
+            .value
+            .legit += tag;
         let n = &mut self.networks.add(k_net, ClientCount::maker(ep, net)).value;
         n.legit += tag;
         if !n.ips.contains(&s.ip) {

@@ -201,6 +201,7 @@ impl Measure {
         }
         self.template.clear();
         template_into(p, &mut self.template);
+        let mut collapsed = false;
         if let Some(cut) = p.iter().rposition(|&b| b == b'/') {
             let parent = self.fp.of(&[&self.host, &p[..=cut]]);
             let last = self.template.iter().rposition(|&b| b == b'/');
@@ -209,9 +210,10 @@ impl Measure {
             {
                 self.template.truncate(c + 1);
                 self.template.push(b'*');
+                collapsed = true;
             }
         }
-        let ep = self.fp.of(&[&self.host, &self.template]);
+        let ep = crate::count::endpoint_fp(&self.fp, &self.host, &self.template, collapsed);
         let Some(list) = self.by_endpoint.get(&ep) else {
             return;
         };

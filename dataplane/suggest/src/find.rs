@@ -233,13 +233,7 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
 /// Whether `e` is analysed: a path under a parent with titles is
 /// analysed under the parent's `*`, any other as itself.
 fn analysed(c: &Counts, e: &crate::count::EndpointCount) -> bool {
-    let titled = c.titled(e.parent);
-    if e.collapsed {
-        titled
-    } else {
-        // A template ending in an id has no collapsed twin.
-        !titled || e.template.ends_with("/*")
-    }
+    e.collapsed == c.titled(e.parent)
 }
 
 /// The most a count can overestimate in the tables a finding reads.
