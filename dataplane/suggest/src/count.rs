@@ -94,10 +94,17 @@ pub struct ClientCount {
     pub ip: IpAddr,
     /// Requests that looked legitimate.
     pub legit: u64,
-    /// For a /24 or /48: up to four of its addresses, and whether it had
-    /// more.
+    /// For a /24 or /48: its addresses (boxed: an address has none, and
+    /// the addresses are most of the keys).
+    pub ips: Option<Box<Addresses>>,
+}
+
+/// Up to four addresses of a /24 or /48, and whether it had more.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// The first four.
     pub ips: Vec<IpAddr>,
-    /// Whether it had more addresses than `ips` holds.
+    /// Whether there were more.
     pub more: bool,
 }
 
@@ -120,8 +127,7 @@ impl ClientCount {
             scope,
             ip,
             legit: 0,
-            ips: Vec::new(),
-            more: false,
+            ips: None,
         }
     }
 }
@@ -418,11 +424,12 @@ impl Counts {
             .legit += tag;
         let n = &mut self.networks.add(k_net, ClientCount::maker(ep, net)).value;
         n.legit += tag;
-        if !n.ips.contains(&s.ip) {
-            if n.ips.len() < 4 {
-                n.ips.push(s.ip);
+        let a = n.ips.get_or_insert_with(Default::default);
+        if !a.ips.contains(&s.ip) {
+            if a.ips.len() < 4 {
+                a.ips.push(s.ip);
             } else {
-                n.more = true;
+                a.more = true;
             }
         }
         let family = crate::keys::family_prefix(s.ua);

@@ -318,8 +318,9 @@ impl Endpoint<'_> {
             .iter()
             .map(|(n, c)| {
                 let (tn, _) = taken.get(&c.ip).copied().unwrap_or_default();
-                let left = c.ips.iter().filter(|ip| !caught.contains(ip)).count();
-                let ips = if c.more { left.max(2) } else { left };
+                let held = c.ips.as_deref().cloned().unwrap_or_default();
+                let left = held.ips.iter().filter(|ip| !caught.contains(ip)).count();
+                let ips = if held.more { left.max(2) } else { left };
                 (c.ip, n.saturating_sub(tn), legit_key(*n, c.legit), ips)
             })
             .collect();
