@@ -9,7 +9,7 @@
 
 use super::rctl_ok;
 use super::stack::{Front, Stack};
-use crate::suggest::{rule_in, EXISTING, FIREFOX};
+use crate::suggest::{rule_in, CHROME, EXISTING, FIREFOX};
 use crate::util::tempdir;
 use rctl_testkit::proc::Proc;
 use rctl_testkit::skip::skip_unless;
@@ -42,6 +42,29 @@ struct Run {
 
 /// Runs it; None (SKIPPED printed) when the edge or tcpdump is missing.
 fn wdqs_through(front: Front) -> Option<Run> {
+    // Twelve addresses in twelve networks: none heavy alone.
+    let swarm: Vec<String> = (1..=12).map(|i| format!("185.{}.101.7", 100 + i)).collect();
+    let mut addrs: Vec<&str> = swarm.iter().map(String::as_str).collect();
+    addrs.extend(READERS);
+    addrs.push(UPDATER);
+    let browser = FIREFOX;
+    let groups = json!([
+        {"name": "readers", "sources": READERS, "threads": 6, "rate": 6,
+         "paths": ["/sparql?query=SELECT%201", "/wiki/Q42", "/wiki/Q64"],
+         "headers": {"User-Agent": browser, "Accept-Language": "de-DE,de;q=0.9"}},
+        {"name": "swarm", "sources": swarm, "threads": 12, "rate": 60,
+         "path": "/sparql?query=SELECT%20*%20WHERE%20%7B%3Fs%20%3Fp%20%3Fo%7D"},
+        {"name": "updater", "sources": [UPDATER], "threads": 1, "rate": 40,
+         "path": "/sparql?update=1",
+         "headers": {"User-Agent": "wmf-streaming-updater-consumer/0.3"}},
+    ]);
+    through(front, "wdqs", &addrs, groups)
+}
+
+/// `groups` of clients from `addrs` through `front` for 8 s, captured by
+/// tcpdump on the edge's port (and logged by nginx); None (SKIPPED
+/// printed) when the edge or tcpdump is missing.
+fn through(front: Front, tag: &str, addrs: &[&str], groups: Value) -> Option<Run> {
     let tcpdump_found = ["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]
         .iter()
         .any(|p| std::path::Path::new(p).exists());
@@ -50,7 +73,7 @@ fn wdqs_through(front: Front) -> Option<Run> {
     {
         return None;
     }
-    let dir = tempdir(&format!("suggest-live-{front:?}"));
+    let dir = tempdir(&format!("suggest-live-{tag}-{front:?}"));
     let rules = dir.join("existing.rctl");
     std::fs::write(&rules, EXISTING).unwrap();
     let art = dir.join("existing.rctlc");
@@ -60,12 +83,7 @@ fn wdqs_through(front: Front) -> Option<Run> {
         "-o",
         art.to_str().unwrap(),
     ]);
-    // Twelve addresses in twelve networks: none heavy alone.
-    let swarm: Vec<String> = (1..=12).map(|i| format!("185.{}.101.7", 100 + i)).collect();
-    let mut addrs: Vec<&str> = swarm.iter().map(String::as_str).collect();
-    addrs.extend(READERS);
-    addrs.push(UPDATER);
-    let s = Stack::start(front, &art, &addrs, &[]);
+    let s = Stack::start(front, &art, addrs, &[]);
     let pcap = dir.join("edge.pcap");
     let mut tcpdump = Command::new("tcpdump");
     tcpdump
@@ -76,19 +94,10 @@ fn wdqs_through(front: Front) -> Option<Run> {
     dump.wait_ready("listening", Duration::from_secs(10), |p| {
         p.stderr().contains("listening on")
     });
-    let browser = FIREFOX;
-    let plan = json!({"duration": 8, "groups": [
-        {"name": "readers", "sources": READERS, "threads": 6, "rate": 6,
-         "paths": ["/sparql?query=SELECT%201", "/wiki/Q42", "/wiki/Q64"],
-         "headers": {"User-Agent": browser, "Accept-Language": "de-DE,de;q=0.9"}},
-        {"name": "swarm", "sources": swarm, "threads": 12, "rate": 60,
-         "path": "/sparql?query=SELECT%20*%20WHERE%20%7B%3Fs%20%3Fp%20%3Fo%7D"},
-        {"name": "updater", "sources": [UPDATER], "threads": 1, "rate": 40,
-         "path": "/sparql?update=1",
-         "headers": {"User-Agent": "wmf-streaming-updater-consumer/0.3"}},
-    ]});
+    let plan = json!({"duration": 8, "groups": groups.clone()});
     let got = s.load(plan);
-    for g in ["readers", "swarm", "updater"] {
+    for g in groups.as_array().unwrap() {
+        let g = g["name"].as_str().unwrap();
         assert!(got[g]["sent"].as_u64().unwrap() > 20, "{got}");
     }
     // Stopped once its file stops growing: nothing is left in flight.
@@ -273,4 +282,129 @@ fn a_swarm_through_nginx_is_found_in_its_access_log_as_in_its_capture() {
         exempt["requests"]["allow"], r.got["updater"]["sent"],
         "{exempt}"
     );
+}
+
+/// The re-render loop and a browser-UA scraper through nginx, among
+/// readers: six service hosts re-requesting one page past the caches,
+/// one address with a browser's User-Agent (and no language) walking
+/// entity ids. Then the same readers alone, a quiet day.
+fn loop_and_scraper(quiet: bool) -> Option<Run> {
+    const SERVICES: [&str; 6] = [
+        "208.80.153.41",
+        "208.80.153.42",
+        "208.80.153.43",
+        "208.80.153.44",
+        "208.80.153.45",
+        "208.80.153.46",
+    ];
+    const SCRAPER: &str = "45.83.64.7";
+    let titles: Vec<String> = ["Paris", "Lyon", "Marseille", "Lille", "Nantes", "Rennes"]
+        .iter()
+        .map(|t| format!("/api/rest_v1/page/html/{t}"))
+        .collect();
+    let ids: Vec<String> = (1..=150)
+        .map(|n| format!("/wiki/Special:EntityData/Q{n}.json"))
+        .collect();
+    let mut groups = vec![
+        json!({"name": "readers-fr", "sources": READERS, "threads": 6, "rate": 12,
+               "paths": titles,
+               "headers": {"Host": "fr.wikipedia.org", "User-Agent": FIREFOX,
+                           "Accept-Language": "fr-FR,fr;q=0.9"}}),
+        json!({"name": "readers-wd", "sources": READERS, "threads": 6, "rate": 12,
+               "paths": ids[..12],
+               "headers": {"Host": "www.wikidata.org", "User-Agent": FIREFOX,
+                           "Accept-Language": "de-DE,de;q=0.9"}}),
+    ];
+    let mut addrs: Vec<&str> = READERS.to_vec();
+    if !quiet {
+        groups.push(
+            json!({"name": "loop", "sources": SERVICES, "threads": 6, "rate": 36,
+               "path": "/api/rest_v1/page/html/Toulouse",
+               "headers": {"Host": "fr.wikipedia.org", "User-Agent": "ChangePropagation/WMF",
+                           "Cache-Control": "no-cache"}}),
+        );
+        groups.push(
+            json!({"name": "scraper", "sources": [SCRAPER], "threads": 1, "rate": 40,
+               "paths": ids,
+               "headers": {"Host": "www.wikidata.org", "User-Agent": CHROME}}),
+        );
+        addrs.extend(SERVICES);
+        addrs.push(SCRAPER);
+    }
+    through(
+        Front::Nginx,
+        if quiet { "quiet" } else { "loop" },
+        &addrs,
+        Value::Array(groups),
+    )
+}
+
+/// Each of `written` has an effect equal to `rctl dry-run` of `file`
+/// beside the existing rules on `input`, and `file` passes `rctl test`.
+fn effects_as_dry_run(r: &Run, written: &[Value], file: &std::path::Path, input: &[&str]) {
+    let rules = r.rules.to_str().unwrap();
+    let mut args = vec!["dry-run", rules, file.to_str().unwrap(), "--format", "json"];
+    args.extend(input);
+    let (d, _) = rctl_ok(&args);
+    let d: Value = serde_json::from_str(&d).unwrap();
+    for w in written {
+        let rule = rule_in(&d, w["rule"].as_str().unwrap());
+        assert_eq!(
+            rule["would"]["throttle"], w["effect"]["requests_limited"],
+            "{rule}\n{w}"
+        );
+    }
+    rctl_ok(&["test", rules, file.to_str().unwrap()]);
+}
+
+#[test]
+fn a_loop_and_a_scraper_through_nginx_are_found_by_what_they_ask_and_a_quiet_day_gets_nothing() {
+    let Some(r) = loop_and_scraper(false) else {
+        return;
+    };
+    let log = r.log.clone().unwrap();
+    let format = format!("nginx:{}", super::FULL_LOG);
+    let log_input = ["--log", log.to_str().unwrap(), "--log-format", &format];
+    let pcap_input = ["--pcap", r.pcap.to_str().unwrap()];
+    for (name, input) in [
+        ("from-log.rctl", &log_input[..]),
+        ("from-pcap.rctl", &pcap_input[..]),
+    ] {
+        let (v, written, file) = suggest(&r, name, input);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut keys: Vec<&str> = written.iter().map(|w| w["key"].as_str().unwrap()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["host, path", "ip"], "{name}: {v:#}\n{text}");
+        for w in &written {
+            assert_eq!(w["effect"]["collateral_requests"], 0, "{name}: {w}");
+            let what = w["what"].as_str().unwrap();
+            if w["key"] == "ip" {
+                assert!(
+                    what.contains("45.83.64.7") && what.contains("EntityData/*"),
+                    "{what}"
+                );
+            } else {
+                // Keyed by the page, past the caches only.
+                assert!(what.contains("Toulouse"), "{what}");
+                assert_eq!(w["effect"]["clients_limited"], 6, "{name}: {w}");
+            }
+        }
+        assert!(text.contains("contains \"no-cache\""), "{name}: {text}");
+        effects_as_dry_run(&r, &written, &file, input);
+    }
+    // The same readers alone: nothing stands out.
+    let Some(q) = loop_and_scraper(true) else {
+        return;
+    };
+    let log = q.log.clone().unwrap();
+    for input in [
+        vec!["--log", log.to_str().unwrap(), "--log-format", &format],
+        vec!["--pcap", q.pcap.to_str().unwrap()],
+    ] {
+        let (v, _, file) = suggest(&q, "quiet.rctl", &input);
+        assert_eq!(v["suggestions"], json!([]), "{v:#}");
+        assert!(v["requests"].as_u64().unwrap() > 100, "{v}");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("Nothing to suggest"), "{text}");
+    }
 }
