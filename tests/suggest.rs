@@ -368,6 +368,25 @@ fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
     let out = dir.join("suggested.rctl");
     accepted(&[&out]);
     effects_equal_dry_run(&[&out], &pcap, &v);
+    // Ranked by the cost removed: each request to the entity data costs
+    // a hundred, so the scraper comes first, whatever it removes.
+    for (cost, first) in [
+        ("www.wikidata.org/wiki/Special:EntityData=100", "ip"),
+        ("fr.wikipedia.org/api/rest_v1=100", "host, path"),
+    ] {
+        let (v, _) = suggest(&dir, None, &pcap, &["--cost", cost]);
+        let s = &v["suggestions"][0];
+        assert_eq!(s["key"], first, "{cost}: {v:#}");
+        let limited = s["effect"]["requests_limited"].as_f64().unwrap();
+        assert_eq!(s["cost_removed"].as_f64(), Some(100.0 * limited), "{s}");
+        assert_eq!(
+            v["suggestions"][1]["cost_removed"],
+            v["suggestions"][1]["effect"]["requests_limited"]
+                .as_f64()
+                .unwrap(),
+            "{v:#}"
+        );
+    }
 }
 
 #[test]

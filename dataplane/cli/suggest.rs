@@ -30,6 +30,12 @@ pub struct Args {
     /// legitimate-looking requests it would limit, like 1% or 0.
     #[arg(long, default_value = "1%", value_parser = parse_share)]
     budget: f64,
+    /// What a request to an endpoint costs, against 1 for any other:
+    /// `[HOST]/PATH-PREFIX=WEIGHT`, like `query.wikidata.org/sparql=50`
+    /// (repeatable; the longest match wins). Suggestions are ranked by
+    /// the cost they remove.
+    #[arg(long, value_name = "[HOST]/PATH=WEIGHT", value_parser = parse_cost)]
+    cost: Vec<Cost>,
     /// Write the suggested rules here (a .rctl file `rctl check` and
     /// `rctl test` accept as it is); default: print them.
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -53,6 +59,40 @@ pub struct Args {
     max_keys: usize,
     #[command(flatten)]
     limits: Limits,
+}
+
+/// A `--cost`: requests whose host is `host` (any, when empty) and whose
+/// path starts with `path` cost `weight`.
+#[derive(Debug, Clone)]
+struct Cost {
+    host: String,
+    path: String,
+    weight: f64,
+}
+
+fn parse_cost(s: &str) -> Result<Cost, String> {
+    let bad = || format!("`{s}` is not a cost: write it like query.wikidata.org/sparql=50");
+    let (at, w) = s.rsplit_once('=').ok_or_else(bad)?;
+    let weight: f64 = w.trim().parse().map_err(|_| bad())?;
+    let slash = at.find('/').ok_or_else(bad)?;
+    if !(weight.is_finite() && weight >= 0.0) {
+        return Err(bad());
+    }
+    Ok(Cost {
+        host: at[..slash].to_ascii_lowercase(),
+        path: at[slash..].to_string(),
+        weight,
+    })
+}
+
+/// The cost of a request to `f`'s endpoint: the weight of the longest
+/// `--cost` that matches it, 1 without one.
+fn weight(costs: &[Cost], f: &Finding) -> f64 {
+    costs
+        .iter()
+        .filter(|c| (c.host.is_empty() || c.host == f.host) && f.path.starts_with(&c.path))
+        .max_by_key(|c| c.host.len() + c.path.len())
+        .map_or(1.0, |c| c.weight)
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -453,11 +493,10 @@ fn summary(
     rq: Option<&Requestctl>,
 ) -> Result<()> {
     let mut ranked: Vec<&Measured> = measured.iter().collect();
-    ranked.sort_by_key(|m| {
-        std::cmp::Reverse(
-            m.effect.requests_limited as i64 - 10 * m.effect.collateral_requests as i64,
-        )
-    });
+    // The load removed, against ten times the collateral.
+    let cost = |m: &Measured| m.effect.requests_limited as f64 * weight(&a.cost, &m.finding);
+    let rank = |m: &Measured| cost(m) - 10.0 * m.effect.collateral_requests as f64;
+    ranked.sort_by(|x, y| rank(y).total_cmp(&rank(x)));
     let mut out = std::io::stdout().lock();
     if a.format == Format::Json {
         let mut v = serde_json::json!({
@@ -474,6 +513,7 @@ fn summary(
                 "basis": m.finding.basis,
                 "offender_requests": m.finding.requests,
                 "effect": m.effect,
+                "cost_removed": cost(m),
                 "over_budget": m.over_budget,
                 "written": !m.over_budget,
             })).collect::<Vec<_>>(),
@@ -514,6 +554,9 @@ fn summary(
             e.collateral_requests,
             e.collateral_clients
         )?;
+        if !a.cost.is_empty() {
+            writeln!(err, "    removes a cost of {}", cost(m))?;
+        }
     }
     if let Some(rq) = rq {
         writeln!(
