@@ -343,9 +343,16 @@ impl rctl_suggest::Traffic for Files<'_> {
     }
 }
 
+/// A directory only this user can read (standard input's copy is a log
+/// of clients' addresses), removed by the caller.
 fn scratch_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
     let dir = std::env::temp_dir().join(format!("rctl-suggest-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)
 }
 
