@@ -13,10 +13,11 @@
 //! too. The value beside a count (a share that looked legitimate, the
 //! addresses seen) is exact from the time the key took its place.
 //!
-//! Keys are 64-bit fingerprints (SipHash with a key drawn per run, so
-//! a log's author cannot make two keys collide on purpose; by chance,
-//! two of a million keys share one with a probability under 10^-7).
+//! Keys are 64-bit fingerprints, of a hash seeded per run as the dry
+//! run's top-k is (by chance, two of a million keys share one with a
+//! probability under 10^-7).
 
+use rctl_dataplane::matcher::FastHash;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
@@ -41,13 +42,15 @@ impl Hasher for Fingerprint {
 /// Maps keyed by a fingerprint.
 pub type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<Fingerprint>>;
 
-/// Makes fingerprints, with a key drawn for this run.
+/// Makes fingerprints, with a seed drawn for this run (the dry run's
+/// fast hash, [`FastHash`]: a word at a time, nothing kept between
+/// runs).
 #[derive(Clone)]
-pub struct Fingerprints(std::collections::hash_map::RandomState);
+pub struct Fingerprints(FastHash);
 
 impl Default for Fingerprints {
     fn default() -> Self {
-        Fingerprints(std::collections::hash_map::RandomState::new())
+        Fingerprints(FastHash::random())
     }
 }
 
@@ -109,7 +112,9 @@ impl<V> Bounded<V> {
     /// `new` if the key is not held; the caller then updates its value.
     pub fn add(&mut self, key: u64, new: impl FnOnce() -> V) -> &mut Counted<V> {
         self.total += 1;
-        if !self.map.contains_key(&key) && self.map.len() >= self.capacity {
+        // (Looked up twice only when full: after an eviction, half the
+        // capacity is free.)
+        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
             self.evict();
         }
         let floor = self.floor;

@@ -292,11 +292,22 @@ impl Counts {
             return;
         }
         self.lower_host(r);
-        if !r.host.is_empty() {
-            self.count_path(r);
+        let parent = self.parent_fp(r);
+        if parent != 0 {
+            self.count_path(r, parent);
         }
         if endpoints {
-            self.count_endpoint(r, legit);
+            self.count_endpoint(r, legit, parent);
+        }
+    }
+
+    /// The fingerprint of `r`'s host (lower-cased in the buffer) and the
+    /// parent of its path; 0 without a host or a `/`.
+    fn parent_fp(&self, r: &Request<'_>) -> u64 {
+        let p = path(r);
+        match p.iter().rposition(|&b| b == b'/') {
+            Some(cut) if !r.host.is_empty() => self.fp.of(&[&self.host, &p[..=cut]]),
+            _ => 0,
         }
     }
 
@@ -314,19 +325,17 @@ impl Counts {
         {
             return;
         }
-        self.count_endpoint(r, looks_legitimate(r));
+        let parent = self.parent_fp(r);
+        self.count_endpoint(r, looks_legitimate(r), parent);
     }
 
-    fn count_path(&mut self, r: &Request<'_>) {
+    fn count_path(&mut self, r: &Request<'_>, parent_fp: u64) {
         let p = path(r);
         let Some(cut) = p.iter().rposition(|&b| b == b'/') else {
             return;
         };
         let parent = &p[..=cut];
-        let parent_fp = self.fp.of(&[&self.host, parent]);
         let key = self.path_key(&self.host, p);
-        let new = self.paths.get(key).is_none();
-        self.parents.add(parent_fp, || 0).value += u64::from(new);
         let host = &self.host;
         let e = self.paths.add(key, || PathCount {
             host: String::from_utf8_lossy(host).into_owned(),
@@ -337,6 +346,8 @@ impl Counts {
             more: false,
             all_no_cache: true,
         });
+        // Just taken: counted once past its error.
+        let new = e.count == e.error + 1;
         let v = &mut e.value;
         if !v.ips.contains(&r.ip) {
             if v.ips.len() < 8 {
@@ -346,9 +357,10 @@ impl Counts {
             }
         }
         v.all_no_cache &= no_cache(r);
+        self.parents.add(parent_fp, || 0).value += u64::from(new);
     }
 
-    fn count_endpoint(&mut self, r: &Request<'_>, legit: bool) {
+    fn count_endpoint(&mut self, r: &Request<'_>, legit: bool, parent: u64) {
         let s = Seen {
             path: path(r),
             ua: header(r, "user-agent").unwrap_or_default(),
@@ -369,10 +381,6 @@ impl Counts {
             .legit += tag;
         self.template.clear();
         template_into(s.path, &mut self.template);
-        let parent = match s.path.iter().rposition(|&b| b == b'/') {
-            Some(cut) if !r.host.is_empty() => self.fp.of(&[&self.host, &s.path[..=cut]]),
-            _ => 0,
-        };
         self.count_scope(&s, host_fp, parent, false, k_all);
         // The same request under its parent's titles, collapsed: which of
         // the two is analysed is told once the parent's children are
