@@ -44,7 +44,7 @@ fn agent_tap_writes_every_request_in_order_and_refuses_clearly() {
     let mut tap = tapping(
         &dir,
         "tap",
-        &["tap", "--agent", &control, "--for", "3s", "-o", o],
+        &["tap", "--agent", &control, "--for", "5s", "-o", o],
     );
     // Three more open at once; a fifth is refused.
     let mut more: Vec<Proc> = (0..3)
@@ -52,7 +52,7 @@ fn agent_tap_writes_every_request_in_order_and_refuses_clearly() {
             tapping(
                 &dir,
                 &format!("tap{i}"),
-                &["tap", "--agent", &control, "--for", "3s", "-o", "/dev/null"],
+                &["tap", "--agent", &control, "--for", "5s", "-o", "/dev/null"],
             )
         })
         .collect();
@@ -60,6 +60,19 @@ fn agent_tap_writes_every_request_in_order_and_refuses_clearly() {
     let err = String::from_utf8_lossy(&fifth.stderr);
     assert!(!fifth.status.success(), "{err}");
     assert!(err.contains("4 taps are open already"), "{err}");
+    // A reader that goes away frees its tap at once, not at its end.
+    let mut gone = more.pop().unwrap();
+    gone.kill();
+    let mut tries = 0;
+    while !a
+        .rctl(&["tap", "--for", "1s", "-o", "/dev/null"])
+        .status
+        .success()
+    {
+        tries += 1;
+        assert!(tries < 20, "the killed reader's tap is still open");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Requests, each from its own address; one User-Agent with a
     // bidirectional override (HTTP has no controls in header values),

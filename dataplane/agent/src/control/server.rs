@@ -520,8 +520,8 @@ pub async fn serve(listener: Listener, control: Arc<Control>, mut shutdown: Shut
                 if let Ok(ControlRequest::Tap { seconds }) = serde_json::from_slice(&line) {
                     let c = Arc::clone(&control);
                     let headers = move || c.tap_headers();
-                    super::tap::stream(&control.taps, seconds, headers, &mut write, &mut shutdown)
-                        .await;
+                    let io = (&mut read, &mut write);
+                    super::tap::stream(&control.taps, seconds, headers, io, &mut shutdown).await;
                     break;
                 }
                 let answer = control.handle(conn, &line).await;

@@ -10,17 +10,18 @@ use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
 /// Streams a tap of `seconds` to `write`: the opening line, the request
 /// lines as they come, the summary; `headers` says which webrequest
 /// headers the agent receives. A refusal is one line. Ends early when
-/// `shutdown` fires or the reader goes away.
-pub(super) async fn stream<W: AsyncWrite + Unpin>(
+/// `shutdown` fires or the reader goes away (`read` ends: what it sends
+/// meanwhile is ignored).
+pub(super) async fn stream<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     taps: &Arc<Taps>,
     seconds: u64,
     headers: impl Fn() -> Vec<String>,
-    write: &mut W,
+    (read, write): (&mut R, &mut W),
     shutdown: &mut Shutdown,
 ) {
     let refuse = |e: String| format!("{}\n", json!({"ok": false, "error": e}));
@@ -49,6 +50,7 @@ pub(super) async fn stream<W: AsyncWrite + Unpin>(
     let (mut spare, mut out) = (Vec::new(), Vec::new());
     let (mut requests, mut cut) = (0u64, 0u64);
     let mut why = None;
+    let mut ignored = [0u8; 512];
     loop {
         let wake = (tokio::time::Instant::now() + DRAIN_EVERY).min(end);
         tokio::select! {
@@ -56,6 +58,12 @@ pub(super) async fn stream<W: AsyncWrite + Unpin>(
             () = shutdown.fired() => {
                 why = Some("the agent is shutting down".to_string());
                 break;
+            }
+            n = read.read(&mut ignored) => {
+                if matches!(n, Ok(0) | Err(_)) {
+                    // Nobody to send the rest to.
+                    return;
+                }
             }
         }
         if tokio::time::Instant::now() >= end {
