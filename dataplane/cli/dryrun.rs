@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(required_unless_present = "explain_input")]
     paths: Vec<PathBuf>,
     /// Capture files (pcap or pcapng), directories of them, or `-`.
-    #[arg(long, required_unless_present_any = ["log", "explain_input"])]
+    #[arg(long, required_unless_present_any = ["log", "agent", "explain_input"])]
     pcap: Vec<PathBuf>,
     #[command(flatten)]
     logs: logs::LogArgs,
@@ -49,7 +49,7 @@ pub struct Args {
 
 /// Exit 1 when the sources have errors or an input could not be read to
 /// its end.
-pub fn run(a: Args) -> Result<ExitCode> {
+pub fn run(mut a: Args) -> Result<ExitCode> {
     if a.logs.explain_input {
         print(&logs::explain_input(&a.logs)?, Format::Text)?;
         return Ok(ExitCode::SUCCESS);
@@ -60,6 +60,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut inputs = new.inputs;
     warn_site(&new.ruleset, a.site.as_deref());
+    // Kept while the logs are read.
+    let _spool = a.logs.tap_agent()?;
     let files = expand(&a.pcap)?;
     let mut run = DryRun::new(new.ruleset, a.site.clone())?;
     run.set_max_buffered(a.max_buffered);

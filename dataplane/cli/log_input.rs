@@ -2,6 +2,16 @@
 //! by every command that takes logs as input (`rctl dry-run`, `rctl
 //! suggest`): the reading options they make (`rctl_logs::Options`), and
 //! what makes a read fail.
+//!
+//! **The running agent as one more log** (`--agent SOCKET --for DUR`):
+//! a command calls [`LogInputArgs::tap_agent`] once, before it reads,
+//! and keeps the [`Spool`](crate::tap::Spool) it returns alive while it
+//! reads. The call taps every request the agent decides for `DUR` into a
+//! file in a private temporary directory (removed when the spool is
+//! dropped) and adds it to `log`, with its format (webrequest, only the
+//! headers the agent received) in the options [`LogInputArgs::options`]
+//! makes; from there the spool is a regular log file, read as often as
+//! the command needs.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -49,6 +59,17 @@ pub struct LogInputArgs {
     /// The longest line read; a longer one is reported and skipped.
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_size)]
     pub max_line: usize,
+    /// Also read the running agent's traffic: every request it decides
+    /// in the next --for, through its control socket (as `rctl tap`),
+    /// with only the headers the proxy sends it.
+    #[arg(long, value_name = "SOCKET", requires = "tap_for")]
+    pub agent: Option<PathBuf>,
+    /// With --agent: for how long, like 60s or 5m (at most 1h).
+    #[arg(long = "for", value_name = "DURATION", requires = "agent", value_parser = crate::top::seconds)]
+    pub tap_for: Option<u64>,
+    /// Inputs whose format is given whole (a tap's spool).
+    #[arg(skip)]
+    pub formats: Vec<(PathBuf, rctl_logs::Format)>,
 }
 
 fn cidr(s: &str) -> Result<(IpAddr, u8)> {
@@ -108,7 +129,25 @@ impl LogInputArgs {
             client_ip_field: self.client_ip_field.clone().map(|h| (h, trusted)),
             max_line: self.max_line,
             sampled: None,
+            formats: self.formats.clone(),
         })
+    }
+
+    /// With `--agent`: taps the agent for `--for` into a spool, and
+    /// adds the spool to the logs read (see the module's documentation);
+    /// keep what it returns while reading. Nothing without `--agent`.
+    pub fn tap_agent(&mut self) -> Result<Option<crate::tap::Spool>> {
+        let (Some(socket), Some(seconds)) = (&self.agent, self.tap_for) else {
+            return Ok(None);
+        };
+        if self.log.iter().any(|p| p.as_os_str() == "-") {
+            bail!("--agent with --log -: read standard input or tap the agent, not both at once");
+        }
+        let spool = crate::tap::spool(socket, seconds)?;
+        self.log.push(spool.path.clone());
+        self.formats
+            .push((spool.path.clone(), spool.format.clone()));
+        Ok(Some(spool))
     }
 
     /// Reports what stopped the read of `summary` on stderr; true when it

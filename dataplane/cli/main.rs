@@ -44,6 +44,7 @@ mod push;
 mod serve;
 mod status;
 mod suggest;
+mod tap;
 mod term;
 mod test;
 mod top;
@@ -104,6 +105,10 @@ enum Command {
     /// User-Agent and family, path template) with each key's verdicts,
     /// refreshed like varnishtop.
     Top(top::Args),
+    /// Write every request the running agent decides in the next
+    /// seconds as webrequest JSON lines (a log `--log-format webrequest`
+    /// reads), with how many were lost.
+    Tap(tap::Args),
     /// Follow the program's events (sources entering a ban), across
     /// applies.
     Log(log::Args),
@@ -211,6 +216,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::DryRun(a) => dryrun::run(a),
         Command::Suggest(a) => suggest::run(a),
         Command::Top(a) => top::run(a),
+        Command::Tap(a) => tap::run(a),
         Command::Test(a) => test::run(a),
         Command::Fmt(a) => format::run(a),
         Command::Apply(a) => apply::run(a),

@@ -18,7 +18,7 @@ pub struct Args {
     /// not suggested again.
     paths: Vec<PathBuf>,
     /// Capture files (pcap or pcapng): every request in them is counted.
-    #[arg(long, required_unless_present = "log")]
+    #[arg(long, required_unless_present_any = ["log", "agent"])]
     pcap: Vec<PathBuf>,
     #[command(flatten)]
     logs: crate::log_input::LogInputArgs,
@@ -117,7 +117,7 @@ struct Measured {
 /// Exit 0 with the suggestions written (none on quiet traffic), 1 when
 /// the existing rules have errors or the suggested file fails its own
 /// check or tests.
-pub fn run(a: Args) -> Result<ExitCode> {
+pub fn run(mut a: Args) -> Result<ExitCode> {
     let opts = a.limits.options();
     if rctl_compiler::input::is_artifact(&a.paths) {
         bail!("rctl suggest needs the existing rules' sources, not an artifact: the suggestions are written to sit beside them");
@@ -130,6 +130,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             None => return Ok(ExitCode::from(1)),
         }
     };
+    // The agent's tap, a log file while it is kept.
+    let _spool = a.logs.tap_agent()?;
     let keep = rctl_suggest::headers_read(existing.as_ref());
     let dir = scratch_dir()?;
     let result = suggest(&a, existing.as_ref(), keep, &dir, &opts);

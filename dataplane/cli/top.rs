@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 /// `2s`, `1m` or `5`: whole seconds, 1 to 3600.
-fn seconds(s: &str) -> Result<u64, String> {
+pub(crate) fn seconds(s: &str) -> Result<u64, String> {
     let (n, scale) = match s.strip_suffix('s') {
         Some(n) => (n, 1),
         None => match s.strip_suffix('m') {

@@ -54,6 +54,18 @@ pub struct Known {
     pub complete: bool,
 }
 
+/// The request headers Wikimedia's webrequest schema carries: each
+/// column, and its header. `rctl-logs` reads them, the agent's tap
+/// writes them.
+pub const WEBREQUEST_HEADERS: [(&str, &str); 6] = [
+    ("user_agent", "user-agent"),
+    ("referer", "referer"),
+    ("accept_language", "accept-language"),
+    ("x_analytics", "x-analytics"),
+    ("accept", "accept"),
+    ("range", "range"),
+];
+
 /// Which headers an input carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KnownHeaders {

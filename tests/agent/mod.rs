@@ -11,6 +11,7 @@ mod observe;
 mod planes;
 mod restart;
 mod swap;
+mod tap;
 
 use crate::util::{root, tempdir};
 use rctl_testkit::proc::Proc;

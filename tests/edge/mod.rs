@@ -31,6 +31,7 @@ mod nginx_heads;
 mod parity;
 pub(crate) mod stack;
 mod suggest;
+mod tap;
 mod top;
 mod wiring;
 

@@ -22,6 +22,13 @@
 //! counting itself runs on a thread of its own (`rctl-top`), whose CPU
 //! time is reported beside it, so that the whole cost is stated too.
 //!
+//! And a third time with a tap open (`rctl tap`): the request path
+//! records each decision for it, and a thread of its own (`rctl-tap`,
+//! as the tap's connection does) takes the records every 50 ms and
+//! writes their webrequest lines. Every run records for taps as `rctl
+//! serve` does, so the first (none open) has the one load a decision
+//! costs when nobody taps.
+//!
 //! `cargo bench -p rctl-agent --bench spop` (RCTL_BENCH_SECS sets the
 //! window, default 3 s; RCTL_BENCH_RULES the sizes, default 10,1000,10000).
 
@@ -46,12 +53,25 @@ const WINDOW: u64 = 512;
 const BATCH: usize = 64;
 
 /// Sums what the observer is told; with `top`, also counts each
-/// decision for `rctl top`, as `rctl serve` does.
+/// decision for `rctl top`, and records it for the open taps, as `rctl
+/// serve` does.
 #[derive(Default)]
 struct Timing {
     decisions: AtomicU64,
     decision_ns: AtomicU64,
     top: Option<rctl_agent::top::TopCounts>,
+    taps: Arc<rctl_agent::tap::Taps>,
+}
+
+/// What the agent does besides deciding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nothing (no tap open: one load per decision).
+    Plain,
+    /// Counts for `rctl top`.
+    Top,
+    /// Records for one open tap, whose lines a thread writes.
+    Tap,
 }
 
 impl Observer for Timing {
@@ -66,6 +86,7 @@ impl Observer for Timing {
         if let Some(t) = &self.top {
             t.decided(g, f, o, d, elapsed);
         }
+        self.taps.record(f);
         self.decisions.fetch_add(1, Ordering::Relaxed);
         self.decision_ns
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
@@ -158,14 +179,38 @@ fn cpu_ns(tid: &str) -> u64 {
     s.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// The thread `rctl top`'s counters count on (off the request path),
-/// if one runs.
-fn counter_tid() -> Option<String> {
+/// The thread named `name` (`rctl top`'s counter, or the tap's writer:
+/// off the request path), if one runs.
+fn counter_tid(name: &str) -> Option<String> {
     std::fs::read_dir("/proc/self/task").ok()?.find_map(|e| {
         let e = e.ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "rctl-top").then(|| e.file_name().to_string_lossy().into_owned())
+        (comm.trim() == name).then(|| e.file_name().to_string_lossy().into_owned())
     })
+}
+
+/// Opens a tap on `taps` and writes its lines on a thread of its own
+/// until `stop`: how many it wrote and lost.
+fn tap_writer(
+    taps: &Arc<rctl_agent::tap::Taps>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64)> {
+    let tap = taps.open().unwrap();
+    std::thread::Builder::new()
+        .name("rctl-tap".into())
+        .spawn(move || {
+            let (mut spare, mut out, mut sink) = (Vec::new(), Vec::new(), std::io::sink());
+            let mut written = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(rctl_agent::tap::DRAIN_EVERY);
+                written += tap.take(&mut spare, &mut out).0.requests;
+                sink.write_all(&out).unwrap();
+                out.clear();
+            }
+            let (w, lost) = tap.close(&mut out);
+            (written + w.requests, lost)
+        })
+        .unwrap()
 }
 
 struct Run {
@@ -181,17 +226,19 @@ struct Run {
 }
 
 /// Runs the generator against an agent on one runtime thread: `judge`
-/// decides (with `top`, counting for `rctl top` too), or with `None` the
-/// floor agent acks.
-fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64, top: bool) -> Run {
+/// decides (and counts for `rctl top` or writes a tap, by `mode`), or
+/// with `None` the floor agent acks.
+fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64, mode: Mode) -> Run {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("rctl-spop-bench-sock-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let sock = dir.join("spoe.sock");
     let timing = Arc::new(Timing {
-        top: top.then(Default::default),
+        top: (mode == Mode::Top).then(Default::default),
         ..Default::default()
     });
+    let stop_tap = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = (mode == Mode::Tap).then(|| tap_writer(&timing.taps, Arc::clone(&stop_tap)));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (sock2, timing2) = (sock.clone(), timing.clone());
@@ -224,9 +271,24 @@ fn run(judge: Option<Arc<Judge>>, frames: &[u8], secs: f64, top: bool) -> Run {
         });
     });
     let tid = tid_rx.recv().unwrap();
-    let r = generate(&sock, frames, secs, &tid, &timing);
+    let name = if mode == Mode::Tap {
+        "rctl-tap"
+    } else {
+        "rctl-top"
+    };
+    let mut r = generate(&sock, frames, secs, &tid, &timing, name);
     let _ = stop_tx.send(());
     server.join().unwrap();
+    if let Some(w) = writer {
+        stop_tap.store(true, Ordering::Relaxed);
+        let (written, lost) = w.join().unwrap();
+        assert_eq!(
+            written + lost,
+            timing.decisions.load(Ordering::Relaxed),
+            "every decision written or lost"
+        );
+        r.dropped = lost as f64 / (written + lost).max(1) as f64;
+    }
     let _ = std::fs::remove_dir_all(&dir);
     r
 }
@@ -242,7 +304,14 @@ fn offsets(frames: &[u8]) -> Vec<usize> {
     v
 }
 
-fn generate(sock: &Path, frames: &[u8], secs: f64, tid: &str, timing: &Timing) -> Run {
+fn generate(
+    sock: &Path,
+    frames: &[u8],
+    secs: f64,
+    tid: &str,
+    timing: &Timing,
+    counter_name: &str,
+) -> Run {
     let mut s = UnixStream::connect(sock).unwrap();
     let mut hello = Vec::new();
     let mut e = Encoder::new(&mut hello, FrameType::HaproxyHello, 0, 0);
@@ -292,7 +361,7 @@ fn generate(sock: &Path, frames: &[u8], secs: f64, tid: &str, timing: &Timing) -
         let now = Instant::now();
         if window.is_none() && now - start >= warm {
             let t = &timing;
-            counter = counter_tid();
+            counter = counter_tid(counter_name);
             window = Some((
                 now,
                 acked.load(Ordering::Acquire),
@@ -363,7 +432,7 @@ fn main() {
         4096,
         frames.len() / 4096
     );
-    let floor = run(None, &frames, secs, false);
+    let floor = run(None, &frames, secs, Mode::Plain);
     println!("| agent | frames/s | frames per agent-CPU-second | agent thread busy | decision's share of agent CPU | vs floor (per CPU-second) |");
     println!("|---|---|---|---|---|---|");
     let row = |name: &str, r: &Run| {
@@ -381,7 +450,7 @@ fn main() {
         Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) => vec![10, 1_000, 10_000],
     };
-    let mut costs = Vec::new();
+    let (mut costs, mut tapped) = (Vec::new(), Vec::new());
     // Off and on alternate, three times each: the ratio is their
     // medians', so that one noisy window does not make it.
     let median = |mut v: Vec<f64>| {
@@ -392,24 +461,39 @@ fn main() {
         let j = judge(rules);
         let (mut offs, mut ons, mut counters, mut dropped) =
             (Vec::new(), Vec::new(), Vec::new(), 0f64);
+        let (mut taps, mut writers, mut lost) = (Vec::new(), Vec::new(), 0f64);
         for round in 0..3 {
-            let off = run(Some(Arc::clone(&j)), &frames, secs, false);
-            let on = run(Some(Arc::clone(&j)), &frames, secs, true);
+            let off = run(Some(Arc::clone(&j)), &frames, secs, Mode::Plain);
+            let on = run(Some(Arc::clone(&j)), &frames, secs, Mode::Top);
+            let tap = run(Some(Arc::clone(&j)), &frames, secs, Mode::Tap);
             if round == 0 {
                 row(&format!("rctl agent, {rules} rules"), &off);
                 row(
                     &format!("rctl agent, {rules} rules, `rctl top` counting"),
                     &on,
                 );
+                row(&format!("rctl agent, {rules} rules, a tap open"), &tap);
             }
             offs.push(off.frames_per_cpu_s);
             ons.push(on.frames_per_cpu_s);
             counters.push(on.counter_share);
             dropped = dropped.max(on.dropped);
+            taps.push(tap.frames_per_cpu_s);
+            writers.push(tap.counter_share);
+            lost = lost.max(tap.dropped);
         }
-        costs.push((rules, median(offs) / median(ons), median(counters), dropped));
+        costs.push((
+            rules,
+            median(offs.clone()) / median(ons),
+            median(counters),
+            dropped,
+        ));
+        tapped.push((rules, median(offs) / median(taps), median(writers), lost));
     }
     for (rules, c, k, d) in costs {
         println!("{rules} rules: the request path with `rctl top` counting costs {c:.2}× it without (per agent-CPU-second, medians of 3 alternating runs); the counter thread, off the request path, adds {k:.2}× the agent thread's CPU (in all {:.2}×); at most {:.2}% of the requests not counted", c + k * c, d * 100.0);
+    }
+    for (rules, c, k, d) in tapped {
+        println!("{rules} rules: the request path with a tap open costs {c:.2}× it with none (per agent-CPU-second, medians of 3 alternating runs); the tap's writer thread, off the request path, adds {k:.2}× the agent thread's CPU (in all {:.2}×); at most {:.2}% of the requests lost to the tap", c + k * c, d * 100.0);
     }
 }

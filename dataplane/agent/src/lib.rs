@@ -11,6 +11,9 @@
 //!   agent; the packet plane is a trait, so this crate stays free of XDP.
 //! - [`metrics`], [`reqlog`]: Prometheus counters and the matched-request
 //!   log, both [`judge::Observer`]s.
+//! - [`top`], [`tap`]: the recent traffic by key (`rctl top`), and every
+//!   decided request streamed to a reader (`rctl tap`), both off the
+//!   request path.
 //! - [`serve`]: `rctl serve`: every listener, and the graceful drain.
 //! - [`listen`], [`peers`], [`shutdown`]: endpoints, who may connect and
 //!   how often, and the shutdown signal the listeners share.
@@ -38,10 +41,12 @@ pub mod peers;
 pub mod persist;
 pub mod proxies;
 pub mod proxy_stats;
+mod records;
 pub mod reqlog;
 pub mod serve;
 pub mod shutdown;
 pub mod spop;
+pub mod tap;
 pub mod top;
 
 /// Seconds since the epoch.

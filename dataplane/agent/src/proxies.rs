@@ -96,6 +96,25 @@ impl Proxies {
         );
     }
 
+    /// The headers every proxy heard from sends the agent (`None`: every
+    /// header, as nginx's configuration sends them); with no proxy heard
+    /// from yet, those `rs` reads, which is what a configuration emitted
+    /// for it sends.
+    pub fn headers_sent(&self, rs: &Ruleset) -> Option<std::collections::BTreeSet<String>> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_empty() {
+            return Some(Reads::of(rs).headers);
+        }
+        let mut sent: Option<std::collections::BTreeSet<String>> = None;
+        for s in seen.values().filter(|s| !s.coverage.all_headers) {
+            sent = Some(match sent {
+                None => s.coverage.headers.clone(),
+                Some(h) => h.intersection(&s.coverage.headers).cloned().collect(),
+            });
+        }
+        sent
+    }
+
     /// Every proxy heard from, against `rs`.
     pub fn against(&self, rs: &Ruleset) -> Vec<ProxyStatus> {
         let needs = Reads::of(rs);

@@ -120,11 +120,13 @@ fn fail(message: String) -> ServeError {
     ServeError { message }
 }
 
-/// Metrics, the log and the top counters, seen as one observer.
+/// Metrics, the log, the top counters and the taps, seen as one observer.
 struct Observers {
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
     top: Option<Arc<crate::top::TopCounts>>,
+    /// Open taps (one load when none is).
+    taps: Arc<crate::tap::Taps>,
 }
 
 impl Observer for Observers {
@@ -143,6 +145,7 @@ impl Observer for Observers {
         if let Some(t) = &self.top {
             t.decided(g, f, o, d, elapsed);
         }
+        self.taps.record(f);
     }
 
     fn failed(&self, kind: &'static str, detail: &str) {
@@ -408,6 +411,7 @@ impl Server {
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
             top: self.control.counts_top().then(|| self.control.top()),
+            taps: self.control.taps(),
         });
         let mut tasks = tokio::task::JoinSet::new();
         if let Some(l) = self.http {

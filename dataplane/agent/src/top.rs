@@ -15,6 +15,7 @@
 //! counter falls behind.
 
 use crate::judge::{Fields, Generation, Observer, Outcome};
+use crate::records::{push_field, push_ip, Cursor};
 use rctl_dataplane::{Decision, Request};
 use rctl_top::{Top, Window, MAX_KEY};
 use std::net::IpAddr;
@@ -76,13 +77,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Appends `b` cut at `max` bytes, after its length.
-fn push_field(out: &mut Vec<u8>, b: &[u8], max: usize) {
-    let b = &b[..b.len().min(max)];
-    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
 /// The longest path kept: a template collapses ids, so a path longer than
 /// the key can still make a key that fits.
 const PATH_MAX: usize = 8 * MAX_KEY;
@@ -90,16 +84,7 @@ const PATH_MAX: usize = 8 * MAX_KEY;
 /// One record: second, address, verdict, User-Agent, host, path.
 fn encode(out: &mut Vec<u8>, now_s: u64, r: &Request<'_>, kind: &str) {
     out.extend_from_slice(&now_s.to_le_bytes());
-    match r.ip {
-        IpAddr::V4(a) => {
-            out.push(4);
-            out.extend_from_slice(&a.octets());
-        }
-        IpAddr::V6(a) => {
-            out.push(6);
-            out.extend_from_slice(&a.octets());
-        }
-    }
+    push_ip(out, r.ip);
     out.push(KINDS.iter().position(|k| *k == kind).unwrap_or(0) as u8);
     let ua = r
         .headers
@@ -112,49 +97,22 @@ fn encode(out: &mut Vec<u8>, now_s: u64, r: &Request<'_>, kind: &str) {
     push_field(out, path, PATH_MAX);
 }
 
-/// A cursor over records.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.buf.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    fn field(&mut self) -> Option<&'a [u8]> {
-        let len = self.take(2)?;
-        self.take(u16::from_le_bytes([len[0], len[1]]) as usize)
-    }
-
-    /// The next record: second, address, verdict, User-Agent, host, path.
-    #[expect(clippy::type_complexity, reason = "a record's six fields")]
-    fn record(&mut self) -> Option<(u64, IpAddr, &'static str, &'a [u8], &'a [u8], &'a [u8])> {
-        let second = u64::from_le_bytes(self.take(8)?.try_into().ok()?);
-        let ip = match self.take(1)?[0] {
-            4 => IpAddr::from(<[u8; 4]>::try_from(self.take(4)?).ok()?),
-            _ => IpAddr::from(<[u8; 16]>::try_from(self.take(16)?).ok()?),
-        };
-        let kind = KINDS.get(self.take(1)?[0] as usize).copied()?;
-        Some((
-            second,
-            ip,
-            kind,
-            self.field()?,
-            self.field()?,
-            self.field()?,
-        ))
-    }
+/// The next record: second, address, verdict, User-Agent, host, path.
+#[expect(clippy::type_complexity, reason = "a record's six fields")]
+fn record<'a>(
+    c: &mut Cursor<'a>,
+) -> Option<(u64, IpAddr, &'static str, &'a [u8], &'a [u8], &'a [u8])> {
+    let second = u64::from_le_bytes(c.take(8)?.try_into().ok()?);
+    let ip = c.ip()?;
+    let kind = KINDS.get(c.byte()? as usize).copied()?;
+    Some((second, ip, kind, c.field()?, c.field()?, c.field()?))
 }
 
 /// Reads the records of `buf` (as [`encode`] wrote them) into `w`; a
 /// record cut short ends it.
 fn count(w: &mut Window, buf: &[u8]) {
-    let mut c = Cursor { buf, at: 0 };
-    while let Some((second, ip, kind, ua, host, path)) = c.record() {
+    let mut c = Cursor::new(buf);
+    while let Some((second, ip, kind, ua, host, path)) = record(&mut c) {
         let headers: [(&[u8], &[u8]); 1] = [(b"user-agent", ua)];
         let r = Request {
             method: b"",

@@ -33,6 +33,20 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
+    /// [`LogInputArgs::tap_agent`], refused with `--follow` and
+    /// `--sampled`: a tap is every request of a fixed time.
+    pub fn tap_agent(&mut self) -> Result<Option<crate::tap::Spool>> {
+        if self.input.agent.is_some() && self.follow {
+            bail!("--agent reads every request of the next --for DURATION, --follow a log as it grows: use one (to watch the agent live, try `rctl top`)");
+        }
+        if self.input.agent.is_some() && self.sampled.is_some() {
+            bail!(
+                "--agent reads every request the agent decides, not a sample: leave --sampled out"
+            );
+        }
+        self.input.tap_agent()
+    }
+
     /// The reading options these flags make.
     pub fn options(&self) -> Result<Options> {
         if let Some(0) = self.sampled {

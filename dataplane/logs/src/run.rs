@@ -30,6 +30,13 @@ pub struct Options {
     pub max_line: usize,
     /// `--sampled N`: one line in N was kept (throttles are not run).
     pub sampled: Option<u64>,
+    /// Inputs whose format is given whole, by path, instead of named or
+    /// detected: a tap of the agent (`rctl dry-run --agent`) is
+    /// webrequest, but carries only the headers the agent received, so
+    /// its format's [`Format::known`] is narrowed to them. Neither
+    /// `format` nor `client_ip_field` applies to them (a tap's `ip` is
+    /// the client as the agent judged it).
+    pub formats: Vec<(PathBuf, Format)>,
 }
 
 impl Default for Options {
@@ -40,6 +47,7 @@ impl Default for Options {
             client_ip_field: None,
             max_line: MAX_LINE,
             sampled: None,
+            formats: Vec::new(),
         }
     }
 }
@@ -165,6 +173,17 @@ fn peek(mut r: Box<dyn Read + Send>) -> io::Result<(Vec<u8>, Box<dyn Read + Send
 
 /// The format of an input: named, or detected from its first lines.
 pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, LogError> {
+    let given = opts
+        .formats
+        .iter()
+        .find(|(p, _)| p.display().to_string() == name);
+    if let Some((_, f)) = given {
+        let mut f = f.clone();
+        if opts.sampled.is_some() {
+            f.known.complete = false;
+        }
+        return Ok(f);
+    }
     let mut f = match &opts.format {
         Some(n) => detect::by_name(n, &opts.spec),
         None => {

@@ -11,14 +11,7 @@ use crate::time::TimeFormat;
 use rctl_dataplane::partial::{Known, KnownHeaders};
 
 /// The request headers webrequest carries, by column.
-pub const HEADERS: [(&str, &str); 6] = [
-    ("user_agent", "user-agent"),
-    ("referer", "referer"),
-    ("accept_language", "accept-language"),
-    ("x_analytics", "x-analytics"),
-    ("accept", "accept"),
-    ("range", "range"),
-];
+pub use rctl_dataplane::partial::WEBREQUEST_HEADERS as HEADERS;
 
 /// The webrequest JSON format.
 pub fn format() -> Format {

@@ -9,8 +9,18 @@
 //! | `{"op":"abort","id":"…"}` | `{"ok":true}` |
 //! | `{"op":"load",…}` (as prepare) | prepare then commit at once: the commit's answer with the prepare's `carried` |
 //! | `{"op":"status"}` | [`AgentStatus`] |
+//! | `{"op":"top","seconds":S,"n":N}` (both optional) | the last `S` seconds' heaviest `N` keys of each kind ([`rctl_top::Top`]); refused unless `rctl serve --top` |
+//! | `{"op":"tap","seconds":N}` (1 to 3600) | a stream, then the connection closes: `{"ok":true,"tap":{"seconds":N,"headers":[…]}}`, one webrequest JSON line per request decided in the next `N` s (starting `{"dt":`), and `{"ok":true,"summary":{"requests":R,"lost":L,"cut":C,"headers":[…],"why":…}}` ([`TapSummary`]) |
 //!
 //! A refusal is `{"ok":false,"error":"…"}` and changes nothing.
+//!
+//! **Tap.** Every request decided while the tap is open is a line, in
+//! the schema `rctl --log-format webrequest` reads ([`crate::tap`]), with
+//! or without `--top`; `headers` names the webrequest headers the agent
+//! receives from the proxies in front (the others are unknown, not
+//! absent). Requests the reader was too slow for are counted in `lost`,
+//! never waited for; at most [`crate::tap::MAX_TAPS`] taps are open at
+//! once.
 //!
 //! **Two phases.** `prepare` decodes the artifact, builds the engine and
 //! links limiter state ([`rctl_dataplane::carry`]): nothing changes for
@@ -23,9 +33,11 @@
 
 mod fleet;
 mod server;
+mod tap;
 
 pub use fleet::{EtcdStatus, FleetStatus, SharedLimiter, SharedStatus};
 pub use server::{serve, Control, ControlConfig, StatusExtra};
+pub use tap::{tap, TapEvent};
 
 use crate::judge::Generation;
 use crate::metrics::Counts;
@@ -64,6 +76,12 @@ pub enum ControlRequest {
     Load(Load),
     /// What the agent runs and counts.
     Status,
+    /// Every request decided in the next `seconds`, streamed as
+    /// webrequest lines, then a summary (`rctl tap`; see [`crate::tap`]).
+    Tap {
+        /// For this many seconds (1 to 3600).
+        seconds: u64,
+    },
     /// The recent traffic by key, with each key's verdicts (`rctl top`).
     Top {
         /// Over the last this many seconds (at most the agent's window,
@@ -74,6 +92,26 @@ pub enum ControlRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         n: Option<usize>,
     },
+}
+
+/// The last line of a tap: what was sent, what was lost and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TapSummary {
+    /// Request lines sent.
+    pub requests: u64,
+    /// Requests decided while the tap was open and not sent (its buffer
+    /// was full: the reader was too slow).
+    pub lost: u64,
+    /// Requests sent with a field cut at [`crate::tap::FIELD_MAX`] bytes.
+    pub cut: u64,
+    /// Seconds the tap was open.
+    pub seconds: f64,
+    /// The webrequest headers (lower case) the agent receives from the
+    /// proxies in front: the lines' other headers are unknown.
+    pub headers: Vec<String>,
+    /// Why requests were lost or the tap ended early, if they were or it
+    /// did.
+    pub why: Option<String>,
 }
 
 /// Which artifact to load, and for which site.

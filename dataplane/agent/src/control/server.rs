@@ -58,6 +58,8 @@ pub struct Control {
     metrics: Arc<Metrics>,
     log: Option<Arc<ReqLog>>,
     top: Arc<crate::top::TopCounts>,
+    /// The open taps (`{"op":"tap"}`): the listeners record into them.
+    taps: Arc<crate::tap::Taps>,
     /// Whether the listeners count into `top` (`rctl serve --top`).
     counting: std::sync::atomic::AtomicBool,
     config: ControlConfig,
@@ -93,6 +95,7 @@ impl Control {
             metrics,
             log,
             top: Arc::default(),
+            taps: Arc::default(),
             counting: std::sync::atomic::AtomicBool::new(false),
             config,
             slot: Mutex::new(Slot::Empty),
@@ -106,6 +109,19 @@ impl Control {
     /// into them, the control socket reads them.
     pub fn top(&self) -> Arc<crate::top::TopCounts> {
         Arc::clone(&self.top)
+    }
+
+    /// The open taps: the listeners record every decided request into
+    /// them (nothing but one load while none is open).
+    pub fn taps(&self) -> Arc<crate::tap::Taps> {
+        Arc::clone(&self.taps)
+    }
+
+    /// The webrequest headers the agent receives from the proxies in
+    /// front, for the ruleset in force.
+    fn tap_headers(&self) -> Vec<String> {
+        let g = self.judge.current();
+        crate::tap::Taps::received(self.judge.proxies(), g.engine.ruleset())
     }
 
     /// Has the listeners count for `rctl top` (before they start).
@@ -135,6 +151,9 @@ impl Control {
             Ok(ControlRequest::Top { seconds, n }) => Ok(json!(self
                 .top
                 .top(seconds.unwrap_or(crate::top::WINDOW_S), n.unwrap_or(20)))),
+            Ok(ControlRequest::Tap { .. }) => Err(
+                "a tap streams on its own connection: send it on the control socket".to_string(),
+            ),
             Ok(ControlRequest::Prepare(l)) => {
                 self.prepare(conn, Source::Load(l)).await.map(|p| json!(p))
             }
@@ -497,6 +516,13 @@ pub async fn serve(listener: Listener, control: Arc<Control>, mut shutdown: Shut
                         break;
                     }
                     Ok(_) => {}
+                }
+                if let Ok(ControlRequest::Tap { seconds }) = serde_json::from_slice(&line) {
+                    let c = Arc::clone(&control);
+                    let headers = move || c.tap_headers();
+                    let io = (&mut read, &mut write);
+                    super::tap::stream(&control.taps, seconds, headers, io, &mut shutdown).await;
+                    break;
                 }
                 let answer = control.handle(conn, &line).await;
                 if write

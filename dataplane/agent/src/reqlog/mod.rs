@@ -180,6 +180,20 @@ pub struct ReqLog {
     tolerance_ns: u64,
 }
 
+/// Appends `json` to `out` with the characters a terminal would act on
+/// (controls, DEL, bidirectional overrides) as `\uXXXX` escapes: they
+/// can only be inside JSON strings, where the escape is the same value.
+pub(crate) fn safe_json(out: &mut Vec<u8>, json: &str) {
+    for c in json.chars() {
+        if rctl_compiler::diag::is_unsafe_char(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            let mut b = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+        }
+    }
+}
+
 fn text(b: &[u8]) -> String {
     let b = &b[..b.len().min(FIELD_MAX)];
     String::from_utf8_lossy(b).into_owned()
@@ -323,14 +337,7 @@ impl Writer<'_> {
     /// Adds one JSON line, with the characters a terminal would act on
     /// escaped (they can only be inside strings, where `\uXXXX` is valid).
     fn push(&mut self, json: &str, request: bool) {
-        for c in json.chars() {
-            if rctl_compiler::diag::is_unsafe_char(c) {
-                let _ = write!(self.buf, "\\u{:04x}", c as u32);
-            } else {
-                let mut b = [0u8; 4];
-                self.buf.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
-            }
-        }
+        safe_json(&mut self.buf, json);
         self.buf.push(b'\n');
         self.ends.push(self.buf.len());
         self.requests.push(request);
