@@ -35,7 +35,7 @@ fn read_back(lines: &[u8]) -> Vec<Read> {
         ..Default::default()
     };
     let mut got = Vec::new();
-    let (summary, _) = rctl_logs::read_requests(std::slice::from_ref(&path), &opts, |_, r| {
+    let (summary, _) = rctl_logs::read_requests(std::slice::from_ref(&path), &opts, |_, _, r| {
         let mut h: Vec<(String, Vec<u8>)> = r
             .headers
             .iter()
