@@ -248,6 +248,20 @@ impl Engine {
     pub(crate) fn candidates_for(&self, f: &Fields<'_>, s: &mut Scratch) {
         s.atoms.clear();
         self.matcher.request_atoms(f, &mut s.atoms, &mut s.patterns);
+        self.candidates_of_atoms(s);
+    }
+
+    /// [`Engine::candidates_for`] where `s.atoms` holds the request's
+    /// packet atoms already ([`Matcher::packet_atoms`] of its addresses
+    /// and port, as the packet plane's judgement leaves them): its
+    /// addresses are not looked up again.
+    pub(crate) fn candidates_after_packet(&self, f: &Fields<'_>, s: &mut Scratch) {
+        self.matcher.field_atoms(f, &mut s.atoms, &mut s.patterns);
+        self.candidates_of_atoms(s);
+    }
+
+    /// The rules that can match, from the atoms in `s`.
+    fn candidates_of_atoms(&self, s: &mut Scratch) {
         s.candidates.clear();
         s.candidates.extend_from_slice(&self.always);
         for &a in s.atoms.atoms() {
@@ -273,8 +287,25 @@ impl Engine {
         s: &mut Scratch,
         steps: &mut Vec<Step>,
     ) -> Decision {
+        self.decide_steps(req, s, steps, false)
+    }
+
+    /// [`Engine::decide_request_steps`]; with `after_packet`, `s.atoms`
+    /// holds the request's packet atoms already (see
+    /// [`Engine::candidates_after_packet`]).
+    pub(crate) fn decide_steps(
+        &self,
+        req: &Request<'_>,
+        s: &mut Scratch,
+        steps: &mut Vec<Step>,
+        after_packet: bool,
+    ) -> Decision {
         let f = Fields::new(req);
-        self.candidates_for(&f, s);
+        if after_packet {
+            self.candidates_after_packet(&f, s);
+        } else {
+            self.candidates_for(&f, s);
+        }
         let atoms = &s.atoms;
         self.core.decide_request(
             &f,

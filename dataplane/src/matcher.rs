@@ -81,6 +81,8 @@ struct Scan {
 pub struct MatchScratch {
     patterns: PatternSet,
     caches: Vec<Option<hybrid::dfa::Cache>>,
+    /// The atoms one search found (kept from one search to the next).
+    found: Vec<u32>,
 }
 
 /// A fast hash (FxHash's multiply-rotate) for the matcher's lookup-only
@@ -172,11 +174,29 @@ struct FieldMatcher {
 }
 
 impl Scan {
+    /// Adds the atoms `value` matches.
     fn run(&self, value: &[u8], set: &mut AtomSet, ms: &mut MatchScratch) {
-        if let (Some(dfa), Some(Some(cache))) = (&self.dfa, ms.caches.get_mut(self.id)) {
+        let MatchScratch {
+            patterns,
+            caches,
+            found,
+        } = ms;
+        found.clear();
+        self.search(value, found, caches, patterns);
+        found.iter().for_each(|&a| set.insert(a));
+    }
+
+    /// The atoms of every pattern `value` matches, in the order found.
+    fn search(
+        &self,
+        value: &[u8],
+        found: &mut Vec<u32>,
+        caches: &mut [Option<hybrid::dfa::Cache>],
+        patterns: &mut PatternSet,
+    ) {
+        if let (Some(dfa), Some(Some(cache))) = (&self.dfa, caches.get_mut(self.id)) {
             let input = Input::new(value);
             let mut state = hybrid::dfa::OverlappingState::start();
-            let mut found = Vec::new();
             let complete = loop {
                 if dfa
                     .try_search_overlapping_fwd(cache, &input, &mut state)
@@ -190,17 +210,14 @@ impl Scan {
                 }
             };
             if complete {
-                found.into_iter().for_each(|a| set.insert(a));
                 return;
             }
+            found.clear();
         }
-        let patterns = &mut ms.patterns;
         patterns.clear();
         self.re
             .which_overlapping_matches(&Input::new(value), patterns);
-        for p in patterns.iter() {
-            set.insert(self.atoms[p.as_usize()]);
-        }
+        found.extend(patterns.iter().map(|p| self.atoms[p.as_usize()]));
     }
 }
 
@@ -374,6 +391,7 @@ impl Matcher {
                 .iter()
                 .map(|d| d.as_ref().map(hybrid::dfa::DFA::create_cache))
                 .collect(),
+            found: Vec::new(),
         }
     }
 
@@ -421,6 +439,14 @@ impl Matcher {
     pub fn request_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut MatchScratch) {
         let req = f.request();
         self.l4(req.ip, req.dst, Proto::Tcp, req.port, set);
+        self.field_atoms(f, set, pats);
+    }
+
+    /// The atoms of a request's HTTP fields: [`Matcher::request_atoms`]
+    /// without those of its addresses and port, for a set that already
+    /// holds them (from [`Matcher::packet_atoms`] of the same request).
+    pub fn field_atoms(&self, f: &Fields<'_>, set: &mut AtomSet, pats: &mut MatchScratch) {
+        let req = f.request();
         if let Some(m) = &self.method {
             m.run(f.method, set, pats);
         }

@@ -361,18 +361,27 @@ impl Engine {
         trace: &mut PartialTrace,
     ) -> Judged {
         trace.clear();
-        if let Some(j) = self.judge_packet_plane(req, blind, s) {
-            if let Judged::Unknown { rule, .. } = j {
-                trace.unknown.push(rule);
+        // Judging the packet plane leaves the request's packet atoms in
+        // `s.atoms`: the request's decision goes on from them.
+        let after_packet = self.ruleset().plan.iter().any(|p| p.xdp.is_some());
+        if after_packet {
+            if let Some(j) = self.judge_packet_plane(req, blind, s) {
+                if let Judged::Unknown { rule, .. } = j {
+                    trace.unknown.push(rule);
+                }
+                return j;
             }
-            return j;
         }
         if blind.none {
-            let d = self.decide_request_steps(req, s, &mut trace.steps);
+            let d = self.decide_steps(req, s, &mut trace.steps, after_packet);
             return Judged::Decided(d);
         }
         let f = Fields::new(req);
-        self.candidates_for(&f, s);
+        if after_packet {
+            self.candidates_after_packet(&f, s);
+        } else {
+            self.candidates_for(&f, s);
+        }
         s.candidates.extend_from_slice(&blind.extra);
         s.candidates.sort_unstable();
         s.candidates.dedup();

@@ -5,7 +5,8 @@
 //! GoAccess (`goaccess --log-format=COMBINED`) and CrowdSec's replay
 //! (`crowdsec -dsn file://… -type nginx`) where installed and configured.
 //!
-//! `RCTL_BENCH_LOG_MB` sets the size (default 1024); `RCTL_BENCH_FORMATS`
+//! `RCTL_BENCH_LOG_MB` sets the size (default 1024); `RCTL_BENCH_KEEP`
+//! a directory to write the logs to and keep; `RCTL_BENCH_FORMATS`
 //! which logs are run (a comma-separated list of `nginx-combined`,
 //! `haproxy-httplog`, `webrequest`; default all three, the Parquet table
 //! with `webrequest`); `RCTL_BENCH_CROWDSEC_LINES`
@@ -160,7 +161,12 @@ fn main() {
         .split(',')
         .map(|f| f.trim().to_string())
         .collect();
-    let dir = std::env::temp_dir().join(format!("rctl-bench-logs-{}", std::process::id()));
+    // `RCTL_BENCH_KEEP=DIR` writes the logs there and keeps them (to
+    // profile `rctl dry-run --log` on the same traffic).
+    let keep = std::env::var_os("RCTL_BENCH_KEEP").map(PathBuf::from);
+    let dir = keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("rctl-bench-logs-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir).unwrap();
     println!("| run | lines | seconds | lines/s | MB/s |");
     println!("|---|---|---|---|---|");
@@ -248,11 +254,17 @@ fn main() {
                 size,
                 secs,
             );
-            std::fs::remove_file(&table).unwrap();
+            if keep.is_none() {
+                std::fs::remove_file(&table).unwrap();
+            }
         }
-        std::fs::remove_file(&path).unwrap();
+        if keep.is_none() {
+            std::fs::remove_file(&path).unwrap();
+        }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// CrowdSec's replay of `log`, in seconds: from its "Starting processing
