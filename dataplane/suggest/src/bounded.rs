@@ -130,7 +130,9 @@ impl<V> Bounded<V> {
     /// Drops the half of the keys with the smallest counts.
     fn evict(&mut self) {
         let mut counts: Vec<u64> = self.map.values().map(|c| c.count).collect();
-        let mid = counts.len() / 2;
+        // The lower half's largest, so that at least the heavier half
+        // (less ties) stays.
+        let mid = (counts.len() - 1) / 2;
         let (_, &mut cut, _) = counts.select_nth_unstable(mid);
         // Keep those above the median; with many ties at it, drop them
         // all rather than keep more than the capacity.

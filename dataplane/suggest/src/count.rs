@@ -108,6 +108,22 @@ pub struct Addresses {
     pub more: bool,
 }
 
+/// The fingerprint of `host` and the template of `path` up to its last
+/// `/` (built in `buf`): where a path's titles are counted
+/// ([`Counts::titled`]); 0 without a host or a `/`. The same for every
+/// path of an endpoint, whose template is this parent's and its last
+/// segment's.
+pub(crate) fn title_fp(fp: &Fingerprints, host: &[u8], path: &[u8], buf: &mut Vec<u8>) -> u64 {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(cut) if !host.is_empty() => {
+            buf.clear();
+            template_into(&path[..=cut], buf);
+            fp.of(&[host, buf])
+        }
+        _ => 0,
+    }
+}
+
 /// An endpoint's fingerprint: its host and template, and whether the
 /// template is a parent's titles collapsed (a template `/w/*` of ids and
 /// the titles of `/w/` collapsed are two endpoints, of which one is
@@ -165,8 +181,14 @@ pub struct Counts {
     /// The first and last request's time, nanoseconds.
     pub span_ns: Option<(u64, u64)>,
     pub(crate) paths: Bounded<PathCount>,
-    /// Per parent, how many paths under it were first seen.
-    pub(crate) parents: Bounded<u64>,
+    /// Per parent (host and the path up to its last `/`), its requests.
+    pub(crate) parents: Bounded<()>,
+    /// Per parent template (host and the template up to its last `/`),
+    /// how many different paths under it were first seen.
+    pub(crate) titles: Bounded<u64>,
+    /// Addresses held in the User-Agent families' maps, all families:
+    /// at most [`Bounds::clients`].
+    agent_ips: usize,
     /// The loops' paths (fingerprints of host and path), once found.
     pub(crate) looped: ByFingerprint<()>,
     pub(crate) endpoints: Bounded<EndpointCount>,
@@ -198,6 +220,8 @@ impl Counts {
             span_ns: None,
             paths: Bounded::new(bounds.keys),
             parents: Bounded::new(bounds.keys),
+            titles: Bounded::new(bounds.keys),
+            agent_ips: 0,
             looped: ByFingerprint::default(),
             endpoints: Bounded::new(bounds.keys),
             clients: Bounded::new(bounds.clients),
@@ -215,6 +239,7 @@ impl Counts {
         [
             self.paths.exact(),
             self.parents.exact(),
+            self.titles.exact(),
             self.endpoints.exact(),
             self.clients.exact(),
             self.networks.exact(),
@@ -246,6 +271,7 @@ impl Counts {
         self.agents = Bounded::new(b.keys);
         self.host_clients = Bounded::new(b.clients);
         self.all_clients = Bounded::new(b.clients);
+        self.agent_ips = 0;
         true
     }
 
@@ -254,12 +280,12 @@ impl Counts {
     /// each is counted under the parent's `*` (`/wiki/*`), as a scraper
     /// of many pages asks; otherwise each path is its own endpoint.
     pub fn titled(&self, parent: u64) -> bool {
-        parent != 0 && self.parents.get(parent).is_some_and(|p| p.value >= TITLES)
+        parent != 0 && self.titles.get(parent).is_some_and(|p| p.value >= TITLES)
     }
 
     /// Every parent whose last segments are titles.
     pub(crate) fn titled_parents(&self) -> ByFingerprint<()> {
-        self.parents
+        self.titles
             .iter()
             .filter(|(k, _)| self.titled(**k))
             .map(|(k, _)| (*k, ()))
@@ -293,11 +319,12 @@ impl Counts {
         }
         self.lower_host(r);
         let parent = self.parent_fp(r);
+        let title = title_fp(&self.fp, &self.host, path(r), &mut self.template);
         if parent != 0 {
-            self.count_path(r, parent);
+            self.count_path(r, parent, title);
         }
         if endpoints {
-            self.count_endpoint(r, legit, parent);
+            self.count_endpoint(r, legit, title);
         }
     }
 
@@ -325,11 +352,11 @@ impl Counts {
         {
             return;
         }
-        let parent = self.parent_fp(r);
-        self.count_endpoint(r, looks_legitimate(r), parent);
+        let title = title_fp(&self.fp, &self.host, path(r), &mut self.template);
+        self.count_endpoint(r, looks_legitimate(r), title);
     }
 
-    fn count_path(&mut self, r: &Request<'_>, parent_fp: u64) {
+    fn count_path(&mut self, r: &Request<'_>, parent_fp: u64, title: u64) {
         let p = path(r);
         let Some(cut) = p.iter().rposition(|&b| b == b'/') else {
             return;
@@ -357,7 +384,10 @@ impl Counts {
             }
         }
         v.all_no_cache &= no_cache(r);
-        self.parents.add(parent_fp, || 0).value += u64::from(new);
+        self.parents.add(parent_fp, || ());
+        if title != 0 {
+            self.titles.add(title, || 0).value += u64::from(new);
+        }
     }
 
     fn count_endpoint(&mut self, r: &Request<'_>, legit: bool, parent: u64) {
@@ -466,8 +496,9 @@ impl Counts {
             let len = ips.len();
             match ips.get_mut(&k_all) {
                 Some(c) => c.1 += 1,
-                None if len < self.bounds.ips_per_agent => {
+                None if len < self.bounds.ips_per_agent && self.agent_ips < self.bounds.clients => {
                     ips.insert(k_all, (s.ip, 1));
+                    self.agent_ips += 1;
                 }
                 None => a.wide = true,
             }

@@ -65,6 +65,7 @@ pub struct Measure {
     /// The parents whose last segments are titles ([`Counts::titled`]).
     titled: ByFingerprint<()>,
     host: Vec<u8>,
+    title: Vec<u8>,
     template: Vec<u8>,
 }
 
@@ -75,10 +76,12 @@ impl Measure {
     pub fn new(
         merged: Ruleset,
         findings: Vec<Finding>,
-        names: Vec<String>,
+        mut names: Vec<String>,
         counts: &Counts,
         keep: Vec<String>,
     ) -> Result<Measure, EngineError> {
+        // One name a finding (a missing one names no rule).
+        names.resize(findings.len(), String::new());
         let judge = Judge::new(merged)?;
         let rules = judge
             .engine()
@@ -107,6 +110,7 @@ impl Measure {
             by_endpoint: ByFingerprint::default(),
             titled: counts.titled_parents(),
             host: Vec::new(),
+            title: Vec::new(),
             template: Vec::new(),
         };
         for (i, f) in findings.iter().enumerate() {
@@ -201,13 +205,10 @@ impl Measure {
         }
         self.template.clear();
         template_into(p, &mut self.template);
+        let title = crate::count::title_fp(&self.fp, &self.host, p, &mut self.title);
         let mut collapsed = false;
-        if let Some(cut) = p.iter().rposition(|&b| b == b'/') {
-            let parent = self.fp.of(&[&self.host, &p[..=cut]]);
-            let last = self.template.iter().rposition(|&b| b == b'/');
-            if let Some(c) =
-                last.filter(|_| !r.host.is_empty() && self.titled.contains_key(&parent))
-            {
+        if title != 0 && self.titled.contains_key(&title) {
+            if let Some(c) = self.template.iter().rposition(|&b| b == b'/') {
                 self.template.truncate(c + 1);
                 self.template.push(b'*');
                 collapsed = true;
@@ -225,7 +226,7 @@ impl Measure {
             let mine = match &f.members {
                 Members::Ips(_, ips) => ips.contains(&r.ip),
                 Members::Prefixes(_, nets) => nets.contains(&net),
-                Members::Agent(_, a) => ua.starts_with(a),
+                Members::Agent(_, a) => crate::keys::family_prefix(ua) == a.as_slice(),
                 Members::Loop { .. } => false,
             };
             if mine && !counted {

@@ -192,3 +192,67 @@ fn a_scraper_of_many_titles_is_found_under_their_parent() {
         (&Key::Ip, "en.wikipedia.org/wiki/*", 400)
     );
 }
+
+#[test]
+fn a_family_without_a_version_is_its_own_and_takes_no_other_requests() {
+    let mut t = traffic(false);
+    // "curl" (no `/`) is not the family of "curl/8.0" nor of the swarm.
+    for i in 0..480u64 {
+        let ip = IpAddr::V4(Ipv4Addr::new(198, 18, (i % 12) as u8, 9));
+        let target = format!("/sparql?query=ASK%20{i}");
+        t.push(obs(
+            i * 1_250 + 3,
+            ip,
+            "query.wikidata.org",
+            &target,
+            "curl",
+            "",
+        ));
+    }
+    t.sort_by_key(|r| r.time_ns);
+    let (_, found) = suggest(&t, Bounds::default());
+    let mut got: Vec<(Key, u64)> = found.iter().map(|f| (f.0.clone(), f.3)).collect();
+    got.sort_by_key(|g| g.1);
+    assert_eq!(
+        got,
+        [(Key::UserAgent, 480), (Key::UserAgent, 480)],
+        "{found:?}"
+    );
+    let rule = crate::write::rule(
+        &crate::Finding {
+            ua_prefix: Some("curl".into()),
+            ..dummy()
+        },
+        "r",
+        1000,
+        "",
+        crate::write::Bucket::Default,
+    )
+    .unwrap();
+    assert!(
+        rule.contains("header(\"user-agent\") == \"curl\""),
+        "{rule}"
+    );
+}
+
+/// A finding to write a rule from.
+fn dummy() -> crate::Finding {
+    crate::Finding {
+        what: String::new(),
+        host: "query.wikidata.org".into(),
+        path: "/sparql".into(),
+        path_prefix: false,
+        ua_prefix: None,
+        no_cache: false,
+        key: Key::UserAgent,
+        limit: 10,
+        period_s: 60,
+        basis: String::new(),
+        counted: 0,
+        members: crate::Members::Ips(0, Default::default()),
+        normal_key: None,
+        requests: 0,
+        offender: None,
+        normal: None,
+    }
+}

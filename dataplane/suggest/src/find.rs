@@ -122,27 +122,47 @@ pub fn percentile(v: &mut [u64], p: f64) -> u64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
-/// Per scope (an endpoint or a host), its keys' counts.
-type Scoped<'a, V> = HashMap<u64, Vec<(u64, &'a V)>>;
+/// A key held in a count: its count (never under the truth), what was
+/// counted since it took its place (never over: `count` less its
+/// error), and what is kept beside them.
+struct Held<'a, V> {
+    n: u64,
+    low: u64,
+    v: &'a V,
+}
 
-fn scoped<'a>(entries: impl Iterator<Item = (u64, &'a ClientCount)>) -> Scoped<'a, ClientCount> {
+impl<'a, V> Held<'a, V> {
+    fn of(e: &'a crate::bounded::Counted<V>) -> Self {
+        Held {
+            n: e.count,
+            low: e.lower(),
+            v: &e.value,
+        }
+    }
+}
+
+/// Per scope (an endpoint or a host), its keys' counts.
+type Scoped<'a, V> = HashMap<u64, Vec<Held<'a, V>>>;
+
+fn scoped<'a>(t: &'a crate::bounded::Bounded<ClientCount>) -> Scoped<'a, ClientCount> {
     let mut out: Scoped<'a, ClientCount> = HashMap::new();
-    for (n, c) in entries {
-        out.entry(c.scope).or_default().push((n, c));
+    for (_, e) in t.iter() {
+        out.entry(e.value.scope).or_default().push(Held::of(e));
     }
     out
 }
 
-/// Whether a key looks legitimate: most of its requests do.
-fn legit_key(count: u64, legit: u64) -> bool {
-    legit * 2 > count
+/// Whether a key looks legitimate: most of its requests do (of those
+/// counted since it took its place, of which `legit` is exact).
+fn legit_key(low: u64, legit: u64) -> bool {
+    legit * 2 > low
 }
 
 /// (clients, their 99th percentile) of the keys that look legitimate.
-fn summary<'a>(keys: impl Iterator<Item = &'a (u64, &'a ClientCount)>) -> (usize, u64) {
+fn summary<'a>(keys: impl Iterator<Item = &'a Held<'a, ClientCount>>) -> (usize, u64) {
     let mut v: Vec<u64> = keys
-        .filter(|(n, c)| legit_key(*n, c.legit))
-        .map(|(n, _)| *n)
+        .filter(|h| legit_key(h.low, h.v.legit))
+        .map(|h| h.n)
         .collect();
     (v.len(), percentile(&mut v, 99.0))
 }
@@ -155,28 +175,17 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
     // The period: the traffic's span rounded up to whole minutes.
     let period_s = span_s.max(1).div_ceil(60) * 60;
     let mut out = rerenders(c, period_s, o);
-    let clients = scoped(c.clients.iter().map(|(_, e)| (e.count, &e.value)));
-    let networks = scoped(c.networks.iter().map(|(_, e)| (e.count, &e.value)));
-    let hosts = scoped(c.host_clients.iter().map(|(_, e)| (e.count, &e.value)));
-    let all: Vec<(u64, &ClientCount)> = c
-        .all_clients
-        .iter()
-        .map(|(_, e)| (e.count, &e.value))
-        .collect();
+    let clients = scoped(&c.clients);
+    let networks = scoped(&c.networks);
+    let hosts = scoped(&c.host_clients);
+    let all: Vec<Held<'_, ClientCount>> = c.all_clients.iter().map(|(_, e)| Held::of(e)).collect();
     let mut agents: Scoped<'_, AgentCount> = HashMap::new();
     for (_, e) in c.agents.iter() {
-        agents
-            .entry(e.value.scope)
-            .or_default()
-            .push((e.count, &e.value));
+        agents.entry(e.value.scope).or_default().push(Held::of(e));
     }
     let global = summary(all.iter());
     let host_summary: HashMap<u64, (usize, u64)> =
         hosts.iter().map(|(h, v)| (*h, summary(v.iter()))).collect();
-    let floors = Floors {
-        clients: c.clients.floor(),
-        agents: c.agents.floor(),
-    };
     let mut endpoints: Vec<(&u64, &crate::bounded::Counted<crate::count::EndpointCount>)> = c
         .endpoints
         .iter()
@@ -205,7 +214,6 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
                 ),
                 ("of all hosts", global),
             ],
-            floors,
         };
         let (ips, caught_ips) = end.by_ip();
         out.extend(ips);
@@ -236,13 +244,6 @@ fn analysed(c: &Counts, e: &crate::count::EndpointCount) -> bool {
     e.collapsed == c.titled(e.parent)
 }
 
-/// The most a count can overestimate in the tables a finding reads.
-#[derive(Clone, Copy)]
-struct Floors {
-    clients: u64,
-    agents: u64,
-}
-
 struct Endpoint<'a> {
     ep: u64,
     host: &'a str,
@@ -251,11 +252,10 @@ struct Endpoint<'a> {
     period_s: u64,
     o: &'a Options,
     /// The endpoint's addresses.
-    clients: &'a [(u64, &'a ClientCount)],
+    clients: &'a [Held<'a, ClientCount>],
     /// Per-client counts of legitimate-looking clients, wider than the
     /// endpoint, with what they are.
     baselines: [(&'static str, (usize, u64)); 2],
-    floors: Floors,
 }
 
 impl Endpoint<'_> {
@@ -264,8 +264,8 @@ impl Endpoint<'_> {
     fn normal_ip(&self) -> Option<IpAddr> {
         self.clients
             .iter()
-            .filter(|(n, c)| legit_key(*n, c.legit))
-            .map(|(_, c)| c.ip)
+            .filter(|h| legit_key(h.low, h.v.legit))
+            .map(|h| h.v.ip)
             .min()
     }
 
@@ -275,15 +275,15 @@ impl Endpoint<'_> {
         let keys: Vec<(IpAddr, u64, bool)> = self
             .clients
             .iter()
-            .map(|(n, c)| (c.ip, *n, legit_key(*n, c.legit)))
+            .map(|h| (h.v.ip, h.n, legit_key(h.low, h.v.legit)))
             .collect();
         let (limit, basis) = limit_of(&keys, &self.baselines);
-        let mut heavy: Vec<(IpAddr, u64)> = keys
+        // Judged on the fewest requests each can have sent.
+        let mut heavy: Vec<(IpAddr, u64)> = self
+            .clients
             .iter()
-            .filter(|(_, n, legit)| {
-                !legit && self.heavy(n.saturating_sub(self.floors.clients), limit)
-            })
-            .map(|(ip, n, _)| (*ip, *n))
+            .filter(|h| !legit_key(h.low, h.v.legit) && self.heavy(h.low, limit))
+            .map(|h| (h.v.ip, h.low))
             .collect();
         if heavy.is_empty() {
             return (None, BTreeSet::new());
@@ -302,37 +302,46 @@ impl Endpoint<'_> {
     /// the `caught` addresses are another finding's); and those caught.
     fn by_prefix(
         &self,
-        nets: &[(u64, &ClientCount)],
+        nets: &[Held<'_, ClientCount>],
         caught: &BTreeSet<IpAddr>,
     ) -> (Option<Finding>, BTreeSet<IpAddr>) {
-        // The caught addresses' requests, per network.
+        // The caught addresses' requests, per network: (at least, at
+        // most).
         let mut taken: HashMap<IpAddr, (u64, u64)> = HashMap::new();
-        for (n, c) in self.clients {
-            if caught.contains(&c.ip) {
-                let t = taken.entry(network(c.ip)).or_default();
-                t.0 += n;
-                t.1 += c.legit;
+        for h in self.clients {
+            if caught.contains(&h.v.ip) {
+                let t = taken.entry(network(h.v.ip)).or_default();
+                t.0 += h.low;
+                t.1 += h.n;
             }
         }
-        let keys: Vec<(IpAddr, u64, bool, usize)> = nets
+        // (network, most requests left, fewest left, legitimate, addresses)
+        let keys: Vec<(IpAddr, u64, u64, bool, usize)> = nets
             .iter()
-            .map(|(n, c)| {
-                let (tn, _) = taken.get(&c.ip).copied().unwrap_or_default();
-                let held = c.ips.as_deref().cloned().unwrap_or_default();
+            .map(|h| {
+                let (least, most) = taken.get(&h.v.ip).copied().unwrap_or_default();
+                let held = h.v.ips.as_deref().cloned().unwrap_or_default();
                 let left = held.ips.iter().filter(|ip| !caught.contains(ip)).count();
                 let ips = if held.more { left.max(2) } else { left };
-                (c.ip, n.saturating_sub(tn), legit_key(*n, c.legit), ips)
+                (
+                    h.v.ip,
+                    h.n.saturating_sub(least),
+                    h.low.saturating_sub(most),
+                    legit_key(h.low, h.v.legit),
+                    ips,
+                )
             })
             .collect();
-        let plain: Vec<(IpAddr, u64, bool)> = keys.iter().map(|&(k, n, l, _)| (k, n, l)).collect();
+        let plain: Vec<(IpAddr, u64, bool)> =
+            keys.iter().map(|&(k, n, _, l, _)| (k, n, l)).collect();
         let (limit, basis) = limit_of(&plain, &self.baselines);
         let mut heavy: Vec<(IpAddr, u64)> = keys
             .iter()
-            .filter(|(_, n, legit, ips)| {
+            .filter(|(_, _, low, legit, ips)| {
                 // A prefix whose one address is heavy is that address's.
-                !legit && *ips >= 2 && self.heavy(n.saturating_sub(self.floors.clients), limit)
+                !legit && *ips >= 2 && self.heavy(*low, limit)
             })
-            .map(|(k, n, _, _)| (*k, *n))
+            .map(|(k, _, low, _, _)| (*k, *low))
             .collect();
         if heavy.is_empty() {
             return (None, BTreeSet::new());
@@ -341,7 +350,7 @@ impl Endpoint<'_> {
         let f = self.named(Key::Prefix, &mut heavy, limit, basis, prefix);
         let normal = keys
             .iter()
-            .filter(|(_, _, legit, _)| *legit)
+            .filter(|(_, _, _, legit, _)| *legit)
             .map(|(k, ..)| *k)
             .min();
         let f = Finding {
@@ -396,19 +405,20 @@ impl Endpoint<'_> {
     /// `ips` and `nets` caught are other findings').
     fn swarms(
         &self,
-        agents: &[(u64, &AgentCount)],
+        agents: &[Held<'_, AgentCount>],
         ips: &BTreeSet<IpAddr>,
         nets: &BTreeSet<IpAddr>,
     ) -> Vec<Finding> {
         let keys: Vec<(&[u8], u64, bool)> = agents
             .iter()
-            .map(|(n, a)| (a.ua.as_slice(), *n, legit_key(*n, a.legit)))
+            .map(|h| (h.v.ua.as_slice(), h.n, legit_key(h.low, h.v.legit)))
             .collect();
         let (limit, basis) = limit_of(&keys, &self.baselines);
-        let mut sorted: Vec<&(u64, &AgentCount)> = agents.iter().collect();
-        sorted.sort_by(|a, b| a.1.ua.cmp(&b.1.ua));
+        let mut sorted: Vec<&Held<'_, AgentCount>> = agents.iter().collect();
+        sorted.sort_by(|a, b| a.v.ua.cmp(&b.v.ua));
         let mut out = Vec::new();
-        for (n, a) in sorted {
+        for h in sorted {
+            let a = h.v;
             let family = ua_family(&a.first);
             if family.starts_with("browser:") || family == "-" {
                 continue;
@@ -426,7 +436,7 @@ impl Endpoint<'_> {
             // Past the addresses held, the count is the User-Agent's,
             // less what is known to be taken.
             let n = if a.wide {
-                n.saturating_sub(self.floors.agents).saturating_sub(taken)
+                h.low.saturating_sub(taken)
             } else {
                 left
             };

@@ -192,6 +192,9 @@ pub fn count(
         })
         .map_err(Error::Input)?;
     if c.find_loops(o) {
+        // A fresh engine: the existing throttles start again from the
+        // traffic's beginning, as in the first pass.
+        judge = existing.cloned().map(Judge::new).transpose()?;
         traffic
             .each(&mut |i, k, r| {
                 let e = seen(&mut judge, i, k, r);

@@ -112,7 +112,14 @@ pub fn rule(
     }
     when.push(path_condition(f)?);
     if let Some(ua) = &f.ua_prefix {
-        when.push(format!("header(\"user-agent\") starts_with {}", quote(ua)));
+        // A family is its product token and `/` (any version), or a
+        // whole User-Agent (see `keys::family_prefix`).
+        let op = if ua.ends_with('/') && !ua.starts_with("Mozilla/") {
+            "starts_with"
+        } else {
+            "=="
+        };
+        when.push(format!("header(\"user-agent\") {op} {}", quote(ua)));
     }
     if f.no_cache {
         when.push(
