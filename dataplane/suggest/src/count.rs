@@ -304,9 +304,9 @@ impl Counts {
     }
 
     /// Counts `r`, which the existing rules judged `existing`, in the
-    /// first pass: its paths, and its endpoints too when `endpoints`
-    /// (the caller then makes no second pass unless a loop is found).
-    pub fn first(&mut self, r: &Request<'_>, existing: Existing, trusted: bool, endpoints: bool) {
+    /// first pass: its paths and its endpoints (counted again by
+    /// [`Counts::second`] when a loop is found).
+    pub fn first(&mut self, r: &Request<'_>, existing: Existing, trusted: bool) {
         self.requests += 1;
         let legit = looks_legitimate(r);
         self.legit += u64::from(legit);
@@ -323,9 +323,7 @@ impl Counts {
         if parent != 0 {
             self.count_path(r, parent, title);
         }
-        if endpoints {
-            self.count_endpoint(r, legit, title);
-        }
+        self.count_endpoint(r, legit, title);
     }
 
     /// The fingerprint of `r`'s host (lower-cased in the buffer) and the

@@ -11,7 +11,7 @@
 //! look like a person's browser (a browser's User-Agent and an
 //! Accept-Language), and the limit is derived from their percentiles.
 //!
-//! Each finding becomes a rule of the language ([`write`]), `shadow`
+//! Each finding becomes a rule of the language ([`write`](mod@write)), `shadow`
 //! first, with a test block built from real requests, ordered after every
 //! existing rule so that the existing exemptions keep winning. Its effect
 //! and collateral are measured by replaying the same traffic through the
@@ -188,7 +188,7 @@ pub fn count(
     traffic
         .each(&mut |i, k, r| {
             let e = seen(&mut judge, i, k, r);
-            c.first(r, e, trusted(r.ip), true);
+            c.first(r, e, trusted(r.ip));
         })
         .map_err(Error::Input)?;
     if c.find_loops(o) {

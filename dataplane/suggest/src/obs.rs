@@ -8,7 +8,7 @@ use std::net::IpAddr;
 #[derive(Debug, Clone)]
 pub struct Obs {
     /// The input it came from: an index into the fields each input
-    /// carries (see [`crate::Inputs`]); captures carry every field.
+    /// carries (see [`crate::Recorded`]); [`crate::CAPTURE`] for a capture, which carries every field.
     pub input: u32,
     /// Arrival time, nanoseconds (the capture's or the log's clock).
     pub time_ns: u64,
@@ -29,35 +29,9 @@ pub struct Obs {
 }
 
 impl Obs {
-    /// From a request reassembled out of a capture (every field known:
-    /// its input is past the end of any [`crate::Inputs`]).
-    pub fn from_http(r: &HttpRequest) -> Obs {
-        Obs::from_http_keeping(r, None)
-    }
-
-    /// From a request of a capture, with only the headers named in
-    /// `keep` (lower-case; all with `None`): see [`crate::headers_read`].
-    pub fn from_http_keeping(r: &HttpRequest, keep: Option<&[String]>) -> Obs {
-        Obs {
-            input: u32::MAX,
-            time_ns: r.time_ns,
-            ip: r.client.0,
-            dst: Some(r.server.0),
-            port: r.server.1,
-            method: r.method().to_vec(),
-            host: r.header("host").unwrap_or_default().to_vec(),
-            target: r.target().to_vec(),
-            headers: r
-                .headers()
-                .filter(|(n, _)| kept(keep, n))
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect(),
-        }
-    }
-
     /// From a request of a log (input `input`), with the fields its
     /// format carries: a field the log lacks is empty here, and the
-    /// decisions on it are three-valued ([`crate::Inputs`]).
+    /// decisions on it are three-valued ([`crate::Judge`]).
     pub fn from_request(input: u32, r: &Request<'_>, keep: Option<&[String]>) -> Obs {
         Obs {
             input,
@@ -74,33 +48,6 @@ impl Obs {
                 .filter(|(n, _)| kept(keep, n))
                 .map(|(n, v)| (n.to_vec(), v.to_vec()))
                 .collect(),
-        }
-    }
-
-    /// The first header called `name` (any case).
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v.as_slice())
-    }
-
-    /// The User-Agent, empty when none was sent.
-    pub fn user_agent(&self) -> &[u8] {
-        self.header("user-agent").unwrap_or_default()
-    }
-
-    /// The path: the target up to its `?`.
-    pub fn path(&self) -> &[u8] {
-        let t = &self.target;
-        t.split(|&b| b == b'?').next().unwrap_or(t)
-    }
-
-    /// The query, after the `?` (empty without one).
-    pub fn query(&self) -> &[u8] {
-        match self.target.iter().position(|&b| b == b'?') {
-            Some(i) => &self.target[i + 1..],
-            None => b"",
         }
     }
 
@@ -228,10 +175,6 @@ mod tests {
             ("Accept-Language", "en")
         ])
         .looks_legitimate());
-        let o = obs(&[]);
-        assert_eq!(
-            (o.path(), o.query()),
-            (&b"/w/index.php"[..], &b"title=X&action=raw"[..])
-        );
+        assert_eq!(obs(&[]).with_request(|r| path(r).to_vec()), b"/w/index.php");
     }
 }
