@@ -467,7 +467,7 @@ impl Limiter {
 /// One GCRA step on `st`: a conforming hit moves it `charge_ns` on.
 fn step(g: &Gcra, st: &mut State, now_ns: u64, charge_ns: u64) -> Step {
     if st.banned_until > now_ns {
-        return Step::Limited(st.banned_until - now_ns);
+        return Step::Limited(ban_left(st.banned_until, now_ns, g.ban_ns));
     }
     let tat = st.tat.max(now_ns);
     if tat - now_ns > g.tolerance_ns {
@@ -479,6 +479,21 @@ fn step(g: &Gcra, st: &mut State, now_ns: u64, charge_ns: u64) -> Step {
     }
     st.tat = tat.saturating_add(charge_ns);
     Step::Allowed
+}
+
+/// What is left of a ban ending at `until`, seen at `now_ns`: never more
+/// than the ban's length `ban_ns` (when the rule has one). A request whose
+/// time was read just before a concurrent request set the ban reaches the
+/// key after it, at a time earlier than the ban's start; the ban ends no
+/// later than `ban_ns` after that request is answered. (A ban carried from
+/// an earlier ruleset with a longer ban is told at most the new length.)
+pub(super) fn ban_left(until: u64, now_ns: u64, ban_ns: u64) -> u64 {
+    let left = until.saturating_sub(now_ns);
+    if ban_ns > 0 {
+        left.min(ban_ns)
+    } else {
+        left
+    }
 }
 
 fn evict<S: Slot>(keys: &mut HashMap<u64, S, NoHash>, now: u64, params: &Params) {

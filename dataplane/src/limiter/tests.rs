@@ -33,6 +33,36 @@ fn ban_holds_for_its_duration() {
     assert_eq!(l.hit(b"k", 60 * S + 2), Outcome::Allowed);
 }
 
+/// A hit timed before a concurrent one set the ban (its clock was read
+/// first, the lock taken second) is told no more than the ban's length,
+/// in each kind of table that bans.
+#[test]
+fn a_hit_timed_before_the_ban_is_told_at_most_its_length() {
+    let l = Limiter::new(1, 1_000, 1, 600_000, 100);
+    assert_eq!(l.hit(b"k", 10 * S), Outcome::Allowed);
+    assert_eq!(
+        l.hit(b"k", 10 * S + 1),
+        Outcome::Limited {
+            retry_after_ns: 600 * S
+        }
+    );
+    assert_eq!(
+        l.hit(b"k", 10 * S - S / 2),
+        Outcome::Limited {
+            retry_after_ns: 600 * S
+        }
+    );
+    let v = Limiter::vsthrottle(1, 1_000, 600_000, 100);
+    assert_eq!(v.hit(b"k", 10 * S), Outcome::Allowed);
+    assert!(matches!(v.hit(b"k", 10 * S + 1), Outcome::Limited { .. }));
+    assert_eq!(
+        v.hit(b"k", 10 * S - S / 2),
+        Outcome::Limited {
+            retry_after_ns: 600 * S
+        }
+    );
+}
+
 #[test]
 fn a_million_spoofed_sources_neither_grow_memory_nor_lift_bans() {
     let l = Limiter::new(1, 60_000, 1, 600_000, 4_096);

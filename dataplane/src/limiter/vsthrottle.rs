@@ -113,7 +113,7 @@ impl Params {
             return Outcome::Allowed;
         }
         let retry_after_ns = if self.block_ns > 0 {
-            b.block_until.saturating_sub(now).max(1)
+            super::ban_left(b.block_until, now, self.block_ns).max(1)
         } else {
             // The bucket is empty and nothing was taken: the next whole
             // token is earned `period / capacity` after the last take.

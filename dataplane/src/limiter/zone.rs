@@ -260,7 +260,7 @@ fn step(g: &Gcra, s: &ZoneSlot, now: u64) -> Outcome {
         let until = s.banned_until.load(Ordering::Acquire);
         if until > now {
             return Outcome::Limited {
-                retry_after_ns: until - now,
+                retry_after_ns: super::ban_left(until, now, g.ban_ns),
             };
         }
         let seen = s.tat.load(Ordering::Acquire);
