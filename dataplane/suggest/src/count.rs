@@ -13,7 +13,7 @@
 //!    are left out: they are the loop's. When no loop is found, both are
 //!    counted in the same pass.
 
-use crate::bounded::{Bounded, ByFingerprint, Fingerprints};
+use crate::bounded::{Bounded, ByFingerprint, Fingerprints, Stage};
 use crate::keys::{network, template_into};
 use crate::obs::{header, looks_legitimate, no_cache, path};
 use crate::Existing;
@@ -199,6 +199,20 @@ pub struct Counts {
     pub(crate) all_clients: Bounded<ClientCount>,
     host: Vec<u8>,
     template: Vec<u8>,
+    collapsed: Vec<u8>,
+}
+
+/// The keys a request is counted under on one endpoint.
+#[derive(Clone, Copy)]
+struct ScopeKeys {
+    /// The endpoint's.
+    ep: u64,
+    /// Its address's on the endpoint.
+    client: u64,
+    /// Its /24's or /48's on the endpoint.
+    net: u64,
+    /// Its User-Agent family's on the endpoint.
+    agent: u64,
 }
 
 /// What the counts need of one request.
@@ -231,6 +245,7 @@ impl Counts {
             all_clients: Bounded::new(bounds.clients),
             host: Vec::new(),
             template: Vec::new(),
+            collapsed: Vec::new(),
         }
     }
 
@@ -320,10 +335,18 @@ impl Counts {
         self.lower_host(r);
         let parent = self.parent_fp(r);
         let title = title_fp(&self.fp, &self.host, path(r), &mut self.template);
-        if parent != 0 {
-            self.count_path(r, parent, title);
+        // The path's tables are asked for now and counted in last, once
+        // their memory has arrived.
+        let key = (parent != 0).then(|| self.path_key(&self.host, path(r)));
+        if let Some(key) = key {
+            self.paths.prefetch(key, Stage::Index);
+            self.parents.prefetch(parent, Stage::Index);
+            self.titles.prefetch(title, Stage::Index);
         }
         self.count_endpoint(r, legit, title);
+        if let Some(key) = key {
+            self.count_path(r, key, parent, title);
+        }
     }
 
     /// The fingerprint of `r`'s host (lower-cased in the buffer) and the
@@ -354,13 +377,13 @@ impl Counts {
         self.count_endpoint(r, looks_legitimate(r), title);
     }
 
-    fn count_path(&mut self, r: &Request<'_>, parent_fp: u64, title: u64) {
+    /// Counts `r`'s path (`key`: [`Counts::path_key`]) under its parent.
+    fn count_path(&mut self, r: &Request<'_>, key: u64, parent_fp: u64, title: u64) {
         let p = path(r);
         let Some(cut) = p.iter().rposition(|&b| b == b'/') else {
             return;
         };
         let parent = &p[..=cut];
-        let key = self.path_key(&self.host, p);
         let host = &self.host;
         let e = self.paths.add(key, || PathCount {
             host: String::from_utf8_lossy(host).into_owned(),
@@ -396,9 +419,35 @@ impl Counts {
             legit,
         };
         let host_fp = self.fp.of(&[&self.host]);
-        let tag = u64::from(s.legit);
         let k_host = self.ip_fp(host_fp, s.ip);
         let k_all = self.ip_fp(0, s.ip);
+        self.template.clear();
+        template_into(s.path, &mut self.template);
+        let plain = self.scope_keys(&s, false);
+        // The same request under its parent's titles, collapsed: which of
+        // the two is analysed is told once the parent's children are
+        // counted ([`Counts::titled`]).
+        let last = self.template.iter().rposition(|&b| b == b'/');
+        let collapsed = last.filter(|_| parent != 0).map(|cut| {
+            self.collapsed.clear();
+            self.collapsed.extend_from_slice(&self.template[..=cut]);
+            self.collapsed.push(b'*');
+            self.scope_keys(&s, true)
+        });
+        // Every table this request is counted in is asked for at once,
+        // index then entry, so that their cache misses overlap.
+        let scopes = [Some(plain), collapsed];
+        for stage in [Stage::Index, Stage::Entry] {
+            self.host_clients.prefetch(k_host, stage);
+            self.all_clients.prefetch(k_all, stage);
+            for k in scopes.iter().flatten() {
+                self.endpoints.prefetch(k.ep, stage);
+                self.clients.prefetch(k.client, stage);
+                self.networks.prefetch(k.net, stage);
+                self.agents.prefetch(k.agent, stage);
+            }
+        }
+        let tag = u64::from(s.legit);
         self.host_clients
             .add(k_host, ClientCount::maker(host_fp, s.ip))
             .value
@@ -407,17 +456,32 @@ impl Counts {
             .add(k_all, ClientCount::maker(0, s.ip))
             .value
             .legit += tag;
-        self.template.clear();
-        template_into(s.path, &mut self.template);
-        self.count_scope(&s, host_fp, parent, false, k_all);
-        // The same request under its parent's titles, collapsed: which of
-        // the two is analysed is told once the parent's children are
-        // counted ([`Counts::titled`]).
-        let last = self.template.iter().rposition(|&b| b == b'/');
-        if let Some(cut) = last.filter(|_| parent != 0) {
-            self.template.truncate(cut + 1);
-            self.template.push(b'*');
-            self.count_scope(&s, host_fp, parent, true, k_all);
+        self.count_scope(&s, host_fp, parent, &plain, false, k_all);
+        if let Some(k) = &collapsed {
+            self.count_scope(&s, host_fp, parent, k, true, k_all);
+        }
+    }
+
+    /// The keys of `s` on the endpoint of the host and the template
+    /// (`self.collapsed` if `collapsed`, else `self.template`).
+    fn scope_keys(&self, s: &Seen<'_>, collapsed: bool) -> ScopeKeys {
+        let template = if collapsed {
+            &self.collapsed
+        } else {
+            &self.template
+        };
+        let ep = endpoint_fp(&self.fp, &self.host, template, collapsed);
+        let agent = {
+            let mut h = self.fp.hasher();
+            h.write_u64(ep);
+            h.write(crate::keys::family_prefix(s.ua));
+            h.finish()
+        };
+        ScopeKeys {
+            ep,
+            client: self.ip_fp(ep, s.ip),
+            net: self.ip_fp(ep, network(s.ip)),
+            agent,
         }
     }
 
@@ -432,17 +496,24 @@ impl Counts {
         h.finish()
     }
 
-    /// Counts `s` on the endpoint of the host and `self.template`.
+    /// Counts `s` on the endpoint `k` names (its template:
+    /// `self.collapsed` if `collapsed`, else `self.template`).
     fn count_scope(
         &mut self,
         s: &Seen<'_>,
         host_fp: u64,
         parent: u64,
+        k: &ScopeKeys,
         collapsed: bool,
         k_all: u64,
     ) {
-        let ep = endpoint_fp(&self.fp, &self.host, &self.template, collapsed);
-        let (host, template) = (&self.host, &self.template);
+        let ep = k.ep;
+        let host = &self.host;
+        let template = if collapsed {
+            &self.collapsed
+        } else {
+            &self.template
+        };
         self.endpoints.add(ep, || EndpointCount {
             host: String::from_utf8_lossy(host).into_owned(),
             host_fp,
@@ -451,14 +522,12 @@ impl Counts {
             collapsed,
         });
         let tag = u64::from(s.legit);
-        let k_ep = self.ip_fp(ep, s.ip);
         let net = network(s.ip);
-        let k_net = self.ip_fp(ep, net);
         self.clients
-            .add(k_ep, ClientCount::maker(ep, s.ip))
+            .add(k.client, ClientCount::maker(ep, s.ip))
             .value
             .legit += tag;
-        let n = &mut self.networks.add(k_net, ClientCount::maker(ep, net)).value;
+        let n = &mut self.networks.add(k.net, ClientCount::maker(ep, net)).value;
         n.legit += tag;
         let a = n.ips.get_or_insert_with(Default::default);
         if !a.ips.contains(&s.ip) {
@@ -469,15 +538,9 @@ impl Counts {
             }
         }
         let family = crate::keys::family_prefix(s.ua);
-        let k_ua = {
-            let mut h = self.fp.hasher();
-            h.write_u64(ep);
-            h.write(family);
-            h.finish()
-        };
         let a = &mut self
             .agents
-            .add(k_ua, || AgentCount {
+            .add(k.agent, || AgentCount {
                 scope: ep,
                 ua: family.to_vec(),
                 first: s.ua.to_vec(),
