@@ -2,7 +2,8 @@
 //! clients: the WDQS shape (a python-requests swarm on /sparql, each
 //! address under any per-address limit, beside the exempt updater and
 //! readers), the re-render loop (one title re-requested with no-cache
-//! from several hosts), a browser-UA scraper on one path, and a quiet day
+//! from several hosts), a browser-UA scraper on one path, an API scraper
+//! seen only by its query shape, and a quiet day
 //! where the right answer is nothing. Each suggested file passes `rctl
 //! check` and `rctl test` as it is, alone and beside the existing rules,
 //! and each suggestion's effect equals `rctl dry-run` of the file on the
@@ -387,6 +388,49 @@ fn a_re_rendered_title_and_a_browser_scraper_are_found_by_what_they_ask() {
             "{v:#}"
         );
     }
+}
+
+#[test]
+fn an_api_scraper_hidden_in_its_endpoint_is_found_by_its_query_shape() {
+    let dir = tempdir("suggest-shape");
+    let mut t = Traffic::default();
+    t.readers(20);
+    // 40 API readers, 40 queries each; four of them parse a page twice.
+    for r in 1..=40u8 {
+        let h = [("User-Agent", FIREFOX), ("Accept-Language", "en")];
+        t.client([93, 184, 217, r], "en.wikipedia.org", 40, &h, |i| {
+            format!("/w/api.php?action=query&format=json&titles=T_{r}_{i}")
+        });
+        if r <= 4 {
+            t.client([93, 184, 217, r], "en.wikipedia.org", 2, &h, |i| {
+                format!("/w/api.php?action=parse&format=json&page=P_{r}_{i}")
+            });
+        }
+    }
+    // One address parsing 70 pages: 4% of the API's requests, under the
+    // share worth a rule there, and nearly all of the parses.
+    t.client(
+        [45, 83, 64, 9],
+        "en.wikipedia.org",
+        70,
+        &[("User-Agent", CHROME)],
+        |i| format!("/w/api.php?page=Page_{i}&action=parse&format=json"),
+    );
+    let pcap = dir.join("shape.pcap");
+    t.write(&pcap);
+    let (v, file) = suggest(&dir, None, &pcap, &[]);
+    let w = written(&v);
+    assert_eq!(w.len(), 1, "{v:#}\n{file}");
+    assert_eq!(w[0]["key"], "ip", "{v:#}");
+    assert_eq!(w[0]["effect"]["clients_limited"], 1, "{v:#}");
+    assert_eq!(w[0]["effect"]["collateral_requests"], 0, "{v:#}");
+    assert!(
+        file.contains(r#"path == "/w/api.php" and query("action") present and query("format") present and query("page") present"#),
+        "{file}"
+    );
+    let out = dir.join("suggested.rctl");
+    accepted(&[&out]);
+    effects_equal_dry_run(&[&out], &pcap, &v);
 }
 
 #[test]

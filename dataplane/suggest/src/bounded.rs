@@ -150,8 +150,14 @@ impl<V> Bounded<V> {
 
     /// Builds the index of the entries anew, of `slots` slots.
     fn reindex(&mut self, slots: usize) {
-        self.index.clear();
-        self.index.resize(slots, (0, EMPTY));
+        if slots == self.index.len() {
+            self.index.fill((0, EMPTY));
+        } else {
+            let mut index = Vec::with_capacity(slots);
+            huge_pages(&index);
+            index.resize(slots, (0, EMPTY));
+            self.index = index;
+        }
         for (n, (k, _)) in self.entries.iter().enumerate() {
             let mask = slots - 1;
             let mut i = *k as usize & mask;
@@ -198,6 +204,10 @@ impl<V> Bounded<V> {
         }
         let (i, _) = self.probe(key);
         let n = self.entries.len();
+        if n == self.entries.capacity() {
+            self.entries.reserve(n.clamp(16, self.capacity - n));
+            huge_pages(&self.entries);
+        }
         self.index[i] = (key, n as u32);
         self.entries.push((
             key,
@@ -271,6 +281,25 @@ impl<V> Bounded<V> {
     /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// Asks the kernel to back `v`'s buffer with huge pages where it is
+/// large enough (a hint, `madvise(MADV_HUGEPAGE)`): a lookup in a table of
+/// hundreds of megabytes then costs a cache miss, not also a page walk.
+fn huge_pages<T>(v: &Vec<T>) {
+    const PAGE: usize = 4096;
+    let bytes = v.capacity() * std::mem::size_of::<T>();
+    if bytes < 4 << 20 {
+        return;
+    }
+    let start = (v.as_ptr() as usize).next_multiple_of(PAGE);
+    let end = (v.as_ptr() as usize + bytes) & !(PAGE - 1);
+    // SAFETY: the range lies within the vector's own allocation, and
+    // MADV_HUGEPAGE changes how it is backed, not its contents; a failure
+    // (no transparent huge pages) leaves it as it was.
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
 }
 

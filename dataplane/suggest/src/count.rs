@@ -83,6 +83,12 @@ pub struct EndpointCount {
     pub collapsed: bool,
     /// Path template.
     pub template: String,
+    /// The query's shape ([`crate::keys::query_shape`]) on an endpoint of
+    /// the path template and a shape; empty on one of the path alone.
+    pub shape: String,
+    /// On an endpoint with a shape, the fingerprint of the endpoint of
+    /// its path template alone (whose offenders it does not repeat).
+    pub base: u64,
 }
 
 /// A key's requests on an endpoint, and how many looked legitimate.
@@ -99,13 +105,45 @@ pub struct ClientCount {
     pub ips: Option<Box<Addresses>>,
 }
 
-/// Up to four addresses of a /24 or /48, and whether it had more.
-#[derive(Debug, Clone, Default)]
+/// Up to four addresses of a /24 or /48, and whether it had more (held
+/// in place: one memory access reads them).
+#[derive(Debug, Clone)]
 pub struct Addresses {
-    /// The first four.
-    pub ips: Vec<IpAddr>,
+    held: [IpAddr; 4],
+    len: u8,
     /// Whether there were more.
     pub more: bool,
+}
+
+impl Default for Addresses {
+    fn default() -> Self {
+        Addresses {
+            held: [IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED); 4],
+            len: 0,
+            more: false,
+        }
+    }
+}
+
+impl Addresses {
+    /// The first four.
+    pub fn ips(&self) -> &[IpAddr] {
+        &self.held[..usize::from(self.len)]
+    }
+
+    /// Notes `ip`: held if one of the first four, else `more`.
+    pub fn add(&mut self, ip: IpAddr) {
+        if self.more || self.ips().contains(&ip) {
+            return;
+        }
+        match self.held.get_mut(usize::from(self.len)) {
+            Some(slot) => {
+                *slot = ip;
+                self.len += 1;
+            }
+            None => self.more = true,
+        }
+    }
 }
 
 /// The fingerprint of `host` and the template of `path` up to its last
@@ -128,6 +166,12 @@ pub(crate) fn title_fp(fp: &Fingerprints, host: &[u8], path: &[u8], buf: &mut Ve
 /// template is a parent's titles collapsed (a template `/w/*` of ids and
 /// the titles of `/w/` collapsed are two endpoints, of which one is
 /// analysed).
+/// The fingerprint of the endpoint of `host`, a path `template` and a
+/// query `shape`.
+pub(crate) fn shape_fp(fp: &Fingerprints, host: &[u8], template: &[u8], shape: &[u8]) -> u64 {
+    fp.of(&[host, template, b"?", shape])
+}
+
 pub(crate) fn endpoint_fp(fp: &Fingerprints, host: &[u8], template: &[u8], collapsed: bool) -> u64 {
     if collapsed {
         fp.of(&[host, template, b"titles"])
@@ -200,11 +244,23 @@ pub struct Counts {
     host: Vec<u8>,
     template: Vec<u8>,
     collapsed: Vec<u8>,
+    shape: Vec<u8>,
+}
+
+/// Which endpoint of a request: of its path template, of its parent's
+/// titles collapsed, or of its path template and query shape.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Plain,
+    Collapsed,
+    Shape,
 }
 
 /// The keys a request is counted under on one endpoint.
 #[derive(Clone, Copy)]
 struct ScopeKeys {
+    /// Which endpoint.
+    scope: Scope,
     /// The endpoint's.
     ep: u64,
     /// Its address's on the endpoint.
@@ -246,6 +302,7 @@ impl Counts {
             host: Vec::new(),
             template: Vec::new(),
             collapsed: Vec::new(),
+            shape: Vec::new(),
         }
     }
 
@@ -423,7 +480,7 @@ impl Counts {
         let k_all = self.ip_fp(0, s.ip);
         self.template.clear();
         template_into(s.path, &mut self.template);
-        let plain = self.scope_keys(&s, false);
+        let plain = self.scope_keys(&s, Scope::Plain);
         // The same request under its parent's titles, collapsed: which of
         // the two is analysed is told once the parent's children are
         // counted ([`Counts::titled`]).
@@ -432,11 +489,16 @@ impl Counts {
             self.collapsed.clear();
             self.collapsed.extend_from_slice(&self.template[..=cut]);
             self.collapsed.push(b'*');
-            self.scope_keys(&s, true)
+            self.scope_keys(&s, Scope::Collapsed)
         });
+        // And under its path template and query shape, when the query has
+        // one a rule can test.
+        let query = r.target.get(s.path.len() + 1..).unwrap_or_default();
+        let shaped = crate::keys::shape_into(query, &mut self.shape)
+            .then(|| self.scope_keys(&s, Scope::Shape));
         // Every table this request is counted in is asked for at once,
         // index then entry, so that their cache misses overlap.
-        let scopes = [Some(plain), collapsed];
+        let scopes = [Some(plain), collapsed, shaped];
         for stage in [Stage::Index, Stage::Entry] {
             self.host_clients.prefetch(k_host, stage);
             self.all_clients.prefetch(k_all, stage);
@@ -456,21 +518,27 @@ impl Counts {
             .add(k_all, ClientCount::maker(0, s.ip))
             .value
             .legit += tag;
-        self.count_scope(&s, host_fp, parent, &plain, false, k_all);
-        if let Some(k) = &collapsed {
-            self.count_scope(&s, host_fp, parent, k, true, k_all);
+        for k in scopes.iter().flatten() {
+            self.count_scope(&s, host_fp, parent, k, plain.ep, k_all);
         }
     }
 
-    /// The keys of `s` on the endpoint of the host and the template
-    /// (`self.collapsed` if `collapsed`, else `self.template`).
-    fn scope_keys(&self, s: &Seen<'_>, collapsed: bool) -> ScopeKeys {
-        let template = if collapsed {
-            &self.collapsed
-        } else {
-            &self.template
+    /// The template of the endpoint of `scope` (in the buffers).
+    fn template_of(&self, scope: Scope) -> &[u8] {
+        match scope {
+            Scope::Collapsed => &self.collapsed,
+            Scope::Plain | Scope::Shape => &self.template,
+        }
+    }
+
+    /// The keys of `s` on its endpoint of `scope` (the template and
+    /// shape in the buffers).
+    fn scope_keys(&self, s: &Seen<'_>, scope: Scope) -> ScopeKeys {
+        let template = self.template_of(scope);
+        let ep = match scope {
+            Scope::Shape => shape_fp(&self.fp, &self.host, template, &self.shape),
+            _ => endpoint_fp(&self.fp, &self.host, template, scope == Scope::Collapsed),
         };
-        let ep = endpoint_fp(&self.fp, &self.host, template, collapsed);
         let agent = {
             let mut h = self.fp.hasher();
             h.write_u64(ep);
@@ -478,6 +546,7 @@ impl Counts {
             h.finish()
         };
         ScopeKeys {
+            scope,
             ep,
             client: self.ip_fp(ep, s.ip),
             net: self.ip_fp(ep, network(s.ip)),
@@ -496,30 +565,35 @@ impl Counts {
         h.finish()
     }
 
-    /// Counts `s` on the endpoint `k` names (its template:
-    /// `self.collapsed` if `collapsed`, else `self.template`).
+    /// Counts `s` on the endpoint `k` names (`base`: the endpoint of its
+    /// path template alone).
     fn count_scope(
         &mut self,
         s: &Seen<'_>,
         host_fp: u64,
         parent: u64,
         k: &ScopeKeys,
-        collapsed: bool,
+        base: u64,
         k_all: u64,
     ) {
         let ep = k.ep;
         let host = &self.host;
-        let template = if collapsed {
-            &self.collapsed
-        } else {
-            &self.template
+        let template = match k.scope {
+            Scope::Collapsed => &self.collapsed,
+            Scope::Plain | Scope::Shape => &self.template,
         };
+        let shape = &self.shape;
         self.endpoints.add(ep, || EndpointCount {
             host: String::from_utf8_lossy(host).into_owned(),
             host_fp,
             template: String::from_utf8_lossy(template).into_owned(),
             parent,
-            collapsed,
+            collapsed: k.scope == Scope::Collapsed,
+            shape: match k.scope {
+                Scope::Shape => String::from_utf8_lossy(shape).into_owned(),
+                _ => String::new(),
+            },
+            base: if k.scope == Scope::Shape { base } else { 0 },
         });
         let tag = u64::from(s.legit);
         let net = network(s.ip);
@@ -529,14 +603,7 @@ impl Counts {
             .legit += tag;
         let n = &mut self.networks.add(k.net, ClientCount::maker(ep, net)).value;
         n.legit += tag;
-        let a = n.ips.get_or_insert_with(Default::default);
-        if !a.ips.contains(&s.ip) {
-            if a.ips.len() < 4 {
-                a.ips.push(s.ip);
-            } else {
-                a.more = true;
-            }
-        }
+        n.ips.get_or_insert_with(Default::default).add(s.ip);
         let family = crate::keys::family_prefix(s.ua);
         let a = &mut self
             .agents

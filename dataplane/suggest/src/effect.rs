@@ -67,6 +67,7 @@ pub struct Measure {
     host: Vec<u8>,
     title: Vec<u8>,
     template: Vec<u8>,
+    shape: Vec<u8>,
 }
 
 impl Measure {
@@ -112,6 +113,7 @@ impl Measure {
             host: Vec::new(),
             title: Vec::new(),
             template: Vec::new(),
+            shape: Vec::new(),
         };
         for (i, f) in findings.iter().enumerate() {
             match &f.members {
@@ -215,34 +217,14 @@ impl Measure {
             }
         }
         let ep = crate::count::endpoint_fp(&self.fp, &self.host, &self.template, collapsed);
-        let Some(list) = self.by_endpoint.get(&ep) else {
-            return;
-        };
-        let ua = header(r, "user-agent").unwrap_or_default();
-        let net = network(r.ip);
-        let mut counted = false;
-        for &i in list {
-            let f = &mut self.findings[i];
-            let mine = match &f.members {
-                Members::Ips(_, ips) => ips.contains(&r.ip),
-                Members::Prefixes(_, nets) => nets.contains(&net),
-                Members::Agent(_, a) => crate::keys::family_prefix(ua) == a.as_slice(),
-                Members::Loop { .. } => false,
-            };
-            if mine && !counted {
-                counted = true;
-                f.requests += 1;
-                if f.offender.is_none() {
-                    f.offender = Some(Obs::from_request(input, r, Some(&self.keep)));
-                }
-            }
-            let normal = match (&f.members, f.normal_key) {
-                (Members::Prefixes(..), Some(k)) => net == k,
-                (_, Some(k)) => r.ip == k,
-                (_, None) => false,
-            };
-            if normal && f.normal.is_none() {
-                f.normal = Some(Obs::from_request(input, r, Some(&self.keep)));
+        let query = r.target.get(p.len() + 1..).unwrap_or_default();
+        // The endpoint of the path template and the query's shape (of
+        // the template not collapsed, as counted).
+        let shaped = (!collapsed && crate::keys::shape_into(query, &mut self.shape))
+            .then(|| crate::count::shape_fp(&self.fp, &self.host, &self.template, &self.shape));
+        for ep in std::iter::once(ep).chain(shaped) {
+            if let Some(list) = self.by_endpoint.get(&ep) {
+                on_endpoint(&mut self.findings, &self.keep, input, r, list);
             }
         }
     }
@@ -263,5 +245,44 @@ impl Measure {
                 },
             })
             .collect()
+    }
+}
+
+/// Counts `r` to the first of the findings `list` (on one endpoint) it
+/// is an offender's request of, and keeps the samples (with the headers
+/// `keep` names).
+fn on_endpoint(
+    findings: &mut [Finding],
+    keep: &[String],
+    input: u32,
+    r: &Request<'_>,
+    list: &[usize],
+) {
+    let ua = header(r, "user-agent").unwrap_or_default();
+    let net = network(r.ip);
+    let mut counted = false;
+    for &i in list {
+        let f = &mut findings[i];
+        let mine = match &f.members {
+            Members::Ips(_, ips) => ips.contains(&r.ip),
+            Members::Prefixes(_, nets) => nets.contains(&net),
+            Members::Agent(_, a) => crate::keys::family_prefix(ua) == a.as_slice(),
+            Members::Loop { .. } => false,
+        };
+        if mine && !counted {
+            counted = true;
+            f.requests += 1;
+            if f.offender.is_none() {
+                f.offender = Some(Obs::from_request(input, r, Some(keep)));
+            }
+        }
+        let normal = match (&f.members, f.normal_key) {
+            (Members::Prefixes(..), Some(k)) => net == k,
+            (_, Some(k)) => r.ip == k,
+            (_, None) => false,
+        };
+        if normal && f.normal.is_none() {
+            f.normal = Some(Obs::from_request(input, r, Some(keep)));
+        }
     }
 }

@@ -109,9 +109,14 @@ fn suggest(traffic: &[Obs], bounds: Bounds) -> (bool, Vec<(Key, String, u64, u64
         .map(|m| {
             let f = &m.finding;
             assert!(f.offender.is_some() && f.requests > 0, "{f:?}");
+            let query = if f.query.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", f.query.join("&"))
+            };
             (
                 f.key.clone(),
-                format!("{}{}", f.host, f.path),
+                format!("{}{}{query}", f.host, f.path),
                 f.limit,
                 f.requests,
             )
@@ -172,24 +177,107 @@ fn a_scraper_of_many_titles_is_found_under_their_parent() {
     }
     // One address, a browser's User-Agent without a language, 400 titles:
     // no one title is heavy, the titles together are.
-    let scraper = IpAddr::V4(Ipv4Addr::new(45, 83, 64, 7));
+    browser_scraper(&mut t, [45, 83, 64, 7], 400, 110, |k| {
+        format!("/wiki/Article_{k}")
+    });
+    assert_eq!(
+        one_finding(&mut t),
+        (Key::Ip, "en.wikipedia.org/wiki/*".to_string(), 400)
+    );
+}
+
+/// `n` requests from `ip` on en.wikipedia.org, one every `step_ms`, with
+/// a browser's User-Agent and no language.
+fn browser_scraper(
+    t: &mut Vec<Obs>,
+    ip: [u8; 4],
+    n: u64,
+    step_ms: u64,
+    target: impl Fn(u64) -> String,
+) {
     let chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36";
-    for k in 0..400u64 {
+    for k in 0..n {
         t.push(obs(
-            k * 110,
-            scraper,
+            k * step_ms,
+            IpAddr::V4(ip.into()),
             "en.wikipedia.org",
-            &format!("/wiki/Article_{k}"),
+            &target(k),
             chrome,
             "",
         ));
     }
+}
+
+/// The one finding in `t` (put in time order): its key, endpoint and
+/// the offender's requests as measured.
+fn one_finding(t: &mut [Obs]) -> (Key, String, u64) {
     t.sort_by_key(|r| r.time_ns);
-    let (_, found) = suggest(&t, Bounds::default());
+    let (_, found) = suggest(t, Bounds::default());
     assert_eq!(found.len(), 1, "{found:?}");
+    let (key, endpoint, _, requests) = found[0].clone();
+    (key, endpoint, requests)
+}
+
+#[test]
+fn an_api_scraper_is_found_by_its_query_shape_where_its_endpoint_hides_it() {
+    let mut t = Vec::new();
+    // 200 readers querying the API, 30 requests each; five of them also
+    // parse a page twice.
+    for i in 0..200u64 {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x5f00_0000 + i as u32 * 11));
+        for k in 0..30 {
+            t.push(obs(
+                i * 1_000 + k * 19_000,
+                ip,
+                "en.wikipedia.org",
+                &format!("/w/api.php?action=query&format=json&titles=T_{i}_{k}"),
+                FIREFOX,
+                "en",
+            ));
+        }
+        if i < 5 {
+            for k in 0..2 {
+                t.push(obs(
+                    i * 1_000 + k * 7_000 + 3,
+                    ip,
+                    "en.wikipedia.org",
+                    &format!("/w/api.php?action=parse&format=json&page=P_{i}_{k}"),
+                    FIREFOX,
+                    "en",
+                ));
+            }
+        }
+    }
+    // One address parsing 150 pages: 2.4% of the API's requests, under
+    // the share worth a rule there; nearly all of the parses.
+    browser_scraper(&mut t, [45, 83, 64, 9], 150, 3_000, |k| {
+        format!("/w/api.php?page=P{k}&action=parse&format=json")
+    });
     assert_eq!(
-        (&found[0].0, found[0].1.as_str(), found[0].3),
-        (&Key::Ip, "en.wikipedia.org/wiki/*", 400)
+        one_finding(&mut t),
+        (
+            Key::Ip,
+            "en.wikipedia.org/w/api.php?action&format&page".to_string(),
+            150
+        )
+    );
+    // The rule tests the shape's parameters: the readers' queries pass.
+    let counts = count(
+        &mut Recorded {
+            traffic: &t,
+            inputs: &[],
+        },
+        None,
+        &|_| false,
+        &Options::default(),
+        Bounds::default(),
+    )
+    .unwrap();
+    let f = &find(&counts, &Options::default())[0];
+    let rule = crate::write::rule(f, "s", 1000, "", crate::write::Bucket::Default).unwrap();
+    assert!(
+        rule.contains(r#"path == "/w/api.php" and query("action") present and query("format") present and query("page") present"#),
+        "{rule}"
     );
 }
 
@@ -242,6 +330,7 @@ fn dummy() -> crate::Finding {
         host: "query.wikidata.org".into(),
         path: "/sparql".into(),
         path_prefix: false,
+        query: Vec::new(),
         ua_prefix: None,
         no_cache: false,
         key: Key::UserAgent,

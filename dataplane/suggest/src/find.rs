@@ -1,4 +1,5 @@
-//! Finding who is heavy: per endpoint (host and path template), by
+//! Finding who is heavy: per endpoint (host and path template, alone
+//! and with each query shape), by
 //! address, by /24 or /48, by User-Agent family across many addresses,
 //! and by one path re-requested among its siblings; each against how the
 //! normal clients of the same endpoint behave.
@@ -33,6 +34,9 @@ pub struct Finding {
     pub path: String,
     /// True when `path` is a prefix (`starts_with`), not the whole path.
     pub path_prefix: bool,
+    /// Query parameters the rule also requires (the endpoint's query
+    /// shape; empty: none).
+    pub query: Vec<String>,
     /// A User-Agent prefix the rule also requires.
     pub ua_prefix: Option<String>,
     /// Whether the offender's requests all say no-cache (the rule then
@@ -189,17 +193,28 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
     let mut endpoints: Vec<(&u64, &crate::bounded::Counted<crate::count::EndpointCount>)> = c
         .endpoints
         .iter()
-        .filter(|(_, e)| e.count >= o.min_requests && analysed(c, &e.value))
+        .filter(|(_, e)| e.count >= o.min_requests && analysed(c, e))
         .collect();
+    // An endpoint of a path template comes before those of the same
+    // template and a query shape, which do not repeat its offenders.
     endpoints.sort_by(|a, b| {
-        (&a.1.value.host, &a.1.value.template).cmp(&(&b.1.value.host, &b.1.value.template))
+        let key =
+            |e: &crate::count::EndpointCount| (e.host.clone(), e.template.clone(), e.shape.clone());
+        key(&a.1.value).cmp(&key(&b.1.value))
     });
     let none = Vec::new();
+    let mut caught_on: HashMap<u64, Caught> = HashMap::new();
+    let no_one = Caught::default();
     for (&ep, e) in endpoints {
+        let base = match e.value.base {
+            0 => &no_one,
+            b => caught_on.get(&b).unwrap_or(&no_one),
+        };
         let end = Endpoint {
             ep,
             host: &e.value.host,
             path: &e.value.template,
+            shape: &e.value.shape,
             total: e.count,
             period_s,
             o,
@@ -215,13 +230,33 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
                 ("of all hosts", global),
             ],
         };
-        let (ips, caught_ips) = end.by_ip();
+        let (ips, mut caught_ips) = end.by_ip(&base.ips);
         out.extend(ips);
+        caught_ips.extend(&base.ips);
         let nets = networks.get(&ep).unwrap_or(&none);
-        let (prefixes, caught_nets) = end.by_prefix(nets, &caught_ips);
+        let (prefixes, mut caught_nets) = end.by_prefix(nets, &caught_ips, &base.nets);
         out.extend(prefixes);
+        caught_nets.extend(&base.nets);
         let agents = agents.get(&ep).map_or(&[][..], Vec::as_slice);
-        out.extend(end.swarms(agents, &caught_ips, &caught_nets));
+        let swarms = end.swarms(agents, &caught_ips, &caught_nets, &base.agents);
+        if e.value.base == 0 {
+            let agents = swarms
+                .iter()
+                .filter_map(|f| match &f.members {
+                    Members::Agent(_, a) => Some(a.clone()),
+                    _ => None,
+                })
+                .collect();
+            caught_on.insert(
+                ep,
+                Caught {
+                    ips: caught_ips,
+                    nets: caught_nets,
+                    agents,
+                },
+            );
+        }
+        out.extend(swarms);
     }
     // Counted over the traffic's span, limited per period: a client's
     // rate is kept, so a short capture does not make a tight limit.
@@ -239,15 +274,33 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
 }
 
 /// Whether `e` is analysed: a path under a parent with titles is
-/// analysed under the parent's `*`, any other as itself.
-fn analysed(c: &Counts, e: &crate::count::EndpointCount) -> bool {
-    e.collapsed == c.titled(e.parent)
+/// analysed under the parent's `*`, any other as itself; a path template
+/// with a query shape like its template alone, unless every request of
+/// the template has that shape (the same traffic).
+fn analysed(c: &Counts, e: &crate::bounded::Counted<crate::count::EndpointCount>) -> bool {
+    let v = &e.value;
+    let shared = v.base != 0
+        && c.endpoints
+            .get(v.base)
+            .is_some_and(|b| b.lower() <= e.count);
+    v.collapsed == c.titled(v.parent) && !shared
+}
+
+/// What the findings on an endpoint of a path template alone caught:
+/// those on the same template with a query shape leave them out.
+#[derive(Default)]
+struct Caught {
+    ips: BTreeSet<IpAddr>,
+    nets: BTreeSet<IpAddr>,
+    agents: BTreeSet<Vec<u8>>,
 }
 
 struct Endpoint<'a> {
     ep: u64,
     host: &'a str,
     path: &'a str,
+    /// The query shape (empty: the path template alone).
+    shape: &'a str,
     total: u64,
     period_s: u64,
     o: &'a Options,
@@ -269,9 +322,10 @@ impl Endpoint<'_> {
             .min()
     }
 
-    /// Heavy addresses: one rule limits them all; and the addresses
+    /// Heavy addresses (but those a finding on the template alone
+    /// caught, `taken`): one rule limits them all; and the addresses
     /// caught.
-    fn by_ip(&self) -> (Option<Finding>, BTreeSet<IpAddr>) {
+    fn by_ip(&self, taken: &BTreeSet<IpAddr>) -> (Option<Finding>, BTreeSet<IpAddr>) {
         let keys: Vec<(IpAddr, u64, bool)> = self
             .clients
             .iter()
@@ -283,6 +337,7 @@ impl Endpoint<'_> {
             .clients
             .iter()
             .filter(|h| !legit_key(h.low, h.v.legit) && self.heavy(h.low, limit))
+            .filter(|h| !taken.contains(&h.v.ip))
             .map(|h| (h.v.ip, h.low))
             .collect();
         if heavy.is_empty() {
@@ -304,6 +359,7 @@ impl Endpoint<'_> {
         &self,
         nets: &[Held<'_, ClientCount>],
         caught: &BTreeSet<IpAddr>,
+        taken_nets: &BTreeSet<IpAddr>,
     ) -> (Option<Finding>, BTreeSet<IpAddr>) {
         // The caught addresses' requests, per network: (at least, at
         // most).
@@ -321,7 +377,7 @@ impl Endpoint<'_> {
             .map(|h| {
                 let (least, most) = taken.get(&h.v.ip).copied().unwrap_or_default();
                 let held = h.v.ips.as_deref().cloned().unwrap_or_default();
-                let left = held.ips.iter().filter(|ip| !caught.contains(ip)).count();
+                let left = held.ips().iter().filter(|ip| !caught.contains(ip)).count();
                 let ips = if held.more { left.max(2) } else { left };
                 (
                     h.v.ip,
@@ -341,6 +397,7 @@ impl Endpoint<'_> {
                 // A prefix whose one address is heavy is that address's.
                 !legit && *ips >= 2 && self.heavy(*low, limit)
             })
+            .filter(|(k, ..)| !taken_nets.contains(k))
             .map(|(k, _, low, _, _)| (*k, *low))
             .collect();
         if heavy.is_empty() {
@@ -408,6 +465,7 @@ impl Endpoint<'_> {
         agents: &[Held<'_, AgentCount>],
         ips: &BTreeSet<IpAddr>,
         nets: &BTreeSet<IpAddr>,
+        taken: &BTreeSet<Vec<u8>>,
     ) -> Vec<Finding> {
         let keys: Vec<(&[u8], u64, bool)> = agents
             .iter()
@@ -420,7 +478,7 @@ impl Endpoint<'_> {
         for h in sorted {
             let a = h.v;
             let family = ua_family(&a.first);
-            if family.starts_with("browser:") || family == "-" {
+            if family.starts_with("browser:") || family == "-" || taken.contains(&a.ua) {
                 continue;
             }
             let Some(by_ip) = &a.ips else { continue };
@@ -474,7 +532,11 @@ impl Endpoint<'_> {
     }
 
     fn endpoint(&self) -> String {
-        format!("{}{}", self.host, self.path)
+        if self.shape.is_empty() {
+            format!("{}{}", self.host, self.path)
+        } else {
+            format!("{}{} with query {}", self.host, self.path, self.shape)
+        }
     }
 
     fn finding(
@@ -491,6 +553,11 @@ impl Endpoint<'_> {
             host: self.host.to_string(),
             path: self.path.to_string(),
             path_prefix: false,
+            query: if self.shape.is_empty() {
+                Vec::new()
+            } else {
+                self.shape.split('&').map(str::to_string).collect()
+            },
             ua_prefix,
             no_cache: false,
             key,
@@ -586,6 +653,7 @@ pub(crate) fn rerenders(c: &Counts, period_s: u64, o: &Options) -> Vec<Finding> 
                 host: v.host.clone(),
                 path: v.parent.clone(),
                 path_prefix: true,
+                query: Vec::new(),
                 ua_prefix: None,
                 no_cache: v.all_no_cache,
                 key: Key::HostPath,

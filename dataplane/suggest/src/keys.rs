@@ -83,17 +83,51 @@ pub fn is_id(seg: &[u8]) -> bool {
     numbered || hex
 }
 
-/// A query's shape: its parameter names, sorted, deduplicated.
+/// Most parameter names a query shape has.
+pub const SHAPE_NAMES: usize = 8;
+
+/// A query's shape: its parameter names, sorted, deduplicated, joined
+/// by `&` (`query=a&format=json&query=b` is `format&query`).
 pub fn query_shape(query: &[u8]) -> String {
-    let q = String::from_utf8_lossy(query);
-    let mut names: Vec<&str> = q
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.split('=').next().unwrap_or(p))
-        .collect();
+    let mut out = Vec::new();
+    shape_into(query, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Writes `query`'s shape ([`query_shape`]) into `out` and tells whether
+/// it is one a rule can test as it is: between one and [`SHAPE_NAMES`]
+/// names, each of letters, digits, `_`, `-`, `.` or `:` (so that
+/// `query("NAME") present` reads the same name), at most 32 bytes.
+pub fn shape_into(query: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let mut names: [&[u8]; SHAPE_NAMES] = [&[]; SHAPE_NAMES];
+    let mut n = 0;
+    let mut plain = true;
+    for pair in query.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let name = pair.split(|&b| b == b'=').next().unwrap_or(pair);
+        plain &= !name.is_empty()
+            && name.len() <= 32
+            && name
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+        if names[..n].contains(&name) {
+            continue;
+        }
+        if n == SHAPE_NAMES {
+            return false;
+        }
+        names[n] = name;
+        n += 1;
+    }
+    let names = &mut names[..n];
     names.sort_unstable();
-    names.dedup();
-    names.join("&")
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b'&');
+        }
+        out.extend_from_slice(name);
+    }
+    plain && n > 0
 }
 
 /// The /24 of an IPv4 address, the /48 of an IPv6 one: its network
@@ -146,6 +180,13 @@ mod tests {
             "/api/rest_v1/page/html/Paris"
         );
         assert_eq!(query_shape(b"query=a&format=json&query=b"), "format&query");
+        let mut b = Vec::new();
+        assert!(shape_into(b"page=X&action=parse&format=json&page", &mut b));
+        assert_eq!(b, b"action&format&page");
+        assert!(!shape_into(b"", &mut b));
+        assert!(!shape_into(b"a%20b=1", &mut b));
+        assert!(!shape_into(b"a&b&c&d&e&f&g&h&i", &mut b));
+        assert!(shape_into(b"a&b&c&d&e&f&g&h&a", &mut b));
         assert_eq!(prefix("185.220.101.7".parse().unwrap()), "185.220.101.0/24");
         let net = network("2001:db8:5:1::7".parse().unwrap());
         assert_eq!(net, "2001:db8:5::".parse::<IpAddr>().unwrap());

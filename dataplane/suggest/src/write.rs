@@ -111,6 +111,9 @@ pub fn rule(
         when.push(format!("host == {}", quote(&f.host)));
     }
     when.push(path_condition(f)?);
+    for name in &f.query {
+        when.push(format!("query({}) present", quote(name)));
+    }
     if let Some(ua) = &f.ua_prefix {
         // A family is its product token and `/` (any version), or a
         // whole User-Agent (see `keys::family_prefix`).
