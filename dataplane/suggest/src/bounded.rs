@@ -205,7 +205,9 @@ impl<V> Bounded<V> {
         let (i, _) = self.probe(key);
         let n = self.entries.len();
         if n == self.entries.capacity() {
-            self.entries.reserve(n.clamp(16, self.capacity - n));
+            // Doubling, at least 16, never past the capacity (n is under
+            // it here).
+            self.entries.reserve(n.max(16).min(self.capacity - n));
             huge_pages(&self.entries);
         }
         self.index[i] = (key, n as u32);
@@ -329,6 +331,7 @@ mod tests {
     fn counts_bracket_the_truth_past_the_capacity_and_are_exact_under_it() {
         let mut truth: HashMap<u64, u64> = HashMap::new();
         let mut t = Bounded::new(64);
+        let mut tiny = Bounded::new(3);
         let mut exact = Bounded::new(100_000);
         let mut x: u64 = 7;
         for i in 0..200_000u64 {
@@ -340,6 +343,7 @@ mod tests {
             *truth.entry(key).or_default() += 1;
             t.add(key, || ());
             exact.add(key, || ());
+            tiny.add(key, || ());
         }
         assert!(!t.exact() && t.len() <= 64);
         for (k, n) in &truth {
@@ -368,6 +372,7 @@ mod tests {
             assert!(table.get(u64::MAX).is_none());
         }
         assert_eq!(exact.iter().count(), truth.len());
+        assert!(tiny.len() <= 3 && tiny.total() == 200_000);
     }
 
     #[test]
