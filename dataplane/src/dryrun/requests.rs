@@ -569,6 +569,14 @@ impl RequestSide {
         let net = prefix_key(req.ip);
         let net = &net.0[..net.1];
         let net_fp = fp.fingerprint(net);
+        // The counters of every rule matched are touched first, together.
+        let mut touched = 0u32;
+        for step in &self.trace.steps {
+            let s = &self.rules[step.rule];
+            touched ^= s.ips.touch(fps.0) ^ s.uas.touch(fps.1);
+            touched ^= s.paths.touch(fps.2) ^ s.prefixes.touch(net_fp);
+        }
+        std::hint::black_box(touched);
         let mut fields = None;
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);
