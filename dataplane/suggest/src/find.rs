@@ -198,9 +198,8 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
     // An endpoint of a path template comes before those of the same
     // template and a query shape, which do not repeat its offenders.
     endpoints.sort_by(|a, b| {
-        let key =
-            |e: &crate::count::EndpointCount| (e.host.clone(), e.template.clone(), e.shape.clone());
-        key(&a.1.value).cmp(&key(&b.1.value))
+        let (a, b) = (&a.1.value, &b.1.value);
+        (&a.host, &a.template, &a.shape).cmp(&(&b.host, &b.template, &b.shape))
     });
     let none = Vec::new();
     let mut caught_on: HashMap<u64, Caught> = HashMap::new();
