@@ -103,9 +103,9 @@ const EMPTY: u32 = u32::MAX;
 
 /// A bounded table of counts: an open-addressing index of fingerprints
 /// (linear probing, at most half full) over the entries, kept in a
-/// vector. Lookups can be announced ([`Bounded::prefetch`]) so that the several tables one request
-/// is counted in are fetched from memory at once rather than one cache
-/// miss after another.
+/// vector. Lookups can be announced ([`Bounded::prefetch`]) so that the
+/// several tables one request is counted in are fetched from memory at
+/// once rather than one cache miss after another.
 pub struct Bounded<V> {
     /// (fingerprint, entry); `EMPTY`: free.
     index: Vec<(u64, u32)>,

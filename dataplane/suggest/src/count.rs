@@ -162,16 +162,16 @@ pub(crate) fn title_fp(fp: &Fingerprints, host: &[u8], path: &[u8], buf: &mut Ve
     }
 }
 
-/// An endpoint's fingerprint: its host and template, and whether the
-/// template is a parent's titles collapsed (a template `/w/*` of ids and
-/// the titles of `/w/` collapsed are two endpoints, of which one is
-/// analysed).
 /// The fingerprint of the endpoint of `host`, a path `template` and a
 /// query `shape`.
 pub(crate) fn shape_fp(fp: &Fingerprints, host: &[u8], template: &[u8], shape: &[u8]) -> u64 {
     fp.of(&[host, template, b"?", shape])
 }
 
+/// An endpoint's fingerprint: its host and template, and whether the
+/// template is a parent's titles collapsed (a template `/w/*` of ids and
+/// the titles of `/w/` collapsed are two endpoints, of which one is
+/// analysed).
 pub(crate) fn endpoint_fp(fp: &Fingerprints, host: &[u8], template: &[u8], collapsed: bool) -> u64 {
     if collapsed {
         fp.of(&[host, template, b"titles"])
@@ -254,6 +254,17 @@ enum Scope {
     Plain,
     Collapsed,
     Shape,
+}
+
+impl Scope {
+    /// The template of this endpoint: `collapsed` under a parent's
+    /// titles, else `template`.
+    fn template<'a>(self, template: &'a [u8], collapsed: &'a [u8]) -> &'a [u8] {
+        match self {
+            Scope::Collapsed => collapsed,
+            Scope::Plain | Scope::Shape => template,
+        }
+    }
 }
 
 /// The keys a request is counted under on one endpoint.
@@ -523,18 +534,10 @@ impl Counts {
         }
     }
 
-    /// The template of the endpoint of `scope` (in the buffers).
-    fn template_of(&self, scope: Scope) -> &[u8] {
-        match scope {
-            Scope::Collapsed => &self.collapsed,
-            Scope::Plain | Scope::Shape => &self.template,
-        }
-    }
-
     /// The keys of `s` on its endpoint of `scope` (the template and
     /// shape in the buffers).
     fn scope_keys(&self, s: &Seen<'_>, scope: Scope) -> ScopeKeys {
-        let template = self.template_of(scope);
+        let template = scope.template(&self.template, &self.collapsed);
         let ep = match scope {
             Scope::Shape => shape_fp(&self.fp, &self.host, template, &self.shape),
             _ => endpoint_fp(&self.fp, &self.host, template, scope == Scope::Collapsed),
@@ -578,10 +581,7 @@ impl Counts {
     ) {
         let ep = k.ep;
         let host = &self.host;
-        let template = match k.scope {
-            Scope::Collapsed => &self.collapsed,
-            Scope::Plain | Scope::Shape => &self.template,
-        };
+        let template = k.scope.template(&self.template, &self.collapsed);
         let shape = &self.shape;
         self.endpoints.add(ep, || EndpointCount {
             host: String::from_utf8_lossy(host).into_owned(),
