@@ -66,14 +66,23 @@ impl AtomSet {
     }
 }
 
-/// A field's multi-pattern automaton: a lazy DFA searched for overlapping
+/// A field's multi-pattern automaton: lazy DFAs searched for overlapping
 /// matches (each match reports its pattern; no per-pattern bookkeeping),
-/// with the meta regex as the fallback when the lazy DFA gives up (for
-/// example on a Unicode word boundary in non-ASCII text).
+/// one for the patterns anchored at the value's start and one for the
+/// others (see [`scan::ScanPart`]), with the meta regex over all of them
+/// as the fallback when a lazy DFA gives up (for example on a Unicode
+/// word boundary in non-ASCII text).
 struct Scan {
     re: Regex,
-    dfa: Option<hybrid::dfa::DFA>,
+    /// The lazy DFAs, each with its cache's index in
+    /// [`MatchScratch::caches`].
+    parts: Vec<Part>,
     atoms: Vec<u32>,
+}
+
+/// One lazy DFA of a [`Scan`], with its cache's index.
+struct Part {
+    scan: scan::ScanPart,
     id: usize,
 }
 
@@ -169,6 +178,11 @@ pub type FastMap<K, V> = HashMap<K, V, FastHash>;
 
 struct FieldMatcher {
     exact: FastMap<Box<[u8]>, Vec<u32>>,
+    /// The lengths of the exact values: bit `n` for a length `n` under
+    /// 64, bit 63 also for every longer one. A value of no such length is
+    /// not looked up (most are not: a path against a few exact paths, a
+    /// User-Agent against the empty one), which saves hashing it whole.
+    exact_lens: u64,
     scan: Option<Scan>,
     present: Vec<u32>,
 }
@@ -194,30 +208,43 @@ impl Scan {
         caches: &mut [Option<hybrid::dfa::Cache>],
         patterns: &mut PatternSet,
     ) {
-        if let (Some(dfa), Some(Some(cache))) = (&self.dfa, caches.get_mut(self.id)) {
-            let input = Input::new(value);
-            let mut state = hybrid::dfa::OverlappingState::start();
-            let complete = loop {
-                if dfa
-                    .try_search_overlapping_fwd(cache, &input, &mut state)
-                    .is_err()
-                {
-                    break false;
-                }
-                match state.get_match() {
-                    Some(m) => found.push(self.atoms[m.pattern().as_usize()]),
-                    None => break true,
-                }
-            };
-            if complete {
-                return;
-            }
-            found.clear();
+        if self.lazy(value, found, caches) {
+            return;
         }
+        found.clear();
         patterns.clear();
         self.re
             .which_overlapping_matches(&Input::new(value), patterns);
         found.extend(patterns.iter().map(|p| self.atoms[p.as_usize()]));
+    }
+}
+
+impl Scan {
+    /// Searches with the lazy DFAs; false if one gave up (`found` then
+    /// holds a part of the answer, to be thrown away).
+    fn lazy(
+        &self,
+        value: &[u8],
+        found: &mut Vec<u32>,
+        caches: &mut [Option<hybrid::dfa::Cache>],
+    ) -> bool {
+        if self.parts.is_empty() {
+            return false;
+        }
+        for part in &self.parts {
+            let Some(Some(cache)) = caches.get_mut(part.id) else {
+                return false;
+            };
+            let atoms = &self.atoms;
+            if part
+                .scan
+                .search(cache, value, |i| found.push(atoms[i]))
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -226,15 +253,22 @@ impl FieldMatcher {
         for &a in &self.present {
             set.insert(a);
         }
-        if let Some(atoms) = self.exact.get(value) {
-            for &a in atoms {
-                set.insert(a);
-            }
+        // A value of a length no exact value has is not looked up.
+        let exact = (self.exact_lens & length_bit(value.len()) != 0)
+            .then(|| self.exact.get(value))
+            .flatten();
+        for &a in exact.into_iter().flatten() {
+            set.insert(a);
         }
         if let Some(scan) = &self.scan {
             scan.run(value, set, ms);
         }
     }
+}
+
+/// A length's bit in [`FieldMatcher::exact_lens`].
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 /// The compiled matcher of one ruleset.
@@ -350,16 +384,22 @@ impl Matcher {
                     message: scan::explain(&e),
                 })?;
                 m.max_patterns = m.max_patterns.max(re.pattern_len());
-                let dfa = scan::lazy_dfa(&pats);
-                m.dfas.push(dfa.clone());
-                Some(Scan {
-                    re,
-                    dfa,
-                    atoms: scans.iter().map(|(_, a)| *a).collect(),
-                    id: m.dfas.len() - 1,
-                })
+                let atoms: Vec<u32> = scans.iter().map(|(_, a)| *a).collect();
+                let parts = scan::lazy_parts(&pats)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| {
+                        m.dfas.push(Some(p.dfa.clone()));
+                        Part {
+                            scan: p,
+                            id: m.dfas.len() - 1,
+                        }
+                    })
+                    .collect();
+                Some(Scan { re, parts, atoms })
             };
             let fm = FieldMatcher {
+                exact_lens: exact.keys().fold(0, |m, k| m | length_bit(k.len())),
                 exact,
                 scan,
                 present,

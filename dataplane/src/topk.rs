@@ -1,10 +1,23 @@
 //! Heavy hitters in bounded memory: the Space-Saving algorithm (Metwally,
-//! Agrawal, El Abbadi 2005). With `capacity` counters, every item with more
-//! than `total / capacity` occurrences is guaranteed to be kept, and each
-//! reported count overestimates by at most the stated `error`. Every
-//! request is counted: nothing is sampled.
+//! Agrawal, El Abbadi 2005), with the admission filter of Filtered
+//! Space-Saving (Homem, Carvalho 2010). With `capacity` counters, every
+//! item with more than `total / capacity` occurrences is guaranteed to be
+//! kept, and each reported count overestimates by at most the stated
+//! `error`. Every request is counted: nothing is sampled.
+//!
+//! The filter matters on traffic where most items are seen once or twice
+//! (clients, titles, User-Agents with ids in them): plain Space-Saving
+//! gives each of them the smallest counter in turn, a removal and an
+//! insertion with their cache misses, to be evicted again by the next.
+//! Once the counters are full, an item not held is counted in one of a
+//! few thousand hashed cells instead, and takes a counter only when its
+//! cell's count reaches the smallest counter's. A cell bounds the count
+//! of every item not held that hashes to it, so the bounds stay those of
+//! Space-Saving, and an item that takes a counter gets its cell's count
+//! as its error, usually far below the smallest counter.
 
 use crate::matcher::FastHash;
+use crate::prefetch::prefetch;
 use serde::Serialize;
 
 /// A bounded top-k counter in Space-Saving's Stream-Summary layout:
@@ -35,7 +48,13 @@ pub struct TopK {
     tags: Vec<u64>,
     hasher: FastHash,
     total: u64,
+    /// The admission filter's cells, made when the counters are full:
+    /// each bounds the occurrences of the items not held that hash to it.
+    cells: Vec<u64>,
 }
+
+/// Cells of the admission filter per counter (a power of two).
+const CELLS_PER_COUNTER: usize = 8;
 
 /// A counter's slot: (count, error, fingerprint, key).
 type Slot = (u64, u64, u64, Vec<u8>);
@@ -177,6 +196,7 @@ impl TopK {
             tags: Vec::new(),
             hasher: FastHash::random(),
             total: 0,
+            cells: Vec::new(),
         }
     }
 
@@ -330,16 +350,18 @@ impl TopK {
         }
     }
 
-    /// Reads where counting `fp` starts (its index slot), ahead of
-    /// [`TopK::add_hashed`]: touching the counters a request is counted
-    /// in first, all at once, lets their cache misses overlap rather than
-    /// come one after another. Returns a value to pass to
-    /// [`std::hint::black_box`] so that the read is kept.
-    pub fn touch(&self, fp: u64) -> u32 {
-        if self.index.table.is_empty() {
-            return 0;
+    /// Asks for the memory where counting `fp` starts (its index slot,
+    /// and its filter cell once the counters are full), ahead of
+    /// [`TopK::add_hashed`]: asked for before the work that precedes the
+    /// count, their cache misses overlap that work (a hint: it changes
+    /// nothing).
+    pub fn prefetch(&self, fp: u64) {
+        if !self.index.table.is_empty() {
+            prefetch(&self.index.table[fp as usize & self.index.mask()]);
         }
-        self.index.table[fp as usize & self.index.mask()].1
+        if !self.cells.is_empty() {
+            prefetch(&self.cells[(fp >> 32) as usize & (self.cells.len() - 1)]);
+        }
     }
 
     /// Counts one occurrence of `key`, whose [`TopK::fingerprint`] is `fp`.
@@ -366,18 +388,44 @@ impl TopK {
             self.index.insert(fp, slot);
             return;
         }
-        // Replace a smallest counter; the newcomer inherits its count as
-        // the error bound. The slot's key buffer is reused.
-        let slot = self.buckets[self.min as usize].first;
-        let min = self.slots[slot as usize].0;
-        self.index.remove(self.slots[slot as usize].2);
+        // Full: the item is counted in its cell, and takes a smallest
+        // counter only once the cell's count reaches that counter's.
+        if self.cells.is_empty() {
+            self.cells = vec![0; self.capacity.next_power_of_two() * CELLS_PER_COUNTER];
+        }
+        let cmask = self.cells.len() - 1;
+        let cell = (fp >> 32) as usize & cmask;
+        let Bucket {
+            count: min,
+            first: slot,
+            ..
+        } = self.buckets[self.min as usize];
+        let seen = self.cells[cell];
+        if seen + 1 < min {
+            self.cells[cell] = seen + 1;
+            return;
+        }
+        // The newcomer takes the smallest counter, with its cell's count
+        // as the error bound; the evicted item's count goes to its own
+        // cell, which then still bounds every item there not held. The
+        // slot's key buffer is reused.
+        let out = self.slots[slot as usize].2;
+        let out_cell = &mut self.cells[(out >> 32) as usize & cmask];
+        *out_cell = (*out_cell).max(min);
+        self.index.remove(out);
         self.tags[slot as usize] = tag;
         let entry = &mut self.slots[slot as usize];
-        (entry.0, entry.1, entry.2) = (min + 1, min, fp);
+        (entry.0, entry.1, entry.2) = (seen + 1, seen, fp);
         entry.3.clear();
         entry.3.extend_from_slice(key);
         self.index.insert(fp, slot);
-        self.bump(slot);
+        // A cell never exceeds the smallest count (it grows only below
+        // it, or to it on an eviction, and the smallest count never
+        // falls), so the newcomer's count is that count or one more.
+        debug_assert!(seen <= min);
+        if seen == min {
+            self.bump(slot);
+        }
     }
 
     /// Adds `other`'s counts to these (the merge of mergeable summaries,
@@ -529,9 +577,15 @@ mod tests {
             b = bucket.next;
         }
         assert_eq!(seen, t.slots.len());
-        if !merged {
+        // Until the filter is made every occurrence is in a counter; then
+        // some are in cells, each of which stays at or below the smallest
+        // count.
+        if !merged && t.cells.is_empty() {
             assert_eq!(sum, t.total());
+        } else if !merged {
+            assert!(sum <= t.total());
         }
+        assert!(t.cells.iter().all(|&c| c <= t.min_count()));
     }
 
     /// Against the plain computation (a hash map of exact counts), on a
@@ -694,6 +748,37 @@ mod tests {
         }
     }
 
+    /// Items seen once, once the counters are full, are counted in the
+    /// filter's cells and leave the counters of repeated items alone
+    /// (plain Space-Saving would give each the smallest counter in turn,
+    /// with that counter's count as a large error).
+    #[test]
+    fn items_seen_once_do_not_evict_repeated_ones() {
+        let mut t = TopK::new(2);
+        for _ in 0..100 {
+            t.add(b"heavy");
+        }
+        for _ in 0..50 {
+            t.add(b"mid");
+        }
+        // 100 items in 16 cells: none reaches 50 (the seeded hash would
+        // have to put half of them in one cell).
+        for i in 0..100u32 {
+            t.add(&i.to_le_bytes());
+        }
+        let top = t.top(2);
+        assert_eq!(
+            (top[0].key.as_str(), top[0].count, top[0].error),
+            ("heavy", 100, 0)
+        );
+        assert_eq!(
+            (top[1].key.as_str(), top[1].count, top[1].error),
+            ("mid", 50, 0)
+        );
+        assert_eq!(t.total(), 250);
+        check_structure(&t, false);
+    }
+
     #[test]
     fn tagged_parts_are_exact_while_a_key_holds_its_counter() {
         let mut t = TopK::new(2);
@@ -705,8 +790,12 @@ mod tests {
             add(&mut t, b"heavy", i % 3 == 0);
         }
         add(&mut t, b"light", true);
-        // "other" evicts "light" (count 1): it inherits the count as its
-        // error, and none of light's tagged part.
+        add(&mut t, b"light", true);
+        // "other" is counted in its cell (one, below light's two); its
+        // second occurrence brings the cell to two, and it evicts "light":
+        // it takes the cell's count, and none of light's tagged part.
+        add(&mut t, b"other", false);
+        assert_eq!(t.top(2)[1].key, "light");
         add(&mut t, b"other", false);
         let top = t.top_tagged(2, |k| String::from_utf8_lossy(k).into_owned());
         assert_eq!(top[0].0.key, "heavy");

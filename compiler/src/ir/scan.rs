@@ -66,19 +66,102 @@ pub fn build(patterns: &[&str]) -> Result<meta::Regex, Box<meta::BuildError>> {
         .map_err(Box::new)
 }
 
-/// The lazy DFA the engine tries first for the same patterns; `None` when
-/// it cannot be built (the meta regex then does all the work, so this is
-/// never an error).
-pub fn lazy_dfa(patterns: &[&str]) -> Option<hybrid::dfa::DFA> {
-    hybrid::dfa::DFA::builder()
-        .syntax(syntax(false))
-        .configure(
-            hybrid::dfa::DFA::config()
-                .match_kind(MatchKind::All)
-                .cache_capacity(DFA_CACHE_BYTES),
-        )
-        .build_many(patterns)
-        .ok()
+/// One group of a field's patterns, with the lazy DFA the engine tries
+/// first for them (the meta regex of [`build`] is the fallback when a
+/// lazy DFA gives up).
+///
+/// A field's patterns are split in two groups, so that a search reads
+/// only the bytes it must:
+/// - those anchored at the value's start (`starts_with`, `^…` regexes),
+///   searched anchored: the search ends as soon as no pattern can match
+///   any more, usually within a few bytes of a long value;
+/// - the others, searched over the whole value, skipping ahead with a
+///   prefilter of their literal prefixes where one is worth having (a
+///   value in which none of them occurs is passed over at memchr's speed
+///   rather than a DFA step per byte).
+pub struct ScanPart {
+    /// The group's automaton, reporting every overlapping match.
+    pub dfa: hybrid::dfa::DFA,
+    /// Searched anchored at the value's start.
+    pub anchored: bool,
+    /// Its patterns' indices in the field's list, by the DFA's pattern id.
+    pub patterns: Vec<usize>,
+}
+
+impl ScanPart {
+    /// Reports to `found` the index (in the field's list) of every
+    /// pattern of this group that `value` matches; an error if the lazy
+    /// DFA gave up (what was reported is then only a part).
+    pub fn search(
+        &self,
+        cache: &mut hybrid::dfa::Cache,
+        value: &[u8],
+        mut found: impl FnMut(usize),
+    ) -> Result<(), regex_automata::MatchError> {
+        let anchored = if self.anchored {
+            regex_automata::Anchored::Yes
+        } else {
+            regex_automata::Anchored::No
+        };
+        let input = regex_automata::Input::new(value).anchored(anchored);
+        let mut state = hybrid::dfa::OverlappingState::start();
+        loop {
+            self.dfa
+                .try_search_overlapping_fwd(cache, &input, &mut state)?;
+            match state.get_match() {
+                Some(m) => found(self.patterns[m.pattern().as_usize()]),
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The lazy DFAs the engine tries first for a field's patterns, by
+/// group (see [`ScanPart`]); `None` when one cannot be built (the meta
+/// regex then does all the work, so this is never an error).
+pub fn lazy_parts(patterns: &[&str]) -> Option<Vec<ScanPart>> {
+    use regex_automata::util::prefilter::Prefilter;
+    use regex_automata::util::syntax::parse_with;
+    use regex_syntax::hir::Look;
+    let hirs = patterns
+        .iter()
+        .map(|p| parse_with(p, &syntax(false)).ok())
+        .collect::<Option<Vec<_>>>()?;
+    let mut parts = Vec::new();
+    for anchored in [true, false] {
+        let ids: Vec<usize> = (0..hirs.len())
+            .filter(|&i| hirs[i].properties().look_set_prefix().contains(Look::Start) == anchored)
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let mut config = hybrid::dfa::DFA::config()
+            .match_kind(MatchKind::All)
+            .cache_capacity(DFA_CACHE_BYTES);
+        if !anchored {
+            let group: Vec<&regex_syntax::hir::Hir> = ids.iter().map(|&i| &hirs[i]).collect();
+            // Leftmost-first literals: a prefilter only finds where a match
+            // may start, and a match of any pattern starts where a
+            // leftmost-first one does (its first alternative that matches
+            // there); for `All`, the extractor gives up on case-insensitive
+            // alternations that leftmost-first keeps fast.
+            let pre = Prefilter::from_hirs_prefix(MatchKind::LeftmostFirst, &group)
+                .filter(Prefilter::is_fast);
+            config = config.prefilter(pre);
+        }
+        let group: Vec<&str> = ids.iter().map(|&i| patterns[i]).collect();
+        let dfa = hybrid::dfa::DFA::builder()
+            .syntax(syntax(false))
+            .configure(config)
+            .build_many(&group)
+            .ok()?;
+        parts.push(ScanPart {
+            dfa,
+            anchored,
+            patterns: ids,
+        });
+    }
+    Some(parts)
 }
 
 /// Why a field's automaton cannot be built, in words: which limit, or
@@ -158,5 +241,73 @@ pub(crate) fn check(
             "every regex, prefix, suffix and substring test on one field is compiled into one automaton, of at most {} MiB; make the largest regexes smaller (counted repetitions such as {{1000}} and Unicode classes such as \\w grow them; (?-u) makes classes ASCII), or use ==, in, starts_with, ends_with or contains where a literal will do",
             NFA_SIZE_LIMIT >> 20
         )));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_automata::{Input, PatternSet};
+
+    /// The patterns each lazy DFA group finds, searched as the engine
+    /// does, by index in the field's list.
+    fn by_parts(parts: &[ScanPart], value: &[u8]) -> Vec<usize> {
+        let mut found = Vec::new();
+        for p in parts {
+            let mut cache = p.dfa.create_cache();
+            p.search(&mut cache, value, |i| found.push(i)).unwrap();
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Anchored and unanchored patterns split in two groups (the second
+    /// with a prefilter) find what the one meta regex over all of them
+    /// finds, on values where each pattern matches, misses, or matches
+    /// only away from the start.
+    #[test]
+    fn split_groups_find_what_the_meta_regex_finds() {
+        let pats = [
+            pattern(&StrOp::Prefix("wmf-updater/".into())).unwrap(),
+            pattern(&StrOp::Suffix(".php".into())).unwrap(),
+            pattern(&StrOp::Contains("bot".into())).unwrap(),
+            r"(?i:(masscan|zgrab|nikto|sqlmap|nuclei|nmap scripting engine))".to_string(),
+            r"(?i:^(python-requests|curl|wget)[/ ])".to_string(),
+            r"(?:^a|b)c".to_string(),
+            r"(?m:^x)".to_string(),
+            r"^$".to_string(),
+        ];
+        let list: Vec<&str> = pats.iter().map(String::as_str).collect();
+        let parts = lazy_parts(&list).expect("lazy DFAs");
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].anchored && !parts[1].anchored);
+        assert_eq!(parts[0].patterns, vec![0, 4, 7]);
+        // The shipped User-Agent tests: the unanchored group is skipped
+        // through with a prefilter.
+        let ua = [pats[3].as_str(), pats[4].as_str(), pats[0].as_str()];
+        let ua_parts = lazy_parts(&ua).expect("lazy DFAs");
+        assert!(ua_parts[1].dfa.get_config().get_prefilter().is_some());
+        let re = build(&list).unwrap();
+        let values: [&[u8]; 12] = [
+            b"",
+            b"wmf-updater/1.0 bot",
+            b"Mozilla/5.0 (Nikto/2.5.0)",
+            b"Curl/8.0 via python-requests/2",
+            b"python-requests/2.31.0",
+            b"index.php",
+            b"ac bc",
+            b"zac",
+            b"a\nx",
+            b"x-wmf-updater/ SQLMAP",
+            b"\xff\xfebot\x00",
+            b"nmap scripting engine.php",
+        ];
+        for v in values {
+            let mut set = PatternSet::new(re.pattern_len());
+            re.which_overlapping_matches(&Input::new(v), &mut set);
+            let want: Vec<usize> = set.iter().map(|p| p.as_usize()).collect();
+            assert_eq!(by_parts(&parts, v), want, "{}", String::from_utf8_lossy(v));
+        }
     }
 }

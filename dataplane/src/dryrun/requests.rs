@@ -482,6 +482,18 @@ impl RequestSide {
     /// fields (`blind`: what it lacks); `Some(rule)` if a packet-plane
     /// rule stopped it (the caller counts it there).
     pub fn decide(&mut self, req: &Request<'_>, blinds: Option<&Blinds>) -> Option<usize> {
+        // The request's keys are hashed first, and the memory where the
+        // traffic no rule matches (most of it) is counted is asked for,
+        // so that those cache misses overlap the decision.
+        let ip = ip_key(req.ip);
+        let ip = &ip.0[..ip.1];
+        let ua = header(req, b"user-agent").unwrap_or(b"(none)");
+        let path = path_of(req.target);
+        let fp = &self.unmatched.1;
+        let fps = (fp.fingerprint(ip), fp.fingerprint(ua), fp.fingerprint(path));
+        self.unmatched.1.prefetch(fps.0);
+        self.unmatched.2.prefetch(fps.1);
+        self.unmatched.3.prefetch(fps.2);
         self.trace.steps.clear();
         self.partial.clear();
         let (d, unknown) = match blinds.map(|b| &b.new) {
@@ -514,10 +526,6 @@ impl RequestSide {
             }
         };
         self.requests += 1;
-        let ip = ip_key(req.ip);
-        let ip = &ip.0[..ip.1];
-        let ua = header(req, b"user-agent").unwrap_or(b"(none)");
-        let path = path_of(req.target);
         if let Some((old, scratch)) = &mut self.old {
             let a = match blinds.and_then(|b| b.old.as_ref()) {
                 None => describe(
@@ -542,8 +550,6 @@ impl RequestSide {
                 changed(&mut self.changes, a, b, ip, Some((ua, path)));
             }
         }
-        let fp = &self.unmatched.1;
-        let fps = (fp.fingerprint(ip), fp.fingerprint(ua), fp.fingerprint(path));
         // A shadow rule left unknown leaves its own match unknown; the
         // rule that made the verdict unknown is the last one.
         for &i in &self.partial.unknown {
@@ -568,15 +574,15 @@ impl RequestSide {
         }
         let net = prefix_key(req.ip);
         let net = &net.0[..net.1];
-        let net_fp = fp.fingerprint(net);
-        // The counters of every rule matched are touched first, together.
-        let mut touched = 0u32;
+        let net_fp = self.unmatched.1.fingerprint(net);
+        // The counters of every rule matched are asked for first, together.
         for step in &self.trace.steps {
             let s = &self.rules[step.rule];
-            touched ^= s.ips.touch(fps.0) ^ s.uas.touch(fps.1);
-            touched ^= s.paths.touch(fps.2) ^ s.prefixes.touch(net_fp);
+            s.ips.prefetch(fps.0);
+            s.uas.prefetch(fps.1);
+            s.paths.prefetch(fps.2);
+            s.prefixes.prefetch(net_fp);
         }
-        std::hint::black_box(touched);
         let mut fields = None;
         for i in 0..self.trace.steps.len() {
             let (rule, shadow) = (self.trace.steps[i].rule, self.trace.steps[i].shadow);

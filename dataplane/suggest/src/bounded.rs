@@ -18,6 +18,7 @@
 //! probability under 10^-7).
 
 use rctl_dataplane::matcher::FastHash;
+use rctl_dataplane::prefetch::prefetch;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
@@ -303,21 +304,6 @@ fn huge_pages<T>(v: &Vec<T>) {
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
-}
-
-/// Asks the processor to fetch `at`'s cache line (a hint; nothing on
-/// targets without one).
-#[inline(always)]
-fn prefetch<T>(at: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing architecturally and cannot fault;
-    // the pointer comes from a reference.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((at as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 #[cfg(test)]
