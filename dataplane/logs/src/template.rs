@@ -316,7 +316,7 @@ impl Template {
         while i < n {
             match &self.tokens[i] {
                 Token::Lit(l) => {
-                    if !line[p..].starts_with(l) {
+                    if !starts(&line[p..], l) {
                         return Err(Mismatch::Literal(p));
                     }
                     p += l.len();
@@ -328,7 +328,7 @@ impl Template {
                     // and the space after them.
                     if let Some(Token::Lit(l)) = self.tokens.get(i + 1) {
                         let l = l.strip_prefix(b" ").unwrap_or(l);
-                        if !line[p..].starts_with(l) {
+                        if !starts(&line[p..], l) {
                             return Err(Mismatch::Literal(p));
                         }
                         p += l.len();
@@ -352,7 +352,8 @@ impl Template {
                             let at = if last {
                                 // The closing literal: its last occurrence,
                                 // which must end the line.
-                                if rest.ends_with(l) {
+                                if rest.len() >= l.len() && starts(&rest[rest.len() - l.len()..], l)
+                                {
                                     Some(rest.len() - l.len())
                                 } else {
                                     None
@@ -383,7 +384,7 @@ impl Template {
                             && matches!(z[1], b'+' | b'-')
                             && z[2..6].iter().all(u8::is_ascii_digit)
                             && self.tokens.get(i + 1).is_some_and(|t| match t {
-                                Token::Lit(l) => z[6..].starts_with(l),
+                                Token::Lit(l) => starts(&z[6..], l),
                                 Token::Field(..) => false,
                             })
                         {
@@ -403,6 +404,13 @@ impl Template {
 /// The first occurrence of `needle` in `hay`: memchr for its first byte,
 /// then a comparison (separators are short; a memmem finder built per
 /// field would cost more than the search).
+/// `hay` starts with `lit`: a byte loop, as a template's literals are a
+/// few bytes long (a call to `memcmp` costs more than the comparison).
+#[inline]
+fn starts(hay: &[u8], lit: &[u8]) -> bool {
+    hay.len() >= lit.len() && hay.iter().zip(lit).all(|(a, b)| a == b)
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let Some((&first, rest)) = needle.split_first() else {
         return Some(0);
@@ -410,7 +418,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = memchr::memchr(first, &hay[from..]) {
         let at = from + i;
-        if hay[at + 1..].starts_with(rest) {
+        if starts(&hay[at + 1..], rest) {
             return Some(at);
         }
         from = at + 1;

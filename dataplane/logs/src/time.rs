@@ -55,7 +55,8 @@ impl TimeFormat {
     }
 }
 
-fn digits(v: &[u8]) -> Option<u64> {
+/// A run of one to 19 decimal digits, as a number.
+pub(crate) fn digits(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 {
         return None;
     }
