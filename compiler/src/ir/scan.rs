@@ -86,6 +86,11 @@ pub struct ScanPart {
     pub anchored: bool,
     /// Its patterns' indices in the field's list, by the DFA's pattern id.
     pub patterns: Vec<usize>,
+    /// For an anchored group: the first bytes after which a match is
+    /// still possible (a 256-bit set). A value that starts with another
+    /// byte matches none of its patterns, and is not searched at all
+    /// (most User-Agents start with `Mozilla/`).
+    pub first: Option<[u64; 4]>,
 }
 
 impl ScanPart {
@@ -103,6 +108,11 @@ impl ScanPart {
         } else {
             regex_automata::Anchored::No
         };
+        if let (Some(first), Some(&b)) = (&self.first, value.first()) {
+            if first[usize::from(b >> 6)] >> (b & 63) & 1 == 0 {
+                return Ok(());
+            }
+        }
         let input = regex_automata::Input::new(value).anchored(anchored);
         let mut state = hybrid::dfa::OverlappingState::start();
         loop {
@@ -155,13 +165,36 @@ pub fn lazy_parts(patterns: &[&str]) -> Option<Vec<ScanPart>> {
             .configure(config)
             .build_many(&group)
             .ok()?;
+        let first = if anchored { first_bytes(&dfa) } else { None };
         parts.push(ScanPart {
             dfa,
             anchored,
             patterns: ids,
+            first,
         });
     }
     Some(parts)
+}
+
+/// The bytes an anchored search can start with and still match: those
+/// whose transition from the start state is not the dead state. (A DFA
+/// reports a match one byte late, so even a pattern matching the empty
+/// prefix leaves a first byte's transition alive.) `None` if the states
+/// cannot be computed.
+fn first_bytes(dfa: &hybrid::dfa::DFA) -> Option<[u64; 4]> {
+    let mut cache = dfa.create_cache();
+    let config = regex_automata::util::start::Config::new()
+        .anchored(regex_automata::Anchored::Yes)
+        .look_behind(None);
+    let start = dfa.start_state(&mut cache, &config).ok()?;
+    let mut set = [0u64; 4];
+    for b in 0..=255u8 {
+        let next = dfa.next_state(&mut cache, start, b).ok()?;
+        if !next.is_dead() {
+            set[usize::from(b >> 6)] |= 1 << (b & 63);
+        }
+    }
+    Some(set)
 }
 
 /// Why a field's automaton cannot be built, in words: which limit, or
@@ -288,6 +321,10 @@ mod tests {
         let ua = [pats[3].as_str(), pats[4].as_str(), pats[0].as_str()];
         let ua_parts = lazy_parts(&ua).expect("lazy DFAs");
         assert!(ua_parts[1].dfa.get_config().get_prefilter().is_some());
+        // Their anchored group is not searched on a browser's value.
+        let first = ua_parts[0].first.expect("first bytes");
+        let has = |b: u8| first[usize::from(b >> 6)] >> (b & 63) & 1 == 1;
+        assert!(has(b'p') && has(b'P') && has(b'w') && !has(b'M') && !has(b'x'));
         let re = build(&list).unwrap();
         let values: [&[u8]; 12] = [
             b"",

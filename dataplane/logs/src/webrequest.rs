@@ -49,12 +49,20 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 
 /// The end of the string whose opening quote is at `i - 1`: the index of
 /// its closing quote.
-fn string_end(b: &[u8], mut i: usize) -> Option<usize> {
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    escaped_string_end(b, i).map(|(e, _)| e)
+}
+
+/// [`string_end`], and whether the string holds an escape (one without
+/// is lent from the line as it is, not scanned again).
+fn escaped_string_end(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
     loop {
         let j = i + memchr::memchr2(b'"', b'\\', &b[i..])?;
         if b[j] == b'"' {
-            return Some(j);
+            return Some((j, escaped));
         }
+        escaped = true;
         i = j + 2;
         if i > b.len() {
             return None;
@@ -110,9 +118,13 @@ pub fn parse(
         }
         i = skip_ws(b, i + 1);
         let (val, vs) = if b.get(i) == Some(&b'"') {
-            let e = string_end(b, i + 1).ok_or(Mismatch::Unterminated(i))?;
+            let (e, escaped) = escaped_string_end(b, i + 1).ok_or(Mismatch::Unterminated(i))?;
             let v = (
-                Some(unescape(&b[i + 1..e], i + 1, Escape::Json, arena)),
+                Some(if escaped {
+                    unescape(&b[i + 1..e], i + 1, Escape::Json, arena)
+                } else {
+                    Span::line(i + 1, e)
+                }),
                 i + 1,
             );
             i = e + 1;
@@ -143,8 +155,12 @@ pub fn parse(
                 b"uri_query" => query = Some(v),
                 b"http_method" => rec.method = v,
                 k => {
-                    if let Some((_, h)) = HEADERS.iter().find(|(c, _)| c.as_bytes() == k) {
-                        push(f, rec, h, v, get(v));
+                    if let Some((at, (_, h))) = HEADERS
+                        .iter()
+                        .enumerate()
+                        .find(|(_, (c, _))| c.as_bytes() == k)
+                    {
+                        push_at(f, rec, at, h, v, get(v));
                     }
                 }
             }
@@ -179,10 +195,21 @@ pub fn parse(
 }
 
 fn push(f: &Format, rec: &mut Record, name: &str, v: Span, bytes: &[u8]) {
+    push_at(f, rec, HEADERS.len(), name, v, bytes);
+}
+
+/// [`push`], where the header is likely the format's header `at` (as in
+/// [`format`], whose names are the columns' in order, then `host`).
+fn push_at(f: &Format, rec: &mut Record, at: usize, name: &str, v: Span, bytes: &[u8]) {
     if bytes.is_empty() || bytes == b"-" {
         return;
     }
-    if let Some(i) = f.header_names.iter().position(|h| h == name) {
+    let i = if f.header_names.get(at).is_some_and(|h| h == name) {
+        Some(at)
+    } else {
+        f.header_names.iter().position(|h| h == name)
+    };
+    if let Some(i) = i {
         rec.headers.push(HeaderValue {
             name: i as u16,
             value: v,
