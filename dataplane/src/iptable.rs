@@ -18,6 +18,9 @@ struct Family<T> {
     members: Vec<u32>,
 }
 
+/// IPv4 interval starts above which lookups go through the /16 index.
+const INDEXED_FROM: usize = 2048;
+
 /// The table.
 #[derive(Debug, Default)]
 pub struct PrefixTable {
@@ -98,10 +101,16 @@ impl PrefixTable {
         let v4 = build(&mut e4, sets.len(), &mut lists, &mut interned, |p| p as u32);
         let v6 = build(&mut e6, sets.len(), &mut lists, &mut interned, |p| p);
         // v4_index[h] = number of interval starts below h << 16 (h = 65536
-        // stands for 2^32).
-        let v4_index = (0..=0x1_0000u64)
-            .map(|h| v4.starts.partition_point(|&s| u64::from(s) < h << 16) as u32)
-            .collect::<Vec<_>>();
+        // stands for 2^32). Only for large tables: the index is 256 KiB,
+        // and a lookup in it a cache miss, where a search of a few
+        // thousand starts stays within a few cache lines.
+        let v4_index = if v4.starts.len() > INDEXED_FROM {
+            (0..=0x1_0000u64)
+                .map(|h| v4.starts.partition_point(|&s| u64::from(s) < h << 16) as u32)
+                .collect::<Vec<_>>()
+        } else {
+            Vec::new()
+        };
         PrefixTable {
             v4,
             v6,
@@ -210,6 +219,8 @@ mod tests {
         assert_eq!(l("::ffff:10.1.0.1"), vec![0, 1]);
     }
 
+    /// Small tables (searched whole) and large ones (through the /16
+    /// index) against the sets themselves.
     #[test]
     fn agrees_with_the_sets_on_random_addresses() {
         let mut x = 0x1234_5678_9abc_def0u64;
@@ -219,27 +230,30 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let sets: Vec<IpSet> = (0..5)
-            .map(|_| {
-                let cidrs: Vec<String> = (0..200)
-                    .map(|_| {
-                        format!(
-                            "{}/{}",
-                            std::net::Ipv4Addr::from(rnd() as u32),
-                            8 + rnd() % 25
-                        )
-                    })
-                    .collect();
-                set(&cidrs.iter().map(String::as_str).collect::<Vec<_>>())
-            })
-            .collect();
-        let t = PrefixTable::new(&sets);
-        for _ in 0..20_000 {
-            let a = rnd() as u32;
-            let want: Vec<u32> = (0..5)
-                .filter(|&i| sets[i as usize].prefixes.contains_v4(a))
+        for (per_set, indexed) in [(40, false), (1_000, true)] {
+            let sets: Vec<IpSet> = (0..5)
+                .map(|_| {
+                    let cidrs: Vec<String> = (0..per_set)
+                        .map(|_| {
+                            format!(
+                                "{}/{}",
+                                std::net::Ipv4Addr::from(rnd() as u32),
+                                8 + rnd() % 25
+                            )
+                        })
+                        .collect();
+                    set(&cidrs.iter().map(String::as_str).collect::<Vec<_>>())
+                })
                 .collect();
-            assert_eq!(t.lookup(std::net::Ipv4Addr::from(a).into()), &want[..]);
+            let t = PrefixTable::new(&sets);
+            assert_eq!(!t.v4_index.is_empty(), indexed);
+            for _ in 0..20_000 {
+                let a = rnd() as u32;
+                let want: Vec<u32> = (0..5)
+                    .filter(|&i| sets[i as usize].prefixes.contains_v4(a))
+                    .collect();
+                assert_eq!(t.lookup(std::net::Ipv4Addr::from(a).into()), &want[..]);
+            }
         }
     }
 }
