@@ -147,9 +147,10 @@ impl std::hash::Hasher for FastHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+            // The tail as a little-endian word, byte by byte (a copy of a
+            // length unknown here would be a call to memmove).
+            let w = rest.iter().rev().fold(0u64, |w, &b| w << 8 | u64::from(b));
+            self.add(w ^ ((rest.len() as u64) << 59));
         }
     }
     fn write_u8(&mut self, n: u8) {

@@ -132,10 +132,18 @@ fn offset(v: &[u8]) -> Option<i64> {
     match v {
         b"" | b"Z" | b"z" => Some(0),
         [sign @ (b'+' | b'-'), rest @ ..] => {
-            let rest: Vec<u8> = rest.iter().copied().filter(|&b| b != b':').collect();
-            if rest.len() != 4 {
+            // `hhmm` or `hh:mm`, read into a fixed buffer (no allocation
+            // per line).
+            let mut hhmm = [0u8; 4];
+            let mut n = 0;
+            for &b in rest.iter().filter(|&&b| b != b':') {
+                *hhmm.get_mut(n)? = b;
+                n += 1;
+            }
+            if n != 4 {
                 return None;
             }
+            let rest = hhmm;
             let h = i64::from(num(&rest, 0, 2)?);
             let m = i64::from(num(&rest, 2, 2)?);
             let o = h * 3600 + m * 60;
@@ -198,6 +206,16 @@ fn iso8601(v: &[u8]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zone_offsets() {
+        assert_eq!(offset(b"+05:30"), Some(19_800));
+        assert_eq!(offset(b"-0200"), Some(-7_200));
+        assert_eq!(offset(b"Z"), Some(0));
+        for bad in [&b"+123"[..], b"+12345", b"+1:23", b"0200", b"+ab:cd", b"-"] {
+            assert_eq!(offset(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn formats() {
