@@ -218,9 +218,7 @@ impl Scan {
             .which_overlapping_matches(&Input::new(value), patterns);
         found.extend(patterns.iter().map(|p| self.atoms[p.as_usize()]));
     }
-}
 
-impl Scan {
     /// Searches with the lazy DFAs; false if one gave up (`found` then
     /// holds a part of the answer, to be thrown away).
     fn lazy(
