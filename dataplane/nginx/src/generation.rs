@@ -58,7 +58,10 @@ pub struct FileId {
     dev: u64,
     ino: u64,
     size: u64,
-    mtime_ns: i128,
+    /// Modification time: seconds and nanoseconds (two words, not an
+    /// `i128`: its 16-byte alignment would pass to the configuration
+    /// nginx allocates, which its pools align to 8).
+    mtime: (i64, i64),
 }
 
 impl FileId {
@@ -70,7 +73,7 @@ impl FileId {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            mtime: (m.mtime(), m.mtime_nsec()),
         })
     }
 }

@@ -213,6 +213,14 @@ unsafe fn main_conf(ctx: &ngx_http_conf_ctx_t) -> *mut MainConf {
     unsafe { *ctx.main_conf.add(Module::module().ctx_index) as *mut MainConf }
 }
 
+// nginx allocates the configurations from its pools, aligned to
+// NGX_ALIGNMENT (the size of an unsigned long, 8): a type that needs
+// more (an i128 anywhere inside) would be dereferenced misaligned.
+const _: () = assert!(
+    std::mem::align_of::<MainConf>() <= 8 && std::mem::align_of::<LocConf>() <= 8,
+    "nginx aligns its configurations to 8 bytes"
+);
+
 // SAFETY: the configuration types are the ones create_*_conf allocates.
 unsafe impl HttpModuleMainConf for Module {
     type MainConf = MainConf;
