@@ -354,7 +354,15 @@ fn neighbours_an_idle_spoe_flood_from_nobody_leaves_haproxy_checked() {
         (1..=256).contains(&hellos),
         "nobody got {hellos} SPOE sessions (at most 256 per untrusted peer)"
     );
-    let emitted = emit_haproxy(&dir.join("r.rctl"), &dir, &["--agent", &spoe_flag]);
+    // The claim is that every request is checked, not how fast: a
+    // deadline of a second keeps a loaded machine's scheduling out of it.
+    // A starved agent misses any deadline, and so does a connection whose
+    // SYN found the accept queue full (its retransmission waits 1 s).
+    let emitted = emit_haproxy(
+        &dir.join("r.rctl"),
+        &dir,
+        &["--agent", &spoe_flag, "--timeout-ms", "1000"],
+    );
     let app = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let front = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let app_dir = dir.join("app");
@@ -402,7 +410,13 @@ fn neighbours_a_reconnecting_http_flood_from_nobody_leaves_nginx_checked() {
     ));
     let open = flood.first_line();
     assert!(open.starts_with("open "), "the flood did not start: {open}");
-    let emitted = emit_nginx(&dir.join("r.rctl"), &dir, &["--agent", &http.to_string()]);
+    // Every check answered, not how fast: see the SPOE flood above.
+    let agent_flag = http.to_string();
+    let emitted = emit_nginx(
+        &dir.join("r.rctl"),
+        &dir,
+        &["--agent", &agent_flag, "--timeout-ms", "1000"],
+    );
     let front = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let app = SocketAddr::from(([127, 0, 0, 1], free_port()));
     std::fs::create_dir_all(dir.join("tmp")).unwrap();

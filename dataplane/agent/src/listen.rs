@@ -139,12 +139,14 @@ impl Listener {
                     rctl_os::socket::bind(p, bind.access).map_err(|e| fail(e.to_string()))?;
                 listener
                     .set_nonblocking(true)
+                    .and_then(|()| rctl_os::socket::deepen_backlog(listener.as_fd()))
                     .map_err(|e| fail(format!("{}: {e}", p.display())))?;
                 Bound::Unix { listener, file }
             }
             Endpoint::Tcp(a) => {
                 let l = std::net::TcpListener::bind(a).map_err(|e| fail(format!("{a}: {e}")))?;
                 l.set_nonblocking(true)
+                    .and_then(|()| rctl_os::socket::deepen_backlog(l.as_fd()))
                     .map_err(|e| fail(format!("{a}: {e}")))?;
                 Bound::Tcp(l)
             }
@@ -389,5 +391,33 @@ mod tests {
             "a loopback client is its user, not 127.0.0.1"
         );
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A burst of connections nobody accepts yet all finish their
+    /// handshake: the queue holds far more than the standard library's
+    /// 128, so a reconnect loop cannot make the proxy's connection wait
+    /// for a SYN retransmission.
+    #[test]
+    fn the_accept_queue_holds_a_burst_of_connections() {
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096);
+        let n = somaxconn.min(rctl_os::socket::BACKLOG as usize).min(600);
+        let t = Listener::bind(
+            &Endpoint::Tcp("127.0.0.1:0".parse().unwrap()),
+            &Bind::default(),
+        )
+        .unwrap();
+        let Endpoint::Tcp(addr) = t.endpoint() else {
+            panic!()
+        };
+        let held: Vec<std::net::TcpStream> = (0..n)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500))
+                    .unwrap_or_else(|e| panic!("connection {i} of {n} was not queued: {e}"))
+            })
+            .collect();
+        assert_eq!(held.len(), n);
     }
 }

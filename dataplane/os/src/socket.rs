@@ -177,6 +177,25 @@ pub fn bind(path: &Path, access: Access) -> Result<(UnixListener, SocketFile), B
     result
 }
 
+/// How many finished connections a listener's queue holds before the
+/// kernel drops new ones (capped by `net.core.somaxconn`, 4096 by default
+/// since Linux 5.4). The standard library listens with 128, which a local
+/// user's reconnect loop fills: a proxy's connection that finds the queue
+/// full waits a second for its SYN's retransmission, past any check
+/// deadline.
+pub const BACKLOG: i32 = 4096;
+
+/// Sets a listening socket's queue length to [`BACKLOG`]: `listen(2)`
+/// again on a socket that listens already only changes its backlog.
+pub fn deepen_backlog(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: listen() takes a descriptor the borrow keeps open and an int.
+    if unsafe { libc::listen(fd.as_raw_fd(), BACKLOG) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Checks the socket's folder, creating it if missing: 0700, or 0750 with
 /// the socket's group when the group may connect (it must reach the
 /// socket through the folder), or 0755 when others may.
