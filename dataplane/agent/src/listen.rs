@@ -355,6 +355,19 @@ mod tests {
         }
     }
 
+    /// A TCP listener on a free loopback port, and its address.
+    fn loopback() -> (Listener, SocketAddr) {
+        let t = Listener::bind(
+            &Endpoint::Tcp("127.0.0.1:0".parse().unwrap()),
+            &Bind::default(),
+        )
+        .unwrap();
+        let Endpoint::Tcp(addr) = t.endpoint() else {
+            panic!("a TCP listener has a TCP endpoint")
+        };
+        (t, addr)
+    }
+
     #[tokio::test]
     async fn peers_are_who_the_kernel_says_and_untrusted_unix_peers_are_refused() {
         let d = std::env::temp_dir().join(format!("rctl-listen-{}", std::process::id()));
@@ -374,14 +387,7 @@ mod tests {
         assert_eq!(l.held(), (0, 0));
         drop(l);
         assert!(!p.exists(), "the socket outlived its listener");
-        let t = Listener::bind(
-            &Endpoint::Tcp("127.0.0.1:0".parse().unwrap()),
-            &Bind::default(),
-        )
-        .unwrap();
-        let Endpoint::Tcp(addr) = t.endpoint() else {
-            panic!()
-        };
+        let (t, addr) = loopback();
         let t = t.into_tokio().unwrap();
         let _c = TcpStream::connect(addr).await.unwrap();
         let a = t.accept().await.unwrap();
@@ -404,14 +410,7 @@ mod tests {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(4096);
         let n = somaxconn.min(rctl_os::socket::BACKLOG as usize).min(600);
-        let t = Listener::bind(
-            &Endpoint::Tcp("127.0.0.1:0".parse().unwrap()),
-            &Bind::default(),
-        )
-        .unwrap();
-        let Endpoint::Tcp(addr) = t.endpoint() else {
-            panic!()
-        };
+        let (_t, addr) = loopback();
         let held: Vec<std::net::TcpStream> = (0..n)
             .map(|i| {
                 std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500))
