@@ -231,6 +231,34 @@ pub fn warn_site(rs: &Ruleset, site: Option<&str>) {
 /// number with KiB, MiB or GiB (also K, M, G, and the decimal kB, MB,
 /// GB); at least 1 MiB.
 pub fn parse_size(s: &str) -> Result<usize, String> {
+    at_least(
+        s,
+        1 << 20,
+        "1MiB (one flow alone may hold a 64 KiB head or 256 KiB out of order)",
+    )
+}
+
+/// Parses `--max-line`: a size as [`parse_size`] reads it, at least 1 KiB
+/// (a request line and its headers alone take hundreds of bytes).
+pub fn parse_line_size(s: &str) -> Result<usize, String> {
+    at_least(
+        s,
+        1 << 10,
+        "1KiB for a line (a log line with its request and User-Agent takes hundreds of bytes)",
+    )
+}
+
+/// A size of at least `min` bytes; `why` says the least and why.
+fn at_least(s: &str, min: usize, why: &str) -> Result<usize, String> {
+    let bytes = parse_bytes(s)?;
+    if bytes < min {
+        return Err(format!("`{s}` is too small: give at least {why}"));
+    }
+    Ok(bytes)
+}
+
+/// A size in bytes, with any unit [`parse_size`] takes.
+fn parse_bytes(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(digits);
@@ -251,16 +279,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
             "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (like 256MiB)"
         ));
     };
-    let bytes = n
-        .checked_mul(unit)
+    n.checked_mul(unit)
         .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("`{s}` is too large"))?;
-    if bytes < 1 << 20 {
-        return Err(format!(
-            "`{s}` is too small: give at least 1MiB (one flow alone may hold a 64 KiB head or 256 KiB out of order)"
-        ));
-    }
-    Ok(bytes)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 #[cfg(test)]

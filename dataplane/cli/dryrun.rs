@@ -212,11 +212,21 @@ fn hitters(h: &[Hitter]) -> String {
         .join(", ")
 }
 
-fn clock(ns: Option<u64>) -> String {
+/// A time as `12:00:00.289 UTC`, after its date when `dated` (a span
+/// over several days).
+fn clock_on(ns: Option<u64>, dated: bool) -> String {
     let Some(ns) = ns else { return "-".into() };
     let s = ns / 1_000_000_000;
+    let date = if dated {
+        // `2026-05-13T…`: its date.
+        let mut d = rctl_os::clock::rfc3339(s);
+        d.truncate(10);
+        d + " "
+    } else {
+        String::new()
+    };
     format!(
-        "{:02}:{:02}:{:02}.{:03} UTC",
+        "{date}{:02}:{:02}:{:02}.{:03} UTC",
         (s / 3600) % 24,
         (s / 60) % 60,
         s % 60,
@@ -270,12 +280,16 @@ fn affected(r: &Report) -> String {
 fn text(r: &Report) -> String {
     let t = &r.totals;
     let mut o = String::new();
+    // Times of day say enough within one day; over several, each has
+    // its date.
+    const DAY_NS: u64 = 86_400_000_000_000;
+    let dated = matches!((t.first_ns, t.last_ns), (Some(a), Some(b)) if a / DAY_NS != b / DAY_NS);
     let span = match (t.first_ns, t.last_ns) {
         (Some(a), Some(b)) => format!(
             ", {} to {} ({:.1} s)",
-            clock(Some(a)),
-            clock(Some(b)),
-            (b - a) as f64 / 1e9
+            clock_on(Some(a), dated),
+            clock_on(Some(b), dated),
+            b.saturating_sub(a) as f64 / 1e9
         ),
         _ => String::new(),
     };
@@ -334,12 +348,22 @@ fn text(r: &Report) -> String {
             counts(&rule.requests),
             counts(&rule.packets)
         );
-        if rule.stopped_packets > 0 {
-            let _ = writeln!(
-                o,
-                "      would have stopped {} packets carrying {} HTTP requests",
-                rule.stopped_packets, rule.stopped_requests
-            );
+        if rule.stopped_packets > 0 || rule.stopped_requests > 0 {
+            if rule.stopped_packets > 0 {
+                let _ = writeln!(
+                    o,
+                    "      would have stopped {} packets carrying {} HTTP requests",
+                    rule.stopped_packets, rule.stopped_requests
+                );
+            } else {
+                // A log has requests, not packets: the packet plane's
+                // rules stop them before the HTTP plane sees them.
+                let _ = writeln!(
+                    o,
+                    "      would have stopped {} requests in the packet plane, before HTTP",
+                    rule.stopped_requests
+                );
+            }
             if rule.stopped_requests > 0 {
                 let _ = writeln!(
                     o,
@@ -360,8 +384,8 @@ fn text(r: &Report) -> String {
             let _ = writeln!(
                 o,
                 "      seen {} to {}",
-                clock(rule.first_seen_ns),
-                clock(rule.last_seen_ns)
+                clock_on(rule.first_seen_ns, dated),
+                clock_on(rule.last_seen_ns, dated)
             );
             let _ = writeln!(o, "      top addresses:   {}", hitters(&rule.top_ips));
             let _ = writeln!(
@@ -431,4 +455,17 @@ fn text(r: &Report) -> String {
     let _ = writeln!(o, "  user agents: {}", hitters(&u.top_user_agents));
     let _ = writeln!(o, "  paths:       {}", hitters(&u.top_paths));
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_over_days_dates_its_times() {
+        let t = 20_586 * 86_400_000_000_000 + 43_200_289_000_000;
+        assert_eq!(clock_on(Some(t), true), "2026-05-13 12:00:00.289 UTC");
+        assert_eq!(clock_on(Some(t), false), "12:00:00.289 UTC");
+        assert_eq!(clock_on(None, true), "-");
+    }
 }

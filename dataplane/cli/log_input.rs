@@ -27,8 +27,8 @@ pub struct LogInputArgs {
     /// zstd read as they are), merged in time order.
     #[arg(long)]
     pub log: Vec<PathBuf>,
-    /// The logs' format: haproxy-httplog, nginx-combined, varnishncsa,
-    /// webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
+    /// The logs' format: haproxy-httplog, nginx-combined, nginx-main,
+    /// varnishncsa, webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
     /// varnishncsa:FORMAT; detected from the first lines if left out.
     /// Parquet files are recognised as such and read as
     /// webrequest-parquet.
@@ -57,7 +57,7 @@ pub struct LogInputArgs {
     #[arg(long, value_name = "N")]
     pub max_bad_lines: Option<u64>,
     /// The longest line read; a longer one is reported and skipped.
-    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_line_size)]
     pub max_line: usize,
     /// Also read the running agent's traffic: every request it decides
     /// in the next --for, through its control socket (as `rctl tap`),
@@ -95,6 +95,9 @@ fn cidr(s: &str) -> Result<(IpAddr, u8)> {
 impl LogInputArgs {
     /// The reading options these flags make.
     pub fn options(&self) -> Result<Options> {
+        if self.log.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+            bail!("--log - is given more than once: standard input can be read only once");
+        }
         let mut captures = self.capture_request_header.clone();
         if let Some(cfg) = &self.haproxy_config {
             let text = std::fs::read_to_string(cfg)

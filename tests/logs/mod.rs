@@ -384,8 +384,10 @@ fn nginx_and_varnishncsa_formats_against_their_own_output() {
     let port = free_port();
     let origin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let d = dir.display();
+    // nginx.org's packages' `main`, as their nginx.conf writes it.
+    let main = rctl_logs::nginx::MAIN;
     let http = format!(
-        "    log_format full {NGINX_FULL};\n    log_format full_json {NGINX_JSON};\n    server {{\n        listen {origin};\n        access_log {d}/full.log full;\n        access_log {d}/json.log full_json;\n        access_log {d}/combined.log combined;\n        location / {{ return 200 \"ok\\n\"; }}\n    }}"
+        "    log_format full {NGINX_FULL};\n    log_format full_json {NGINX_JSON};\n    log_format main '{main}';\n    server {{\n        listen {origin};\n        access_log {d}/full.log full;\n        access_log {d}/json.log full_json;\n        access_log {d}/combined.log combined;\n        access_log {d}/main.log main;\n        location / {{ return 200 \"ok\\n\"; }}\n    }}"
     );
     let nginx = Nginx::start(&dir, &servers::nginx::conf(&dir, 1, &http), &[origin]);
     // Varnish in front, its own log by varnishncsa: default and -F.
@@ -458,11 +460,23 @@ fn nginx_and_varnishncsa_formats_against_their_own_output() {
     check("full.log", &format!("nginx:{NGINX_FULL}"), true);
     check("json.log", &format!("nginx:{NGINX_JSON}"), true);
     check("combined.log", "nginx-combined", false);
+    check("main.log", "nginx-main", false);
+    // `main` is `combined` with one more quoted field: combined must not
+    // take it (its User-Agent would swallow that field).
+    let main_text = std::fs::read_to_string(dir.join("main.log")).unwrap();
+    let combined = rctl_logs::detect::by_name("nginx-combined", &spec).unwrap();
+    for l in main_text.lines() {
+        assert!(
+            rctl_logs::record::parse_owned(&combined, l.as_bytes()).is_err(),
+            "combined took a main line: {l}"
+        );
+    }
     check("ncsa.log", "varnishncsa", true);
     check("ncsa-f.log", &format!("varnishncsa:{vf}"), true);
     // Detection names the predefined ones.
     for (file, name) in [
         ("combined.log", "nginx-combined"),
+        ("main.log", "nginx-main"),
         ("ncsa.log", "varnishncsa"),
     ] {
         let (v, err) = dry_run(

@@ -61,7 +61,7 @@ impl LogArgs {
 /// `rctl dry-run --explain-input`: what each format carries.
 pub fn explain_input(args: &LogArgs) -> Result<String> {
     let opts = args.options()?;
-    let mut names: Vec<String> = rctl_logs::detect::NAMES[..4]
+    let mut names: Vec<String> = rctl_logs::detect::NAMES[..rctl_logs::detect::NAMES.len() - 1]
         .iter()
         .map(|s| s.to_string())
         .collect();

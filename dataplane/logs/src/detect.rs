@@ -7,9 +7,10 @@ use crate::record::Record;
 use crate::{haproxy, nginx, varnish, webrequest};
 
 /// The predefined formats, by name.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "haproxy-httplog",
     "nginx-combined",
+    "nginx-main",
     "varnishncsa",
     "webrequest",
     "webrequest-parquet",
@@ -33,6 +34,7 @@ pub fn by_name(name: &str, spec: &Spec) -> Result<Format, String> {
         ("haproxy-httplog" | "haproxy", None) => haproxy::compile(name, haproxy::HTTPLOG, &spec.captures),
         ("haproxy", Some(f)) => haproxy::compile(name, f, &spec.captures),
         ("nginx-combined" | "nginx" | "combined", None) => nginx::compile(name, nginx::COMBINED),
+        ("nginx-main", None) => nginx::compile(name, nginx::MAIN),
         ("nginx", Some(f)) => nginx::compile(name, f),
         ("varnishncsa" | "varnish", None) => varnish::compile(name, varnish::DEFAULT),
         ("varnishncsa" | "varnish", Some(f)) => varnish::compile(name, f),
@@ -62,7 +64,12 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
     let mut fits = Vec::new();
     let (mut rec, mut arena) = (Record::default(), Vec::new());
     let mut best = 0;
-    for name in ["haproxy-httplog", "nginx-combined", "webrequest"] {
+    for name in [
+        "haproxy-httplog",
+        "nginx-combined",
+        "nginx-main",
+        "webrequest",
+    ] {
         let Ok(f) = by_name(name, spec) else { continue };
         let n = lines
             .iter()
@@ -91,7 +98,7 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
         1 => Ok(fits.remove(0)),
         0 => Err(format!(
             "the format of the first lines is none of {}: name it with --log-format (a custom format as haproxy:…, nginx:… or varnishncsa:…)",
-            NAMES[..4].join(", ")
+            NAMES[..NAMES.len() - 1].join(", ")
         )),
         _ => Err("the first lines fit several formats: name one with --log-format".into()),
     }

@@ -114,6 +114,39 @@ fn dotted_quad(v: &[u8]) -> Option<std::net::Ipv4Addr> {
     Some(octets.into())
 }
 
+/// The client in a list of hops (`X-Forwarded-For: client, proxy1,
+/// proxy2`): from the right, the first address that is not a trusted
+/// proxy. Everything left of that hop was written by whoever sent the
+/// request, so a hop that is not an address (garbage, `unknown`, an
+/// obfuscated name) ends the walk with no client: skipping it would take
+/// an address the client chose. A hop may carry a port (`1.2.3.4:5678`,
+/// `[2001:db8::1]:443`), as some load balancers append it.
+fn client_hop(list: &[u8], trusted: &[(IpAddr, u8)]) -> Option<IpAddr> {
+    for hop in list.rsplit(|&b| b == b',') {
+        let ip = hop_address(hop.trim_ascii())?;
+        if !trusted.iter().any(|&p| in_prefix(ip, p)) {
+            return Some(ip);
+        }
+    }
+    None
+}
+
+/// One hop's address, with or without a port.
+fn hop_address(hop: &[u8]) -> Option<IpAddr> {
+    if let Some(ip) = parse_ip(hop) {
+        return Some(ip);
+    }
+    let i = hop.iter().rposition(|&b| b == b':')?;
+    let (host, port) = (&hop[..i], &hop[i + 1..]);
+    parse_port(port)?;
+    match host.first() {
+        // `[v6]:port`, or `v4:port` (a bare v6 address has several colons
+        // and parsed above).
+        Some(b'[') => parse_ip(host),
+        _ => dotted_quad(host).map(IpAddr::V4),
+    }
+}
+
 fn parse_port(v: &[u8]) -> Option<u16> {
     if v.is_empty() || v.len() > 5 || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -161,7 +194,7 @@ impl Format {
                     add(h, &mut names);
                 }
                 Field::Captures(hs) => {
-                    for h in hs {
+                    for h in hs.iter().filter(|h| !h.is_empty()) {
                         if h == "host" {
                             known.host = true;
                         }
@@ -251,7 +284,10 @@ impl Format {
             Kind::WebrequestParquet => return Err(Mismatch::Literal(0)),
         }
         if let Some(m) = rec.millis {
-            rec.time_ns += m * 1_000_000;
+            rec.time_ns = rec
+                .time_ns
+                .checked_add(m * 1_000_000)
+                .ok_or(Mismatch::Value(0, "time"))?;
         }
         if let Some(c) = &self.client_ip {
             let v = rec
@@ -259,13 +295,7 @@ impl Format {
                 .iter()
                 .find(|h| h.name == c.header)
                 .map(|h| h.value.get(line, arena));
-            rec.ip = v.and_then(|v| {
-                v.split(|&b| b == b',')
-                    .rev()
-                    .map(|a| a.trim_ascii())
-                    .filter_map(parse_ip)
-                    .find(|ip| !c.trusted.iter().any(|&p| in_prefix(*ip, p)))
-            });
+            rec.ip = v.and_then(|v| client_hop(v, &c.trusted));
         }
         if rec.ip.is_none() {
             return Err(Mismatch::Missing("client address"));
@@ -387,12 +417,24 @@ impl Format {
                         .strip_prefix(b"{")
                         .and_then(|v| v.strip_suffix(b"}"))
                         .ok_or(Mismatch::Value(p, "captured headers {…}"))?;
+                    // HAProxy escapes `|` in a captured value: one value
+                    // per slot, or the names given are not the slots'.
+                    // (Without names the format carries no header, and
+                    // the values are not read.)
+                    let values = inner.split(|&b| b == b'|').count();
+                    if !hs.is_empty() && values != hs.len() {
+                        return Err(Mismatch::Value(
+                            p,
+                            "set of captured headers (the capture names given are not one per value)",
+                        ));
+                    }
                     let mut q = p + 1;
                     for (h, val) in hs.iter().zip(inner.split(|&b| b == b'|')) {
                         let value = unescape(val, q, esc, arena);
                         q += val.len() + 1;
-                        // HAProxy writes an absent header as nothing.
-                        if val.is_empty() {
+                        // HAProxy writes an absent header as nothing; an
+                        // unnamed slot holds no header.
+                        if val.is_empty() || h.is_empty() {
                             continue;
                         }
                         if h == "host" {
@@ -547,6 +589,32 @@ pub fn strip_syslog(line: &[u8]) -> (&[u8], usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_hop_is_the_first_untrusted_address_from_the_right() {
+        let trusted = [("10.0.0.0".parse().unwrap(), 8)];
+        for (list, client) in [
+            ("198.51.100.7, 10.1.2.3", Some("198.51.100.7")),
+            ("203.0.113.9, 198.51.100.7", Some("198.51.100.7")),
+            // A port on a hop is the hop's, not a reason to skip it:
+            // skipping would take the address the client wrote on its left.
+            (
+                "91.198.174.200, 185.220.101.33:41234, 10.0.0.1",
+                Some("185.220.101.33"),
+            ),
+            ("91.198.174.200, [2001:db8::1]:443", Some("2001:db8::1")),
+            ("2001:db8::2", Some("2001:db8::2")),
+            // A hop that is no address ends the walk: no client, not a
+            // guess.
+            ("91.198.174.200, unknown, 10.0.0.1", None),
+            ("91.198.174.200, 1.2.3.4:99999", None),
+            ("10.0.0.1, 10.0.0.2", None),
+            ("", None),
+        ] {
+            let got = client_hop(list.as_bytes(), &trusted).map(|ip| ip.to_string());
+            assert_eq!(got.as_deref(), client, "{list}");
+        }
+    }
 
     /// The fast path reads what the standard parser reads, and leaves it
     /// everything else: checked on tricky forms and on every value of

@@ -46,8 +46,8 @@ fn sample(expr: &str, captures: &[String]) -> Field {
     let arg = |prefix: &str| expr.strip_prefix(prefix).and_then(|r| r.strip_suffix(')'));
     if let Some(n) = arg("capture.req.hdr(") {
         return match n.trim().parse::<usize>().ok().and_then(|n| captures.get(n)) {
-            Some(h) => Field::Header(h.clone()),
-            None => Field::Skip,
+            Some(h) if !h.is_empty() => Field::Header(h.clone()),
+            _ => Field::Skip,
         };
     }
     match expr {
@@ -158,8 +158,15 @@ pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, St
     Ok(Format::from_template(name, Template::new(tokens), true))
 }
 
-/// The `capture request header` names of a HAProxy configuration, per
-/// frontend (or `defaults`-less listen section), in order.
+/// The request capture slots of a HAProxy configuration, per frontend or
+/// listen section, in the order `%hr` logs them: each `capture request
+/// header NAME`, `http-request capture SAMPLE len N`, `tcp-request content
+/// capture SAMPLE len N` and `declare capture request len N` takes the
+/// next slot. A slot is named by the header it holds (`req.hdr(NAME)`,
+/// `req.fhdr(NAME)`, `hdr(NAME)`), or is the empty name: a value that is
+/// no header (a cookie, the path, a converted sample), skipped when read.
+/// (`http-request capture SAMPLE id N` fills a declared slot, and takes
+/// none.)
 pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for line in text.lines() {
@@ -175,11 +182,37 @@ pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
                     last.1.push(name.to_ascii_lowercase());
                 }
             }
+            ["http-request", "capture", sample, rest @ ..]
+            | ["tcp-request", "content", "capture", sample, rest @ ..]
+                if rest.first() == Some(&"len") =>
+            {
+                if let Some(last) = out.last_mut() {
+                    last.1.push(captured_header(sample).unwrap_or_default());
+                }
+            }
+            ["declare", "capture", "request", "len", ..] => {
+                if let Some(last) = out.last_mut() {
+                    last.1.push(String::new());
+                }
+            }
             _ => {}
         }
     }
     out.retain(|(n, _)| !n.is_empty());
     out
+}
+
+/// The header a capture's sample is, lowercased: `req.hdr(User-Agent)`,
+/// `req.fhdr(X)`, `hdr(X)`, with no converter and no occurrence other
+/// than the last.
+fn captured_header(sample: &str) -> Option<String> {
+    let inner = ["req.hdr(", "req.fhdr(", "hdr("]
+        .iter()
+        .find_map(|p| sample.strip_prefix(p))?
+        .strip_suffix(')')?;
+    let (name, occ) = inner.split_once(',').unwrap_or((inner, "-1"));
+    (!name.is_empty() && !name.contains(['(', ')']) && occ.trim() == "-1")
+        .then(|| name.trim().to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -200,5 +233,26 @@ mod tests {
             ]
         );
         assert_eq!(unquote(r#""%ci\ %HM \"x\"""#), r#"%ci %HM "x""#);
+    }
+
+    #[test]
+    fn every_kind_of_request_capture_takes_its_slot_in_order() {
+        let c = "frontend edge
+  http-request capture req.hdr(User-Agent) len 100
+  capture request header Host len 50
+  declare capture request len 20
+  http-request capture req.cook(session) len 10
+  http-request capture req.hdr(Referer) id 2
+  tcp-request content capture req.fhdr(X-Client-IP) len 40
+  http-request capture req.hdr(Accept),lower len 40 if TRUE
+  capture response header Server len 20
+";
+        let got = captures_in_config(c);
+        let names: Vec<&str> = got[0].1.iter().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["user-agent", "host", "", "", "x-client-ip", ""],
+            "the declared slot, the cookie and the converted header are unnamed; `id 2` and the response capture take none"
+        );
     }
 }

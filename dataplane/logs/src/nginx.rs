@@ -8,6 +8,10 @@ use crate::time::TimeFormat;
 /// nginx's predefined `combined` format.
 pub const COMBINED: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
 
+/// The `main` format of nginx.org's packages and official container
+/// image: `combined` and the X-Forwarded-For header.
+pub const MAIN: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" "$http_x_forwarded_for""#;
+
 /// What a variable is, for the dry run.
 pub fn variable(name: &str) -> Field {
     match name {
@@ -16,7 +20,7 @@ pub fn variable(name: &str) -> Field {
         "server_port" => Field::ServerPort,
         "time_local" => Field::Time(TimeFormat::Clf),
         "time_iso8601" => Field::Time(TimeFormat::Iso8601),
-        "msec" => Field::Time(TimeFormat::EpochSeconds),
+        "msec" => Field::Time(TimeFormat::EpochSecondsMillis),
         "request" => Field::RequestLine,
         "request_method" => Field::Method,
         "request_uri" => Field::Target,

@@ -138,6 +138,11 @@ pub struct Source {
     pub stats: LogInput,
     /// A parsed line waits in `rec`.
     ready: bool,
+    /// Requests whose time was written to the second, and the coarsest
+    /// resolution among the others (what the lines write, which the
+    /// format alone does not say: `$msec`, `%Ts`, ISO 8601 fractions).
+    whole_seconds: u64,
+    finer_ns: u64,
     /// The read error that stopped it.
     pub error: Option<String>,
     /// A Parquet table's rows, read instead of lines.
@@ -320,6 +325,8 @@ impl Source {
             arena: Vec::new(),
             id: 0,
             ready: false,
+            whole_seconds: 0,
+            finer_ns: 0,
             error: None,
             #[cfg(feature = "parquet")]
             rows: None,
@@ -493,6 +500,11 @@ impl Source {
         }
         self.ready = false;
         self.stats.judged += 1;
+        if self.rec.resolution_ns >= 1_000_000_000 {
+            self.whole_seconds += 1;
+        } else {
+            self.finer_ns = self.finer_ns.max(self.rec.resolution_ns);
+        }
         headers.with_request(
             &self.rec,
             self.reader.line(),
@@ -502,13 +514,27 @@ impl Source {
         );
     }
 
+    /// The resolution the requests' times were written with: 1 s if most
+    /// were written to the second (a serializer that leaves out a zero
+    /// fraction writes a few), else the coarsest of the finer ones; the
+    /// format's own before any request.
+    fn settle_resolution(&mut self) {
+        if self.whole_seconds * 2 > self.stats.judged {
+            self.stats.resolution_ns = 1_000_000_000;
+        } else if self.finer_ns > 0 {
+            self.stats.resolution_ns = self.finer_ns;
+        }
+    }
+
     /// What was read, and the error that stopped it.
-    pub fn done(self) -> (String, LogInput, Option<String>) {
+    pub fn done(mut self) -> (String, LogInput, Option<String>) {
+        self.settle_resolution();
         (self.name, self.stats, self.error)
     }
 
     /// Hands what was read to the run's report.
-    pub fn finish(self, run: &mut DryRun) -> (String, LogInput, Option<String>) {
+    pub fn finish(mut self, run: &mut DryRun) -> (String, LogInput, Option<String>) {
+        self.settle_resolution();
         run.finish_request_input(self.id, self.stats.clone(), self.error.clone());
         (self.name, self.stats, self.error)
     }

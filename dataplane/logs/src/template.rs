@@ -71,6 +71,16 @@ pub enum Escape {
     Backslash,
 }
 
+impl Escape {
+    /// Whether byte `b` never comes raw inside a value: nginx's default
+    /// writes `"` and `\` as `\xHH`. (JSON and backslash escaping write
+    /// `\"`, whose quote is a raw byte; HAProxy's `#HH` covers only what
+    /// its map says.)
+    pub fn never_raw(self, b: u8) -> bool {
+        self == Escape::NginxHex && (b == b'"' || b == b'\\')
+    }
+}
+
 /// One part of a format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
@@ -349,7 +359,19 @@ impl Template {
                         Some(Token::Lit(l)) => {
                             let last = i + 2 >= n;
                             let rest = &line[p..];
-                            let at = if last {
+                            let at = if last && l.first().is_some_and(|&b| esc.never_raw(b)) {
+                                // The closing literal's first byte never
+                                // comes raw in the value (nginx writes `"`
+                                // as `\x22`): its first occurrence ends the
+                                // value, and must end the line. A line
+                                // with more after it (nginx's `main`, which
+                                // adds a field) is not this format.
+                                match find(rest, l) {
+                                    Some(a) if a + l.len() == rest.len() => Some(a),
+                                    Some(a) => return Err(Mismatch::Literal(p + a + l.len())),
+                                    None => None,
+                                }
+                            } else if last {
                                 // The closing literal: its last occurrence,
                                 // which must end the line.
                                 if rest.len() >= l.len() && starts(&rest[rest.len() - l.len()..], l)

@@ -13,9 +13,12 @@ pub enum TimeFormat {
     /// ISO 8601 / RFC 3339, `2026-05-13T12:00:00Z`, with any fraction
     /// and offset (nginx `$time_iso8601`, webrequest `dt`).
     Iso8601,
-    /// Seconds since the epoch, with an optional fraction (`$msec`,
-    /// `%Ts`, `%{sec}t`).
+    /// Seconds since the epoch, with an optional fraction (`%Ts`,
+    /// `%{sec}t`).
     EpochSeconds,
+    /// Seconds since the epoch with a millisecond fraction (nginx's
+    /// `$msec`).
+    EpochSecondsMillis,
     /// Milliseconds since the epoch (`%{msec}t`).
     EpochMillis,
     /// Microseconds since the epoch (`%{usec}t`).
@@ -30,7 +33,9 @@ impl TimeFormat {
     pub fn resolution_ns(self) -> u64 {
         match self {
             TimeFormat::Clf => NS,
-            TimeFormat::ClfMillis | TimeFormat::EpochMillis => 1_000_000,
+            TimeFormat::ClfMillis | TimeFormat::EpochMillis | TimeFormat::EpochSecondsMillis => {
+                1_000_000
+            }
             TimeFormat::EpochMicros => 1_000,
             TimeFormat::Iso8601 | TimeFormat::EpochSeconds => NS,
         }
@@ -41,7 +46,7 @@ impl TimeFormat {
         match self {
             TimeFormat::Clf | TimeFormat::ClfMillis => clf(v),
             TimeFormat::Iso8601 => iso8601(v),
-            TimeFormat::EpochSeconds => {
+            TimeFormat::EpochSeconds | TimeFormat::EpochSecondsMillis => {
                 let (s, frac) = match memchr::memchr(b'.', v) {
                     Some(i) => (&v[..i], &v[i + 1..]),
                     None => (v, &b""[..]),
@@ -116,7 +121,16 @@ fn month(m: &[u8]) -> Option<u32> {
 }
 
 fn civil(y: u32, mo: u32, d: u32, h: u32, mi: u32, s: u32, offset_s: i64) -> Option<u64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+    // A leap year is every fourth, but not every hundredth unless every
+    // four hundredth.
+    let leap = y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400));
+    let month_days = match mo {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&mo) || !(1..=month_days).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return None;
     }
     let secs = days(i64::from(y), mo, d) * 86_400
@@ -178,7 +192,10 @@ fn clf(v: &[u8]) -> Option<(u64, u64)> {
         Some(_) => return None,
     };
     let (f, res) = fraction(frac)?;
-    Some((civil(y, mo, d, h, mi, s, offset(zone)?)? + f, res))
+    Some((
+        civil(y, mo, d, h, mi, s, offset(zone)?)?.checked_add(f)?,
+        res,
+    ))
 }
 
 /// `2026-05-13T12:00:00.123+02:00` (also with a space for the `T`).
@@ -200,7 +217,10 @@ fn iso8601(v: &[u8]) -> Option<(u64, u64)> {
         _ => (&b""[..], rest),
     };
     let (f, res) = fraction(frac)?;
-    Some((civil(y, mo, d, h, mi, s, offset(zone)?)? + f, res))
+    Some((
+        civil(y, mo, d, h, mi, s, offset(zone)?)?.checked_add(f)?,
+        res,
+    ))
 }
 
 #[cfg(test)]
@@ -215,6 +235,24 @@ mod tests {
         for bad in [&b"+123"[..], b"+12345", b"+1:23", b"0200", b"+ab:cd", b"-"] {
             assert_eq!(offset(bad), None, "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn days_a_month_does_not_have_are_no_date() {
+        let clf = |v: &str| TimeFormat::Clf.parse(v.as_bytes()).is_some();
+        assert!(!clf("31/Feb/2026:12:00:00 +0000"));
+        assert!(!clf("29/Feb/2026:12:00:00 +0000"));
+        assert!(clf("29/Feb/2024:12:00:00 +0000"));
+        assert!(clf("29/Feb/2000:12:00:00 +0000"));
+        assert!(!clf("29/Feb/1900:12:00:00 +0000"));
+        assert!(!clf("31/Apr/2026:12:00:00 +0000"));
+        assert!(clf("31/Dec/2026:23:59:60 +0000"));
+        assert_eq!(TimeFormat::Iso8601.parse(b"2026-06-31T00:00:00Z"), None);
+        // Two ways to one instant agree across a month's end.
+        assert_eq!(
+            TimeFormat::Iso8601.parse(b"2024-02-29T23:00:00-01:00"),
+            TimeFormat::Iso8601.parse(b"2024-03-01T00:00:00Z")
+        );
     }
 
     #[test]
