@@ -167,3 +167,51 @@ fn follow_on_stdin_ends_with_it() {
     assert_eq!(v["totals"]["captured_requests"], 21, "{v}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--follow` on a pipe that stays open and quiet (`tail -F … | rctl`):
+/// the screens go on, and SIGINT prints the report, without waiting for
+/// another line or the pipe's end.
+#[test]
+fn follow_on_a_quiet_stdin_shows_its_screens_and_stops_at_a_signal() {
+    let dir = tempdir("logs-follow-quiet");
+    let (out, err) = (dir.join("out"), dir.join("err"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .arg("dry-run")
+        .arg(root().join("rules"))
+        .args(["--log", "-", "--follow", "--every", "1", "--format", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..5 {
+        writeln!(
+            stdin,
+            "192.0.2.{i} - - [13/May/2026:12:00:0{i} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+        )
+        .unwrap();
+    }
+    stdin.flush().unwrap();
+    let screens = || {
+        std::fs::read_to_string(&err)
+            .unwrap_or_default()
+            .matches("--- last 1 s")
+            .count()
+    };
+    until("screens while stdin is quiet", || screens() >= 2);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    until("rctl reports at the signal", || {
+        child.try_wait().unwrap().is_some()
+    });
+    drop(stdin);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&err).unwrap()));
+    assert_eq!(v["totals"]["captured_requests"], 5, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -7,7 +7,8 @@
 use super::logs::LogArgs;
 use anyhow::{bail, Context, Result};
 use rctl_dataplane::dryrun::{DryRun, RuleSoFar};
-use rctl_logs::follow::{follow, Follow, FollowOptions, Talkers};
+use rctl_dataplane::topk::TopK;
+use rctl_logs::follow::{follow, Follow, FollowOptions, Pipe, Talkers};
 use rctl_logs::run::{Options, Source, Summary};
 use std::fmt::Write as _;
 use std::io::Read;
@@ -21,9 +22,13 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
     let [path] = args.input.log.as_slice() else {
         bail!("--follow follows one --log (a file or -)");
     };
-    let stdin = path == Path::new("-");
-    let (name, reader): (String, Box<dyn Read + Send>) = if stdin {
-        ("-".into(), Box::new(std::io::stdin()))
+    let mut ended = None;
+    let (name, reader): (String, Box<dyn Read + Send>) = if path == Path::new("-") {
+        // Read on a thread of its own: a quiet pipe neither holds the
+        // screen back nor keeps a signal from being seen.
+        let pipe = Pipe::spawn(std::io::stdin());
+        ended = Some(pipe.closed());
+        ("-".into(), Box::new(pipe))
     } else {
         let f = Follow::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         (path.display().to_string(), Box::new(f))
@@ -35,7 +40,7 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
         every: Duration::from_secs(args.every),
         poll: Duration::from_millis(50),
         stop: &stop,
-        ends: stdin,
+        ended: ended.as_deref(),
     };
     let mut last: Vec<RuleSoFar> = Vec::new();
     let mut total = 0u64;
@@ -110,35 +115,22 @@ fn screen(now: &[RuleSoFar], last: &[RuleSoFar], t: &Talkers, total: u64, every:
     if shown == 0 {
         let _ = writeln!(o, "(no rule matched in the interval)");
     }
-    let line = |o: &mut String, what: &str, v: Vec<(String, u64)>| {
-        let items: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    // A count that may overestimate says by how much (`880±12`).
+    let line = |o: &mut String, what: &str, top: &TopK, n: usize| {
+        let show = |b: &[u8]| crate::term::text(&String::from_utf8_lossy(b)).into_owned();
+        let items: Vec<String> = top
+            .top_with(n, show)
+            .iter()
+            .map(|h| match h.error {
+                0 => format!("{} {}", h.key, h.count),
+                e => format!("{} {}±{e}", h.key, h.count),
+            })
+            .collect();
         let _ = writeln!(o, "{what:<14} {}", items.join(", "));
     };
-    let s = |b: &[u8]| crate::term::text(&String::from_utf8_lossy(b)).into_owned();
-    line(
-        &mut o,
-        "addresses",
-        Talkers::top(&t.ips, 5)
-            .into_iter()
-            .map(|(k, n)| (k.to_string(), n))
-            .collect(),
-    );
-    line(&mut o, "/24 and /48", Talkers::top(&t.prefixes, 5));
-    line(
-        &mut o,
-        "user agents",
-        Talkers::top(&t.user_agents, 3)
-            .into_iter()
-            .map(|(k, n)| (s(&k), n))
-            .collect(),
-    );
-    line(
-        &mut o,
-        "paths",
-        Talkers::top(&t.paths, 3)
-            .into_iter()
-            .map(|(k, n)| (s(&k), n))
-            .collect(),
-    );
+    line(&mut o, "addresses", &t.ips, 5);
+    line(&mut o, "/24 and /48", &t.prefixes, 5);
+    line(&mut o, "user agents", &t.user_agents, 3);
+    line(&mut o, "paths", &t.paths, 3);
     o
 }

@@ -18,8 +18,8 @@
 use crate::record::HeaderBuf;
 use crate::run::{Source, Summary};
 use rctl_dataplane::dryrun::DryRun;
+use rctl_dataplane::topk::TopK;
 use rctl_dataplane::Request;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::net::IpAddr;
@@ -110,33 +110,112 @@ impl Read for Follow {
     }
 }
 
+/// A stream read by a thread of its own (standard input, a pipe), so
+/// that following it never blocks while it is quiet: the screen goes on
+/// and a signal is seen. Like a [`Follow`], it returns 0 at the end of
+/// what has come; [`Pipe::closed`] says whether the writer has gone.
+/// The first read waits for the first bytes (a format is detected from
+/// them).
+pub struct Pipe {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+    started: bool,
+    closed: std::sync::Arc<AtomicBool>,
+}
+
+impl Pipe {
+    /// Starts reading `src` on a thread (at most a few chunks ahead).
+    pub fn spawn(mut src: impl Read + Send + 'static) -> Pipe {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut b = vec![0u8; 64 << 10];
+            match src.read(&mut b) {
+                Ok(0) => return,
+                Ok(n) => {
+                    b.truncate(n);
+                    if tx.send(Ok(b)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        });
+        Pipe {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+            started: false,
+            closed: std::sync::Arc::default(),
+        }
+    }
+
+    /// Set once the writer has closed the stream and all of it was read.
+    pub fn closed(&self) -> std::sync::Arc<AtomicBool> {
+        self.closed.clone()
+    }
+}
+
+impl Read for Pipe {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::sync::mpsc::TryRecvError;
+        if self.at == self.chunk.len() {
+            let next = if self.started {
+                self.rx.try_recv()
+            } else {
+                self.rx.recv().map_err(|_| TryRecvError::Disconnected)
+            };
+            self.started = true;
+            match next {
+                Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(TryRecvError::Empty) => return Ok(0),
+                Err(TryRecvError::Disconnected) => {
+                    self.closed.store(true, Ordering::Relaxed);
+                    return Ok(0);
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 /// The busiest keys of one interval.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Talkers {
     /// Requests in the interval.
     pub requests: u64,
     /// By client address.
-    pub ips: HashMap<IpAddr, u64>,
+    pub ips: TopK,
     /// By /24 (IPv4) or /48 (IPv6).
-    pub prefixes: HashMap<String, u64>,
+    pub prefixes: TopK,
     /// By User-Agent.
-    pub user_agents: HashMap<Vec<u8>, u64>,
+    pub user_agents: TopK,
     /// By path.
-    pub paths: HashMap<Vec<u8>, u64>,
+    pub paths: TopK,
 }
 
-/// Distinct keys kept per interval and table; past it, new keys are not
-/// counted (the screen shows the top few; memory stays bounded).
-const KEYS: usize = 50_000;
+/// Counters kept per interval and table: Space-Saving keeps every key
+/// with more than 1/`KEYS` of the interval's requests, whatever the
+/// number of others, in bounded memory.
+const KEYS: usize = 1_000;
 
-fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u64>, k: K) {
-    let n = m.len();
-    match m.get_mut(&k) {
-        Some(c) => *c += 1,
-        None if n < KEYS => {
-            m.insert(k, 1);
+impl Default for Talkers {
+    fn default() -> Self {
+        Talkers {
+            requests: 0,
+            ips: TopK::new(KEYS),
+            prefixes: TopK::new(KEYS),
+            user_agents: TopK::new(KEYS),
+            paths: TopK::new(KEYS),
         }
-        None => {}
     }
 }
 
@@ -158,24 +237,16 @@ impl Talkers {
     /// Counts one request.
     pub fn add(&mut self, r: &Request<'_>) {
         self.requests += 1;
-        bump(&mut self.ips, r.ip);
-        bump(&mut self.prefixes, prefix(r.ip));
+        self.ips.add(r.ip.to_string().as_bytes());
+        self.prefixes.add(prefix(r.ip).as_bytes());
         let ua = r
             .headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(b"user-agent"))
             .map_or(&b"-"[..], |(_, v)| v);
-        bump(&mut self.user_agents, ua.to_vec());
+        self.user_agents.add(ua);
         let path = r.target.split(|&b| b == b'?').next().unwrap_or(r.target);
-        bump(&mut self.paths, path.to_vec());
-    }
-
-    /// The `n` busiest of `m`, busiest first (ties by key).
-    pub fn top<K: Ord + Clone>(m: &HashMap<K, u64>, n: usize) -> Vec<(K, u64)> {
-        let mut v: Vec<(K, u64)> = m.iter().map(|(k, c)| (k.clone(), *c)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        v.truncate(n);
-        v
+        self.paths.add(path);
     }
 }
 
@@ -187,8 +258,9 @@ pub struct FollowOptions<'a> {
     pub poll: Duration,
     /// Set (by a signal handler) to stop: what is there is read first.
     pub stop: &'a AtomicBool,
-    /// The input has a real end (a pipe on stdin): reaching it stops.
-    pub ends: bool,
+    /// Set when the input has ended (a [`Pipe`]'s writer closed it):
+    /// what is left is read, and following stops.
+    pub ended: Option<&'a AtomicBool>,
 }
 
 /// Judges `src`'s lines as they come until `opts.stop` is set; calls
@@ -203,12 +275,21 @@ pub fn follow(
     let mut headers = HeaderBuf::default();
     let mut talkers = Talkers::default();
     let mut next = Instant::now() + opts.every;
-    src.reader_mut().wait_for_newline = !opts.ends;
+    src.reader_mut().wait_for_newline = true;
     loop {
         if src.fill() {
             src.judge_with(run, &mut headers, |r| talkers.add(r));
         } else {
-            if src.error.is_some() || opts.ends {
+            if src.error.is_some() {
+                break;
+            }
+            if opts.ended.is_some_and(|e| e.load(Ordering::Relaxed)) {
+                // The rest, and a last line without its newline.
+                src.reader_mut().wait_for_newline = false;
+                src.reader_mut().resume();
+                while src.fill() {
+                    src.judge_with(run, &mut headers, |r| talkers.add(r));
+                }
                 break;
             }
             if opts.stop.load(Ordering::Relaxed) {
@@ -235,4 +316,40 @@ pub fn follow(
     summary.inputs.push((name, stats));
     summary.errors.extend(err);
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that comes after 60,000 others, each seen once, is still
+    /// the interval's top address (a map that stops taking keys when full
+    /// would never count it).
+    #[test]
+    fn a_late_heavy_client_tops_the_interval_after_many_others() {
+        let mut t = Talkers::default();
+        let ua: &[(&[u8], &[u8])] = &[(b"user-agent", b"x")];
+        let req = |ip: IpAddr| Request {
+            method: b"GET",
+            host: b"h",
+            target: b"/p?q",
+            headers: ua,
+            ip,
+            dst: None,
+            port: 80,
+            time_ns: 0,
+        };
+        for i in 0..60_000u32 {
+            t.add(&req(IpAddr::from((0x0b00_0000 + i * 7).to_be_bytes())));
+        }
+        let heavy: IpAddr = "185.220.101.66".parse().unwrap();
+        for _ in 0..5_000 {
+            t.add(&req(heavy));
+        }
+        let top = t.ips.top(1);
+        assert_eq!(top[0].key, "185.220.101.66");
+        assert!(top[0].count >= 5_000 && top[0].count - top[0].error <= 5_000);
+        assert_eq!(t.paths.top(1)[0].key, "/p");
+        assert_eq!(t.requests, 65_000);
+    }
 }
