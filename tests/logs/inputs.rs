@@ -255,3 +255,53 @@ fn explain_input_lists_each_formats_fields() {
     );
     assert!(!t.contains("nginx"), "{t}");
 }
+
+/// A week of hourly rotated logs is many files one after another: each
+/// is opened when its turn comes, not all at once, so 200 of them are
+/// read within 64 open descriptors, with the same report as one file of
+/// all their lines.
+#[test]
+fn many_rotated_files_are_read_within_a_few_descriptors() {
+    let dir = tempdir("logs-many-files");
+    std::fs::write(dir.join("r.rctl"), RULES).unwrap();
+    let logs = dir.join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let mut all = String::new();
+    for f in 0..200u32 {
+        let mut text = String::new();
+        for k in 0..15 {
+            let s = f * 15 + k;
+            let ip = if k % 5 == 0 {
+                "45.83.64.9"
+            } else {
+                "198.51.100.7"
+            };
+            text.push_str(&line(ip, s, "/w/index.php"));
+        }
+        std::fs::write(logs.join(format!("access.log.{:03}", 200 - f)), &text).unwrap();
+        all.push_str(&text);
+    }
+    std::fs::write(dir.join("all.log"), &all).unwrap();
+    let rules = dir.join("r.rctl");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_rctl"))
+        .arg("dry-run")
+        .arg(&rules)
+        .arg("--log")
+        .arg(&logs)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let many: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let one = run(&dir, &["--log", dir.join("all.log").to_str().unwrap()]);
+    assert_eq!(many["totals"]["captured_requests"], 3000, "{many}");
+    assert_eq!(many["inputs"].as_array().unwrap().len(), 200);
+    assert_eq!(per_rule(&many), per_rule(&one));
+}

@@ -12,8 +12,13 @@ use std::io::{self, Read};
 /// Default bound on a line's length.
 pub const MAX_LINE: usize = 1 << 20;
 
-/// Bytes read at a time.
+/// Bytes read at a time, at most.
 const CHUNK: usize = 1 << 20;
+
+/// The buffer's first size: lines are rarely longer, and an input waiting
+/// its turn among many costs no more than this (it grows to hold a long
+/// line, up to the bound).
+const INITIAL: usize = 128 << 10;
 
 /// What [`LineReader::advance`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +60,7 @@ impl<R: Read> LineReader<R> {
         let max_line = max_line.max(16);
         LineReader {
             src,
-            buf: vec![0; CHUNK.min(max_line + 1).max(64 << 10)],
+            buf: vec![0; INITIAL.min(max_line + 1)],
             start: 0,
             end: 0,
             cur: (0, 0),

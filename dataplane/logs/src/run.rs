@@ -143,6 +143,13 @@ pub struct Source {
     /// format alone does not say: `$msec`, `%Ts`, ISO 8601 fractions).
     whole_seconds: u64,
     finer_ns: u64,
+    /// The file it reads, to open again from its start (not stdin).
+    path: Option<PathBuf>,
+    /// Closed, its first request's time in `rec`, until that is due.
+    waiting: bool,
+    /// Whether [`Source::first_then_close`] found a request, once run.
+    primed: Option<bool>,
+    max_line: usize,
     /// The read error that stopped it.
     pub error: Option<String>,
     /// A Parquet table's rows, read instead of lines.
@@ -224,7 +231,46 @@ impl Source {
             return Ok(s);
         }
         let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
-        Source::from_reader(run, &path.display().to_string(), r, opts)
+        let mut s = Source::from_reader(run, &path.display().to_string(), r, opts)?;
+        s.reopenable(path, opts);
+        Ok(s)
+    }
+
+    /// Lets a source of `path` be closed while it waits its turn.
+    fn reopenable(&mut self, path: &Path, opts: &Options) {
+        if path != Path::new("-") {
+            self.path = Some(path.to_path_buf());
+            self.max_line = opts.max_line;
+        }
+    }
+
+    /// Among many inputs: reads to the first request, keeps its time,
+    /// then closes the file until that time is due (a week of rotated
+    /// logs holds one file of each host open, not all of them). What was
+    /// read is read again then; false if the input has no request.
+    fn first_then_close(&mut self) -> bool {
+        if let Some(had) = self.primed.take() {
+            return had;
+        }
+        if !self.fill() {
+            self.reader = LineReader::new(Box::new(io::empty()), 0);
+            return false;
+        }
+        if self.path.is_none() {
+            return true;
+        }
+        let t = self.rec.time_ns;
+        self.stats = LogInput {
+            format: self.format.name.clone(),
+            resolution_ns: self.format.resolution_ns,
+            ..LogInput::default()
+        };
+        (self.whole_seconds, self.finer_ns) = (0, 0);
+        self.reader = LineReader::new(Box::new(io::empty()), 0);
+        self.rec.clear();
+        self.rec.time_ns = t;
+        self.waiting = true;
+        true
     }
 
     /// A Parquet table (refined webrequest): the columns decoded are those
@@ -285,7 +331,9 @@ impl Source {
             return Source::open_parquet(path, opts, &crate::parquet::every_lack);
         }
         let (r, _) = input::open(path).map_err(|e| LogError::Open(path.to_path_buf(), e))?;
-        Source::detached(&path.display().to_string(), r, opts)
+        let mut s = Source::detached(&path.display().to_string(), r, opts)?;
+        s.reopenable(path, opts);
+        Ok(s)
     }
 
     /// A source reading `r`, registered with no run (its `id` is 0 until
@@ -327,6 +375,10 @@ impl Source {
             ready: false,
             whole_seconds: 0,
             finer_ns: 0,
+            path: None,
+            waiting: false,
+            primed: None,
+            max_line: crate::lines::MAX_LINE,
             error: None,
             #[cfg(feature = "parquet")]
             rows: None,
@@ -447,14 +499,28 @@ impl Source {
     /// Whether it waits unopened at its earliest time (a Parquet table).
     fn deferred(&self) -> bool {
         #[cfg(feature = "parquet")]
-        return self.deferred;
+        return self.waiting || self.deferred;
         #[cfg(not(feature = "parquet"))]
-        false
+        self.waiting
     }
 
     /// Opens a table waiting at its earliest time and reads its first
     /// row; false if it has none.
     fn undefer(&mut self) -> bool {
+        if self.waiting {
+            self.waiting = false;
+            let Some(path) = &self.path else {
+                return false;
+            };
+            match input::open(path) {
+                Ok((r, _)) => self.reader = LineReader::new(r, self.max_line),
+                Err(e) => {
+                    self.error = Some(format!("{}: opened again: {e}", self.name));
+                    return false;
+                }
+            }
+            return self.fill();
+        }
         #[cfg(feature = "parquet")]
         return self.fill_row();
         #[cfg(not(feature = "parquet"))]
@@ -547,7 +613,12 @@ pub fn replay(run: &mut DryRun, paths: &[PathBuf], opts: &Options) -> Result<Sum
     let files = input::expand(paths).map_err(|e| LogError::Open(paths[0].clone(), e))?;
     let mut sources = Vec::with_capacity(files.len());
     for f in &files {
-        sources.push(Source::open(run, f, opts)?);
+        let mut s = Source::open(run, f, opts)?;
+        if files.len() > 1 {
+            // Closed again at once: see `merge`.
+            s.primed = Some(s.first_then_close());
+        }
+        sources.push(s);
     }
     Ok(replay_sources(run, sources))
 }
@@ -574,32 +645,33 @@ fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBu
         }
         return;
     }
-    let mut live: Vec<usize> = Vec::new();
+    // The earliest waiting line first; ties in the inputs' order.
+    use std::cmp::Reverse;
+    let mut live = std::collections::BinaryHeap::new();
     for (i, s) in sources.iter_mut().enumerate() {
-        if s.fill() {
-            live.push(i);
+        if s.first_then_close() {
+            live.push(Reverse((s.time_ns(), i)));
         }
     }
-    while !live.is_empty() {
-        // The earliest waiting line (few inputs: a scan is enough).
-        let (k, _) = live
-            .iter()
-            .enumerate()
-            .min_by_key(|&(_, &i)| (sources[i].time_ns(), i))
-            .unwrap_or((0, &0));
-        let i = live[k];
-        if sources[i].deferred() {
-            // Due: opened now, and its first row (which may be later than
-            // its earliest time, if the earliest rows are bad) taken in
-            // its turn.
-            if !sources[i].undefer() {
-                live.remove(k);
+    while let Some(Reverse((_, i))) = live.pop() {
+        let s = &mut sources[i];
+        if s.deferred() {
+            // Due: opened now, and its first request (which may be later
+            // than its earliest time, if the earliest rows are bad) taken
+            // in its turn.
+            if s.undefer() {
+                live.push(Reverse((s.time_ns(), i)));
+            } else {
+                s.reader = LineReader::new(Box::new(io::empty()), 0);
             }
             continue;
         }
-        each(&mut sources[i], &mut headers);
-        if !sources[i].fill() {
-            live.remove(k);
+        each(s, &mut headers);
+        if s.fill() {
+            live.push(Reverse((s.time_ns(), i)));
+        } else {
+            // Read to its end: its file and buffer are let go now.
+            s.reader = LineReader::new(Box::new(io::empty()), 0);
         }
     }
 }
@@ -620,6 +692,9 @@ pub fn read_requests(
     for (i, f) in files.iter().enumerate() {
         let mut s = Source::open_detached(f, opts)?;
         s.id = i;
+        if files.len() > 1 {
+            s.primed = Some(s.first_then_close());
+        }
         sources.push(s);
     }
     let known: Vec<Known> = sources.iter().map(|s| s.format.known.clone()).collect();
