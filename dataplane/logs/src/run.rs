@@ -496,7 +496,8 @@ impl Source {
         }
     }
 
-    /// Whether it waits unopened at its earliest time (a Parquet table).
+    /// Whether it waits unopened at its earliest time (a Parquet table,
+    /// or a file closed until its first request is due).
     fn deferred(&self) -> bool {
         #[cfg(feature = "parquet")]
         return self.waiting || self.deferred;
@@ -504,8 +505,8 @@ impl Source {
         self.waiting
     }
 
-    /// Opens a table waiting at its earliest time and reads its first
-    /// row; false if it has none.
+    /// Opens a table or file waiting at its earliest time and reads its
+    /// first request; false if it has none.
     fn undefer(&mut self) -> bool {
         if self.waiting {
             self.waiting = false;
