@@ -377,13 +377,15 @@ fn generated_captures_report_who_is_stopped_and_when() {
 #[test]
 fn a_log_run_names_its_format_and_counts_allow_blocks_as_legitimate() {
     let dir = tempdir("report-log");
-    let log: String = (0..20)
+    let mut log: String = (0..20)
         .map(|s| {
             format!(
                 "127.0.0.9 - - [13/May/2026:12:00:{s:02} +0000] \"GET /sparql HTTP/1.1\" 200 1 \"-\" \"curl/8.5.0\"\n"
             )
         })
         .collect();
+    // And a line that is no request: the page names it.
+    log.push_str("not <a> request\n");
     let path = dir.join("access.log");
     std::fs::write(&path, log).unwrap();
     let l = path.to_str().unwrap();
@@ -421,10 +423,18 @@ fn a_log_run_names_its_format_and_counts_allow_blocks_as_legitimate() {
         "the input type"
     );
     assert!(page.contains("every request counted, nothing sampled"));
+    // What the text report says of the log, the page says too: its bad
+    // line (escaped), and that limiters ran on second timestamps.
+    assert_eq!(json["inputs"][0]["log"]["bad_lines"], 1);
+    assert!(
+        page.contains("line 21 (byte ") && page.contains("<code>not &lt;a&gt; request</code>"),
+        "the bad line"
+    );
+    assert!(page.contains("limiters ran on 1 s timestamps"));
     // Sampled: the page says so, and its figures are the scaled JSON's.
     let (_, page, json) = report(&dir, "sampled", &[&rules, "--log", l, "--sampled", "4"]);
     check_figures("sampled", &page, &json);
-    assert!(page.contains("sampled: one line in 4, counts scaled by 4"));
+    assert!(page.contains("sampled: one line in 4, counts scaled by 4; throttles not simulated"));
     assert_eq!(json["totals"]["captured_requests"], 80);
 }
 

@@ -187,7 +187,7 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
         }
         match opts.sampled {
             Some(n) => k.push(format!(
-                "sampled: one line in {}, counts scaled by {0}",
+                "sampled: one line in {}, counts scaled by {0}; throttles not simulated (a sample's gaps between a key's requests are not the traffic's: judge them on the full log)",
                 group(n)
             )),
             None => k.push("every request counted, nothing sampled".into()),
@@ -198,11 +198,7 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
     o.push_str("<dt>Inputs</dt><dd><ul class=inputs>");
     for (i, input) in r.inputs.iter().enumerate() {
         let what = match &input.log {
-            Some(l) => format!(
-                "{} log, <span class=fig>{} lines</span>",
-                esc(&l.format),
-                fig(&format!("/inputs/{i}/log/lines"), l.lines, "lines")
-            ),
+            Some(l) => log_input(i, l),
             None => format!(
                 "capture, <span class=fig>{} packets</span>",
                 fig(&format!("/inputs/{i}/packets"), input.packets, "packets")
@@ -233,6 +229,46 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
         fig("/totals/requests", t.requests, "requests"),
         fig("/totals/stopped_requests", t.stopped_requests, "requests"),
     );
+}
+
+/// A log input's line in the list: its lines, judged and bad, the first
+/// bad lines, and whether limiters ran on second timestamps.
+fn log_input(i: usize, l: &rctl_dataplane::dryrun::LogInput) -> String {
+    let mut s = format!(
+        "{} log, <span class=fig>{} lines</span>, <span class=fig>{} judged</span>",
+        esc(&l.format),
+        fig(&format!("/inputs/{i}/log/lines"), l.lines, "lines"),
+        fig(&format!("/inputs/{i}/log/judged"), l.judged, "judged")
+    );
+    if l.bad_lines > 0 {
+        let _ = write!(
+            s,
+            ", <span class=fig>{} bad</span>",
+            fig(
+                &format!("/inputs/{i}/log/bad_lines"),
+                l.bad_lines,
+                "bad lines"
+            )
+        );
+    }
+    if l.resolution_ns >= 1_000_000_000 {
+        s.push_str("; times to the second: limiters ran on 1 s timestamps, lines within a second in file order");
+    }
+    if !l.bad.is_empty() {
+        s.push_str("<ul class=bad>");
+        for b in l.bad.iter().take(3) {
+            let _ = write!(
+                s,
+                "<li>line {} (byte {}): {}: <code>{}</code></li>",
+                b.line,
+                b.offset,
+                esc(&b.reason),
+                esc(&b.excerpt)
+            );
+        }
+        s.push_str("</ul>");
+    }
+    s
 }
 
 /// Labelled verdict counts with bars on the page's one scale (`scale`:
