@@ -35,7 +35,9 @@ pub struct LogInputArgs {
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
     /// HAProxy: the `capture request header` names, in order (comma
-    /// separated or repeated).
+    /// separated or repeated), each as NAME:LEN with its `len` (a value
+    /// that long may have been cut, and is judged only as far as its
+    /// start tells).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub capture_request_header: Vec<String>,
     /// HAProxy: read the capture names from this configuration.
@@ -98,7 +100,12 @@ impl LogInputArgs {
         if self.log.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
             bail!("--log - is given more than once: standard input can be read only once");
         }
-        let mut captures = self.capture_request_header.clone();
+        let mut captures = self
+            .capture_request_header
+            .iter()
+            .map(|c| rctl_logs::template::Capture::parse(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("--capture-request-header {e}"))?;
         if let Some(cfg) = &self.haproxy_config {
             let text = std::fs::read_to_string(cfg)
                 .with_context(|| format!("cannot read {}", cfg.display()))?;

@@ -16,6 +16,9 @@ pub mod answer;
 pub mod capture;
 pub mod carry;
 mod core;
+mod cut;
+#[cfg(test)]
+mod cut_tests;
 pub mod dryrun;
 pub mod engine;
 mod error;

@@ -52,6 +52,10 @@ pub struct Known {
     /// sample they cannot, and a throttle that matches leaves the verdict
     /// unknown from there on.
     pub complete: bool,
+    /// Headers logged only up to a length (lower-case): a value may be
+    /// cut, and a request says which of its values may be (see
+    /// [`Engine::judge_request_cut`]).
+    pub capped: Vec<String>,
 }
 
 /// The request headers Wikimedia's webrequest schema carries: each
@@ -88,6 +92,7 @@ impl Known {
             dst_ip: true,
             port: true,
             complete: true,
+            capped: Vec::new(),
         }
     }
 
@@ -103,6 +108,7 @@ impl Known {
             dst_ip: false,
             port: false,
             complete: true,
+            capped: Vec::new(),
         }
     }
 
@@ -221,6 +227,8 @@ pub struct Blind {
     missing: Vec<Vec<String>>,
     /// Nothing is missing for this ruleset: the normal path decides.
     none: bool,
+    /// Headers that may be cut, and what reads them.
+    cuts: Vec<crate::cut::CutHeader>,
 }
 
 impl Blind {
@@ -257,7 +265,9 @@ pub enum Judged {
 /// The part of a partial decision reports need: every rule that matched
 /// with what it did, and every rule left unknown (shadow and log rules
 /// whose condition was unknown, and the rule that made the verdict
-/// unknown).
+/// unknown). A throttle that matched but could not be run (its key reads
+/// a missing field, or the input is a sample) is in both lists: its
+/// step's effect is then not what it did, which is unknown.
 #[derive(Debug, Clone, Default)]
 pub struct PartialTrace {
     /// Rules that matched, in order.
@@ -347,6 +357,7 @@ impl Engine {
             extra,
             missing,
             none,
+            cuts: crate::cut::compile(rs, &known.capped),
         }
     }
 
@@ -357,6 +368,22 @@ impl Engine {
         &self,
         req: &Request<'_>,
         blind: &Blind,
+        s: &mut Scratch,
+        trace: &mut PartialTrace,
+    ) -> Judged {
+        self.judge_request_cut(req, blind, &[], s, trace)
+    }
+
+    /// [`Engine::judge_request`] for a request whose headers named in
+    /// `cut` (of the input's [`Known::capped`]) may have been cut at
+    /// their logged length: each atom on them is known only where every
+    /// longer value would give it the same truth, and a throttle keyed by
+    /// one cannot be run.
+    pub fn judge_request_cut(
+        &self,
+        req: &Request<'_>,
+        blind: &Blind,
+        cut: &[&[u8]],
         s: &mut Scratch,
         trace: &mut PartialTrace,
     ) -> Judged {
@@ -372,7 +399,8 @@ impl Engine {
                 return j;
             }
         }
-        if blind.none {
+        let cuts = !cut.is_empty() && !blind.cuts.is_empty();
+        if blind.none && !cuts {
             let d = self.decide_steps(req, s, &mut trace.steps, after_packet);
             return Judged::Decided(d);
         }
@@ -382,6 +410,18 @@ impl Engine {
         } else {
             self.candidates_for(&f, s);
         }
+        let refined = if cuts {
+            crate::cut::refine(&blind.cuts, cut, &f, &s.atoms, &blind.unknown)
+        } else {
+            None
+        };
+        let (unknown, keyed): (&[bool], &[u32]) = match &refined {
+            Some(r) => {
+                s.candidates.extend_from_slice(&r.rules);
+                (&r.unknown, &r.keyed)
+            }
+            None => (&blind.unknown, &[]),
+        };
         s.candidates.extend_from_slice(&blind.extra);
         s.candidates.sort_unstable();
         s.candidates.dedup();
@@ -395,13 +435,24 @@ impl Engine {
             }
             let r = core.rule(i);
             let shadow = r.shadow || r.action == Action::Log;
-            let holds = eval3(&r.cond, &s.atoms, &blind.unknown);
+            let holds = eval3(&r.cond, &s.atoms, unknown);
             if holds == Tri::False {
                 continue;
             }
             let throttle = matches!(r.action, Action::Throttle(_));
-            if holds == Tri::Unknown || (throttle && blind.key[i]) {
+            let unkeyed = blind.key[i] || keyed.contains(&(i as u32));
+            if holds == Tri::Unknown || (throttle && unkeyed) {
                 trace.unknown.push(i);
+                if holds == Tri::True {
+                    // A throttle whose condition holds matched, though what
+                    // it did is unknown: the step is recorded, its effect
+                    // is not (the rule is in `trace.unknown`).
+                    trace.steps.push(Step {
+                        rule: i,
+                        effect: Verdict::Pass,
+                        shadow,
+                    });
+                }
                 if shadow {
                     continue;
                 }

@@ -10,16 +10,17 @@ use crate::{Engine, EngineConfig, NaiveEngine};
 use rctl_compiler::ir::{Action, Cond, Ruleset, XdpKind};
 use std::net::IpAddr;
 
-struct Rng(u64);
+/// A xorshift generator: the same cases on every run.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+    pub(crate) fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
         v[(self.next() % v.len() as u64) as usize]
     }
 }
@@ -47,10 +48,15 @@ fn atom(r: &mut Rng) -> String {
 }
 
 fn cond(r: &mut Rng, depth: u32) -> String {
+    cond_of(r, depth, atom)
+}
+
+/// A random condition two levels deep over the atoms `atom` makes.
+pub(crate) fn cond_of(r: &mut Rng, depth: u32, atom: fn(&mut Rng) -> String) -> String {
     if depth >= 2 || r.next().is_multiple_of(3) {
         return atom(r);
     }
-    let (a, b) = (cond(r, depth + 1), cond(r, depth + 1));
+    let (a, b) = (cond_of(r, depth + 1, atom), cond_of(r, depth + 1, atom));
     match r.next() % 3 {
         0 => format!("({a} and {b})"),
         1 => format!("({a} or {b})"),

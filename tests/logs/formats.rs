@@ -188,3 +188,141 @@ fn haproxy_httplog_behind_its_own_syslog_headers() {
         );
     }
 }
+
+/// HAProxy keeps `len` bytes of a captured header: a value that long may
+/// be the start of a longer one. A rule the kept start decides is judged
+/// (`starts_with "sqlmap"`); one it leaves open (`contains "zgrab"` on
+/// `Mozilla/5.0 (X11`) makes the verdict unknown, never a pass; values
+/// shorter than `len` are whole. Read from the configuration and given
+/// as `NAME:LEN` alike; without the length, the cut values are taken as
+/// whole, as HAProxy's own log shows them.
+#[test]
+fn a_capture_cut_at_its_len_is_judged_only_as_far_as_its_start_tells() {
+    if !require("haproxy") {
+        return;
+    }
+    let dir = crate::util::tempdir("logs-haproxy-cut");
+    let at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = format!(
+        "{}frontend edge\n    bind {at}\n    capture request header User-Agent len 16\n    http-request return status 200 content-type text/plain string ok\n",
+        base(&dir)
+    );
+    let server = Haproxy::start(&dir, &cfg, &[], &[at]);
+    let sent = [
+        ("sqlmap/1.7.2#stable (https://sqlmap.org)", 5),
+        ("Mozilla/5.0 (X11; Linux) zgrab/0.x", 4),
+        ("curl/8.4.0", 3),
+        ("Mozilla/5.0 zgrab", 2),
+        ("zgrab/0.x", 2),
+    ];
+    for (ua, n) in sent {
+        for _ in 0..n {
+            send(at, "/", ua, "");
+        }
+    }
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(" edge ")).collect();
+    assert_eq!(lines.len(), 16, "{log}");
+    // HAProxy's own record of the cut: 16 bytes kept of each longer value
+    // (`#` written as `#23`, so the line holds more than 16).
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("{sqlmap/1.7.2#23sta}"))
+            .count(),
+        5,
+        "{log}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("{Mozilla/5.0 (X11}"))
+            .count(),
+        4
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("{Mozilla/5.0 zgra}"))
+            .count(),
+        2
+    );
+    let file = dir.join("haproxy.log");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let rules = dir.join("r.rctl");
+    std::fs::write(
+        &rules,
+        "rule sqlmap {\n  priority 1\n  when header(\"user-agent\") starts_with \"sqlmap\"\n  deny 403 \"no\"\n}\n\
+         rule zgrab {\n  priority 2\n  when header(\"user-agent\") contains \"zgrab\"\n  deny 403 \"scanner\"\n}\n\
+         rule curl {\n  priority 0\n  when header(\"user-agent\") ~ \"^curl/\"\n  allow\n}\n",
+    )
+    .unwrap();
+    let cfg_file = dir.join("haproxy.cfg");
+    std::fs::write(&cfg_file, &cfg).unwrap();
+    let (file, rules, cfg_file) = (
+        file.to_str().unwrap(),
+        rules.to_str().unwrap(),
+        cfg_file.to_str().unwrap(),
+    );
+    let run = |how: &[&str]| {
+        let mut a = vec!["dry-run", rules, "--log", file, "--format", "json"];
+        a.extend_from_slice(how);
+        let o = crate::util::rctl(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    for how in [
+        &["--haproxy-config", cfg_file][..],
+        &["--capture-request-header", "User-Agent:16"][..],
+    ] {
+        let v = run(how);
+        let r = |name| super::rule(&v, name);
+        assert_eq!(r("sqlmap")["requests"]["deny"], 5, "{how:?}: {v}");
+        // The two whole zgrab values; the six cut ones are unknown.
+        assert_eq!(r("zgrab")["requests"]["deny"], 2, "{how:?}: {v}");
+        assert_eq!(r("zgrab")["unknown"], 6, "{how:?}: {v}");
+        assert_eq!(r("curl")["requests"]["allow"], 3, "{how:?}: {v}");
+        assert_eq!(v["totals"]["unknown_requests"], 6, "{how:?}: {v}");
+        assert_eq!(v["inputs"][0]["log"]["cut_lines"], 11, "{how:?}: {v}");
+    }
+    // Without the length, the cut values are taken as they are logged.
+    let v = run(&["--capture-request-header", "User-Agent"]);
+    assert_eq!(v["rules"][2]["name"], "zgrab");
+    assert_eq!(v["rules"][2]["requests"]["deny"], 2, "{v}");
+    assert_eq!(
+        v["totals"]
+            .get("unknown_requests")
+            .and_then(|u| u.as_u64())
+            .unwrap_or(0),
+        0
+    );
+    let text = crate::util::rctl(&[
+        "dry-run",
+        rules,
+        "--log",
+        file,
+        "--capture-request-header",
+        "User-Agent:16",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("11 lines have a captured header as long as its capture's len"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "zgrab: reads a captured header that may have been cut; 6 requests left unknown"
+        ),
+        "{text}"
+    );
+    let bad = crate::util::rctl(&[
+        "dry-run",
+        rules,
+        "--log",
+        file,
+        "--capture-request-header",
+        "User-Agent:x",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NAME:LEN"));
+}

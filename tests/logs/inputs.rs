@@ -202,8 +202,33 @@ fn a_sampled_log_is_scaled_and_its_throttles_not_simulated() {
     assert_eq!(top["key"], "45.83.64.7");
     let missed = top["missed"].as_f64().unwrap();
     assert!((missed - (-25.0f64).exp()).abs() < 1e-15, "{top}");
-    // No throttle verdict is made up from a sample.
+    // No throttle verdict is made up from a sample: its matches are
+    // counted and scaled, what it did to them is unknown.
     assert_eq!(v["rules"][1]["requests"]["throttle"], 0, "{v}");
+    assert_eq!(v["rules"][1]["matches"], 75 * 128, "{v}");
+    assert_eq!(v["rules"][1]["unknown"], 75 * 128, "{v}");
+    assert_eq!(v["rules"][1]["passed"], 0, "{v}");
+    assert_eq!(v["totals"]["unknown_requests"], 75 * 128, "{v}");
+    // A shadow throttle leaves its own verdict unknown, and no request's.
+    std::fs::write(
+        dir.join("r.rctl"),
+        RULES.replace("  priority 2\n", "  priority 2\n  shadow\n"),
+    )
+    .unwrap();
+    let v = run(&dir, &["--log", &l, "--sampled", "128"]);
+    assert_eq!(v["rules"][1]["shadow"], true, "{v}");
+    assert_eq!(v["rules"][1]["matches"], 75 * 128, "{v}");
+    assert_eq!(v["rules"][1]["unknown"], 75 * 128, "{v}");
+    assert_eq!(v["rules"][1]["would"]["throttle"], 0, "{v}");
+    assert_eq!(
+        v["totals"]
+            .get("unknown_requests")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        0,
+        "{v}"
+    );
+    std::fs::write(dir.join("r.rctl"), RULES).unwrap();
     let text = rctl(&[
         "dry-run",
         dir.join("r.rctl").to_str().unwrap(),

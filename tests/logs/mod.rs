@@ -68,6 +68,16 @@ fn piped(
     o
 }
 
+/// The report of the rule named `name`.
+fn rule<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap()
+}
+
 /// Per rule: (matches, allow, deny, throttle, drop, log).
 fn per_rule(v: &Value) -> Vec<(String, [u64; 6])> {
     v["rules"]

@@ -3,7 +3,7 @@
 //! columns the ruleset reads decoded; a column the table lacks leaves
 //! the rules reading it not judged; a corrupt file is a clear error.
 
-use super::{dry_run, per_rule};
+use super::{dry_run, per_rule, rule};
 use crate::util::{rctl, tempdir};
 use arrow_array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray};
 use parquet::arrow::ArrowWriter;
@@ -192,15 +192,6 @@ fn partitioned(dir: &Path, rows: &[Row], with_lang: bool) {
             );
         }
     }
-}
-
-fn rule<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap()
 }
 
 #[test]

@@ -263,6 +263,13 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
                 l.missing_fields.join(", ")
             );
         }
+        if l.cut_lines > 0 {
+            let _ = writeln!(
+                o,
+                "      {} lines have a captured header as long as its capture's len: it may have been cut, and rules reading it were judged only as far as its start tells",
+                l.cut_lines
+            );
+        }
     }
     if s.resolution_ns() >= 1_000_000_000 {
         let _ = writeln!(
@@ -273,7 +280,7 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
     let not_judged: Vec<_> = r
         .rules
         .iter()
-        .filter(|x| !x.missing_fields.is_empty())
+        .filter(|x| !x.missing_fields.is_empty() || x.unknown > 0)
         .collect();
     if !not_judged.is_empty() || r.totals.unknown_requests > 0 {
         let _ = writeln!(
@@ -282,12 +289,15 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
             r.totals.unknown_requests
         );
         for x in not_judged {
+            let why = if x.missing_fields.is_empty() {
+                "reads a captured header that may have been cut".to_string()
+            } else {
+                format!("reads {}", x.missing_fields.join(", "))
+            };
             let _ = writeln!(
                 o,
-                "    {}: reads {}; its condition left {} requests unknown",
-                x.name,
-                x.missing_fields.join(", "),
-                x.unknown
+                "    {}: {why}; {} requests left unknown",
+                x.name, x.unknown
             );
         }
     }

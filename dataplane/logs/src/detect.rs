@@ -19,8 +19,8 @@ pub const NAMES: [&str; 6] = [
 /// What `--log-format` takes, with what a format needs besides its name.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
-    /// The captured request headers' names, in order (HAProxy).
-    pub captures: Vec<String>,
+    /// The request capture slots, in order (HAProxy).
+    pub captures: Vec<crate::template::Capture>,
 }
 
 /// A format by name: one of [`NAMES`], or `haproxy:FORMAT`,

@@ -147,6 +147,19 @@ fn hop_address(hop: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// A captured header's value, named `name` in the record: HAProxy keeps
+/// `len` bytes of a value, so one that long may be the start of a longer
+/// one.
+fn captured(rec: &mut Record, c: &crate::template::Capture, name: u16, value: Span) {
+    if c.name == "host" {
+        rec.host = value;
+    }
+    if c.may_cut(value.len()) {
+        rec.cut.push(name);
+    }
+    rec.headers.push(HeaderValue { name, value });
+}
+
 fn parse_port(v: &[u8]) -> Option<u16> {
     if v.is_empty() || v.len() > 5 || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -194,11 +207,23 @@ impl Format {
                     add(h, &mut names);
                 }
                 Field::Captures(hs) => {
-                    for h in hs.iter().filter(|h| !h.is_empty()) {
-                        if h == "host" {
+                    for c in hs.iter().filter(|c| !c.name.is_empty()) {
+                        if c.name == "host" {
                             known.host = true;
                         }
-                        add(h, &mut names);
+                        add(&c.name, &mut names);
+                        if c.len.is_some() && !known.capped.contains(&c.name) {
+                            known.capped.push(c.name.clone());
+                        }
+                    }
+                }
+                Field::Captured(c) => {
+                    if c.name == "host" {
+                        known.host = true;
+                    }
+                    add(&c.name, &mut names);
+                    if c.len.is_some() && !known.capped.contains(&c.name) {
+                        known.capped.push(c.name.clone());
                     }
                 }
                 Field::ClientIp
@@ -412,6 +437,10 @@ impl Format {
                         value,
                     });
                 }
+                Field::Captured(_) if absent => {}
+                Field::Captured(c) => {
+                    captured(rec, c, header(&c.name), unescape(v, p, esc, arena));
+                }
                 Field::Captures(hs) => {
                     let inner = v
                         .strip_prefix(b"{")
@@ -434,16 +463,10 @@ impl Format {
                         q += val.len() + 1;
                         // HAProxy writes an absent header as nothing; an
                         // unnamed slot holds no header.
-                        if val.is_empty() || h.is_empty() {
+                        if val.is_empty() || h.name.is_empty() {
                             continue;
                         }
-                        if h == "host" {
-                            rec.host = value;
-                        }
-                        rec.headers.push(HeaderValue {
-                            name: header(h),
-                            value,
-                        });
+                        captured(rec, h, header(&h.name), value);
                     }
                 }
                 Field::IsArgs | Field::Skip | Field::ResponseCaptures => {}

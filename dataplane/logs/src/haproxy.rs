@@ -4,14 +4,14 @@
 //! given as a list or read from the configuration.
 
 use crate::format::Format;
-use crate::template::{Escape, Field, Template, Token};
+use crate::template::{Capture, Escape, Field, Template, Token};
 use crate::time::TimeFormat;
 
 /// `option httplog`'s format (HAProxy 2.6).
 pub const HTTPLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
 
 /// What a `%` variable is (`r`, `ci`, `tr`…); `captures` names `%hr`'s.
-fn variable(v: &str, captures: &[String]) -> (Field, Escape) {
+fn variable(v: &str, captures: &[Capture]) -> (Field, Escape) {
     let f = match v {
         "ci" => Field::ClientIp,
         "fi" => Field::ServerIp,
@@ -38,7 +38,7 @@ fn variable(v: &str, captures: &[String]) -> (Field, Escape) {
 }
 
 /// A sample-fetch expression, `%[…]`.
-fn sample(expr: &str, captures: &[String]) -> Field {
+fn sample(expr: &str, captures: &[Capture]) -> Field {
     // A converter changes the value: it is not the field any more.
     if expr.contains(',') {
         return Field::Skip;
@@ -46,7 +46,7 @@ fn sample(expr: &str, captures: &[String]) -> Field {
     let arg = |prefix: &str| expr.strip_prefix(prefix).and_then(|r| r.strip_suffix(')'));
     if let Some(n) = arg("capture.req.hdr(") {
         return match n.trim().parse::<usize>().ok().and_then(|n| captures.get(n)) {
-            Some(h) if !h.is_empty() => Field::Header(h.clone()),
+            Some(c) if !c.name.is_empty() => Field::Captured(c.clone()),
             _ => Field::Skip,
         };
     }
@@ -88,9 +88,15 @@ fn unquote(s: &str) -> String {
 
 /// Compiles a `log-format` string; `captures` are the captured request
 /// headers' names in the frontend's order.
-pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, String> {
+pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, String> {
     let spec = unquote(spec);
-    let captures: Vec<String> = captures.iter().map(|c| c.to_ascii_lowercase()).collect();
+    let captures: Vec<Capture> = captures
+        .iter()
+        .map(|c| Capture {
+            name: c.name.to_ascii_lowercase(),
+            len: c.len,
+        })
+        .collect();
     let mut tokens = Vec::new();
     let mut lit = Vec::new();
     let mut rest = spec.as_str();
@@ -166,9 +172,16 @@ pub fn compile(name: &str, spec: &str, captures: &[String]) -> Result<Format, St
 /// `req.fhdr(NAME)`, `hdr(NAME)`), or is the empty name: a value that is
 /// no header (a cookie, the path, a converted sample), skipped when read.
 /// (`http-request capture SAMPLE id N` fills a declared slot, and takes
-/// none.)
-pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+/// none.) Each slot has its `len`: HAProxy cuts values there.
+pub fn captures_in_config(text: &str) -> Vec<(String, Vec<Capture>)> {
+    let mut out: Vec<(String, Vec<Capture>)> = Vec::new();
+    let len_of = |rest: &[&str]| {
+        rest.iter()
+            .position(|w| *w == "len")
+            .and_then(|i| rest.get(i + 1))
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    };
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -177,9 +190,12 @@ pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
             | "cache" | "ring" | "mailers" | "http-errors", ..] => {
                 out.push((String::new(), Vec::new()))
             }
-            ["capture", "request", "header", name, ..] => {
+            ["capture", "request", "header", name, rest @ ..] => {
                 if let Some(last) = out.last_mut() {
-                    last.1.push(name.to_ascii_lowercase());
+                    last.1.push(Capture {
+                        name: name.to_ascii_lowercase(),
+                        len: len_of(rest),
+                    });
                 }
             }
             ["http-request", "capture", sample, rest @ ..]
@@ -187,12 +203,18 @@ pub fn captures_in_config(text: &str) -> Vec<(String, Vec<String>)> {
                 if rest.first() == Some(&"len") =>
             {
                 if let Some(last) = out.last_mut() {
-                    last.1.push(captured_header(sample).unwrap_or_default());
+                    last.1.push(Capture {
+                        name: captured_header(sample).unwrap_or_default(),
+                        len: len_of(rest),
+                    });
                 }
             }
-            ["declare", "capture", "request", "len", ..] => {
+            ["declare", "capture", "request", rest @ ..] => {
                 if let Some(last) = out.last_mut() {
-                    last.1.push(String::new());
+                    last.1.push(Capture {
+                        name: String::new(),
+                        len: len_of(rest),
+                    });
                 }
             }
             _ => {}
@@ -222,14 +244,18 @@ mod tests {
     #[test]
     fn configuration_captures() {
         let c = "frontend a\n  capture request header User-Agent len 10\n  capture request header Host len 5\nbackend b\n  capture request header X len 1\nlisten c\n  capture request header Referer len 9\n";
+        let slot = |n: &str, l| Capture {
+            name: n.into(),
+            len: Some(l),
+        };
         assert_eq!(
             captures_in_config(c),
             vec![
                 (
                     "a".to_string(),
-                    vec!["user-agent".to_string(), "host".to_string()]
+                    vec![slot("user-agent", 10), slot("host", 5)]
                 ),
-                ("c".to_string(), vec!["referer".to_string()])
+                ("c".to_string(), vec![slot("referer", 9)])
             ]
         );
         assert_eq!(unquote(r#""%ci\ %HM \"x\"""#), r#"%ci %HM "x""#);
@@ -248,11 +274,14 @@ mod tests {
   capture response header Server len 20
 ";
         let got = captures_in_config(c);
-        let names: Vec<&str> = got[0].1.iter().map(String::as_str).collect();
+        let names: Vec<&str> = got[0].1.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
             ["user-agent", "host", "", "", "x-client-ip", ""],
             "the declared slot, the cookie and the converted header are unnamed; `id 2` and the response capture take none"
         );
+        let lens: Vec<Option<usize>> = got[0].1.iter().map(|c| c.len).collect();
+        let l = Some;
+        assert_eq!(lens, [l(100), l(50), l(20), l(10), l(40), l(40)]);
     }
 }

@@ -202,6 +202,7 @@ fn known_of(roles: &[Role], names: &[String]) -> Known {
         dst_ip: false,
         port: false,
         complete: true,
+        capped: Vec::new(),
     }
 }
 

@@ -40,6 +40,9 @@ pub struct Record {
     pub query: Option<Span>,
     /// Headers present on this line.
     pub headers: Vec<HeaderValue>,
+    /// Headers (names, as in `headers`) whose values may have been cut at
+    /// their logged length.
+    pub cut: Vec<u16>,
     /// Milliseconds to add (HAProxy's `%Ts.%ms`).
     pub millis: Option<u64>,
 }
@@ -58,6 +61,7 @@ impl Record {
         self.path = None;
         self.query = None;
         self.headers.clear();
+        self.cut.clear();
         self.millis = None;
     }
 }
@@ -67,6 +71,7 @@ impl Record {
 #[derive(Default)]
 pub struct HeaderBuf {
     buf: Vec<(&'static [u8], &'static [u8])>,
+    cut: Vec<&'static [u8]>,
 }
 
 /// An empty vector with `v`'s allocation, for items of another lifetime
@@ -80,15 +85,26 @@ fn reuse<'b>(mut v: Vec<(&[u8], &[u8])>) -> Vec<(&'b [u8], &'b [u8])> {
     v.into_iter().filter_map(|_| None).collect()
 }
 
+/// [`reuse`] for a list of names.
+#[expect(
+    clippy::unnecessary_filter_map,
+    reason = "the map is what changes the items' lifetime"
+)]
+fn reuse_names<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
 impl HeaderBuf {
-    /// Builds the request of `rec` and hands it to `f`.
+    /// Builds the request of `rec` and hands it to `f`, with the names of
+    /// its headers whose values may have been cut (see [`Record::cut`]).
     pub fn with_request<T>(
         &mut self,
         rec: &Record,
         line: &[u8],
         arena: &[u8],
         names: &[String],
-        f: impl FnOnce(&Request<'_>) -> T,
+        f: impl FnOnce(&Request<'_>, &[&[u8]]) -> T,
     ) -> Option<T> {
         let ip = rec.ip?;
         let mut headers = reuse(std::mem::take(&mut self.buf));
@@ -107,8 +123,15 @@ impl HeaderBuf {
             port: rec.port.unwrap_or(0),
             time_ns: rec.time_ns,
         };
-        let out = f(&req);
+        let mut cut = reuse_names(std::mem::take(&mut self.cut));
+        for &c in &rec.cut {
+            if let Some(n) = names.get(c as usize) {
+                cut.push(n.as_bytes());
+            }
+        }
+        let out = f(&req, &cut);
         self.buf = reuse(headers);
+        self.cut = reuse_names(cut);
         Some(out)
     }
 }

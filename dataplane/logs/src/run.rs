@@ -546,17 +546,18 @@ impl Source {
         mut seen: impl FnMut(&rctl_dataplane::Request<'_>),
     ) {
         let id = self.id;
-        self.with_request(headers, |req| {
-            run.log_request(id, req);
+        self.with_request(headers, |req, cut| {
+            run.log_request_cut(id, req, cut);
             seen(req);
         });
     }
 
-    /// Shows the parsed line's request to `f` (counted as judged).
+    /// Shows the parsed line's request to `f` (counted as judged), with
+    /// the names of its headers whose values may have been cut.
     pub fn with_request(
         &mut self,
         headers: &mut HeaderBuf,
-        f: impl FnOnce(&rctl_dataplane::Request<'_>),
+        f: impl FnOnce(&rctl_dataplane::Request<'_>, &[&[u8]]),
     ) {
         #[cfg(feature = "parquet")]
         if self.deferred && !self.fill_row() {
@@ -567,6 +568,9 @@ impl Source {
         }
         self.ready = false;
         self.stats.judged += 1;
+        if !self.rec.cut.is_empty() {
+            self.stats.cut_lines += 1;
+        }
         if self.rec.resolution_ns >= 1_000_000_000 {
             self.whole_seconds += 1;
         } else {
@@ -701,7 +705,7 @@ pub fn read_requests(
     let known: Vec<Known> = sources.iter().map(|s| s.format.known.clone()).collect();
     merge(&mut sources, |s, headers| {
         let id = s.id;
-        s.with_request(headers, |req| each(id, &known[id], req));
+        s.with_request(headers, |req, _| each(id, &known[id], req));
     });
     let mut summary = Summary::default();
     let mut formats = Vec::with_capacity(sources.len());

@@ -45,13 +45,66 @@ pub enum Field {
     Host,
     /// One request header (lower-case name).
     Header(String),
-    /// HAProxy's `%hr`: `{v1|v2|…}`, values of these headers in order.
-    Captures(Vec<String>),
+    /// HAProxy's `%hr`: `{v1|v2|…}`, the values of these capture slots
+    /// in order.
+    Captures(Vec<Capture>),
+    /// HAProxy's `%[capture.req.hdr(N)]`: one capture slot's value.
+    Captured(Capture),
     /// HAProxy's `%hs`: captured response headers, skipped (and left out
     /// when there are none).
     ResponseCaptures,
     /// Anything else (status, sizes, timers): skipped.
     Skip,
+}
+
+/// A HAProxy request capture slot: the header it holds, and the length
+/// HAProxy cuts its values at (`capture request header User-Agent len
+/// 64`), if known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capture {
+    /// The header, lower-case; empty for a slot that holds no header (a
+    /// cookie, a converted sample), whose value is skipped.
+    pub name: String,
+    /// Values are cut at this many bytes: one of this length may be the
+    /// start of a longer one.
+    pub len: Option<usize>,
+}
+
+impl Capture {
+    /// `NAME` or `NAME:LEN`, as `--capture-request-header` takes it.
+    pub fn parse(s: &str) -> Result<Capture, String> {
+        let (name, len) = match s.rsplit_once(':') {
+            Some((n, l)) => {
+                let len = l
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&l| l > 0)
+                    .ok_or_else(|| format!("{s}: the length after the colon is a positive number (NAME or NAME:LEN)"))?;
+                (n, Some(len))
+            }
+            None => (s, None),
+        };
+        Ok(Capture {
+            name: name.trim().to_ascii_lowercase(),
+            len,
+        })
+    }
+
+    /// Whether a value of `n` bytes may have been cut.
+    pub fn may_cut(&self, n: usize) -> bool {
+        self.len.is_some_and(|l| n >= l)
+    }
+}
+
+impl From<&str> for Capture {
+    /// A slot holding this header, its length unknown.
+    fn from(name: &str) -> Capture {
+        Capture {
+            name: name.to_ascii_lowercase(),
+            len: None,
+        }
+    }
 }
 
 /// How a format escapes what it writes into a field.
@@ -136,6 +189,11 @@ impl Span {
         let src = if self.arena { arena } else { line };
         let s = self.start as usize;
         src.get(s..s + self.len as usize).unwrap_or(b"")
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
     }
 
     /// Whether it is empty.

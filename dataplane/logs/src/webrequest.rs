@@ -27,6 +27,7 @@ pub fn format() -> Format {
         dst_ip: false,
         port: false,
         complete: true,
+        capped: Vec::new(),
     };
     Format {
         name: "webrequest".into(),

@@ -255,7 +255,7 @@ impl Decider {
             match fill_row(t, &proj, r, rec, arena) {
                 Err(why) => f(r, Err(why)),
                 Ok(()) => {
-                    headers.with_request(rec, &[], arena, &t.format.header_names, |req| {
+                    headers.with_request(rec, &[], arena, &t.format.header_names, |req, _| {
                         f(r, Ok((req, engine, blind, scratch, trace)))
                     });
                 }
@@ -512,7 +512,7 @@ impl Tally {
             *self.run.replay_mut() = Some(std::mem::take(&mut rp));
             self.log.judged += 1;
             let run = &mut self.run;
-            headers.with_request(rec, &[], arena, &t.format.header_names, |req| {
+            headers.with_request(rec, &[], arena, &t.format.header_names, |req, _| {
                 run.log_request(input, req)
             });
             rp = self.run.replay_mut().take().unwrap_or_default();
@@ -616,7 +616,7 @@ rule deny_y { priority 30 when path == "/x/y" deny 403 "no" }
                 bad += 1;
                 continue;
             }
-            headers.with_request(&rec, &[], &arena, &t.format.header_names, |req| {
+            headers.with_request(&rec, &[], &arena, &t.format.header_names, |req, _| {
                 whole.run.log_request(input, req)
             });
         }

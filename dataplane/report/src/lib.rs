@@ -251,6 +251,17 @@ fn log_input(i: usize, l: &rctl_dataplane::dryrun::LogInput) -> String {
             )
         );
     }
+    if l.cut_lines > 0 {
+        let _ = write!(
+            s,
+            ", <span class=fig>{} with a captured header as long as its capture's len</span> (it may have been cut: rules reading it were judged only as far as its start tells)",
+            fig(
+                &format!("/inputs/{i}/log/cut_lines"),
+                l.cut_lines,
+                "lines with a value that may be cut"
+            )
+        );
+    }
     if l.resolution_ns >= 1_000_000_000 {
         s.push_str("; times to the second: limiters ran on 1 s timestamps, lines within a second in file order");
     }
@@ -362,11 +373,19 @@ fn rule_section(o: &mut Out, r: &Report, i: usize, scale: u64) {
         );
     }
     if rule.unknown > 0 {
-        let _ = write!(
+        let why = if rule.missing_fields.is_empty() {
+            "a captured header that may have been cut".to_string()
+        } else {
+            format!(
+                "{}, which the input lacks",
+                esc(&rule.missing_fields.join(", "))
+            )
+        };
+        let _ =
+            write!(
             o,
-            "<p class=warn>Left <span class=fig>{} requests unknown</span>: it reads {}, which the input lacks.</p>",
+            "<p class=warn>Left <span class=fig>{} requests unknown</span>: it reads {why}.</p>",
             fig(&format!("/rules/{i}/unknown"), rule.unknown, "requests unknown"),
-            esc(&rule.missing_fields.join(", "))
         );
     }
     if let (Some(f), Some(l)) = (rule.first_seen_ns, rule.last_seen_ns) {

@@ -273,11 +273,18 @@ impl DryRun {
     /// Decides and counts one request of input `input` (from
     /// [`DryRun::add_request_input`]), on its own time.
     pub fn log_request(&mut self, input: usize, req: &Request<'_>) {
+        self.log_request_cut(input, req, &[]);
+    }
+
+    /// [`DryRun::log_request`] for a request whose headers named in `cut`
+    /// may have been cut at their logged length (see
+    /// [`Engine::judge_request_cut`](crate::Engine::judge_request_cut)).
+    pub fn log_request_cut(&mut self, input: usize, req: &Request<'_>, cut: &[&[u8]]) {
         let t = &mut self.packets.totals;
         t.first_ns = Some(t.first_ns.map_or(req.time_ns, |x| x.min(req.time_ns)));
         t.last_ns = Some(t.last_ns.map_or(req.time_ns, |x| x.max(req.time_ns)));
         let blinds = self.blinds.get(input).and_then(Option::as_ref);
-        if let Some(i) = self.requests.decide(req, blinds) {
+        if let Some(i) = self.requests.decide(req, blinds, cut) {
             let ua = req
                 .headers
                 .iter()

@@ -46,8 +46,9 @@ pub struct RuleReport {
     pub requests: Counts,
     /// Requests it matched and let through: neither allowed, denied,
     /// throttled nor dropped by it (a throttle's requests within its
-    /// limit, every match of a log or shadow rule, and matches whose
-    /// verdict it left unknown).
+    /// limit, every match of a log or shadow rule). The matches of a
+    /// throttle that could not be run (on a sample, or keyed by a field
+    /// the input lacks) are in `unknown`, not here.
     pub passed: u64,
     /// What a shadow rule would have done to the requests it matched.
     pub would: Counts,
@@ -81,8 +82,9 @@ pub struct RuleReport {
     pub stopped_top_user_agents: Vec<Hitter>,
     /// Requests (from logs) whose verdict is unknown from this rule on:
     /// its condition, or its throttle's key, reads a field the input
-    /// lacks (for shadow and log rules: matches left unknown). Never
-    /// counted as passing.
+    /// lacks, or it is a throttle that matched on a sample (for shadow
+    /// and log rules: matches left unknown). Never counted as passing.
+    /// A throttle's matches are in `matches` all the same.
     #[serde(skip_serializing_if = "is_zero")]
     pub unknown: u64,
     /// The fields it reads that some input lacks, as the language writes
@@ -290,6 +292,11 @@ pub struct LogInput {
     pub resolution_ns: u64,
     /// The fields the ruleset reads that it lacks.
     pub missing_fields: Vec<String>,
+    /// Lines with a header value as long as its logged length (a HAProxy
+    /// capture's `len`), which may be the start of a longer value: rules
+    /// reading it were judged only as far as that start tells.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cut_lines: u64,
     /// For a columnar table: the columns decoded (what the ruleset and
     /// the report read), in the table's order.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -313,6 +313,9 @@ pub(super) struct RuleStats {
     paths: TopK,
     prefixes: TopK,
     throttle: Option<ThrottleStats>,
+    /// Matches it could not run (a throttle on a sample, or keyed by a
+    /// field the input lacks): neither limited nor passed.
+    unrun: u64,
 }
 
 /// What the request side has when the replay ends.
@@ -409,6 +412,7 @@ impl RequestSide {
                     }),
                     _ => None,
                 },
+                unrun: 0,
             })
             .collect();
         let n = rules.len();
@@ -474,14 +478,20 @@ impl RequestSide {
             port: r.server.1,
             time_ns: r.time_ns,
         };
-        self.decide(&req, None);
+        self.decide(&req, None, &[]);
         self.headers = reuse(headers);
     }
 
     /// Decides and counts one request from an input that may lack
-    /// fields (`blind`: what it lacks); `Some(rule)` if a packet-plane
-    /// rule stopped it (the caller counts it there).
-    pub fn decide(&mut self, req: &Request<'_>, blinds: Option<&Blinds>) -> Option<usize> {
+    /// fields (`blind`: what it lacks; `cut`: headers that may be cut);
+    /// `Some(rule)` if a packet-plane rule stopped it (the caller counts
+    /// it there).
+    pub fn decide(
+        &mut self,
+        req: &Request<'_>,
+        blinds: Option<&Blinds>,
+        cut: &[&[u8]],
+    ) -> Option<usize> {
         // The request's keys are hashed first, and the memory where the
         // traffic no rule matches (most of it) is counted is asked for,
         // so that those cache misses overlap the decision.
@@ -503,10 +513,13 @@ impl RequestSide {
                 false,
             ),
             Some(b) => {
-                match self
-                    .engine
-                    .judge_request(req, b, &mut self.scratch, &mut self.partial)
-                {
+                match self.engine.judge_request_cut(
+                    req,
+                    b,
+                    cut,
+                    &mut self.scratch,
+                    &mut self.partial,
+                ) {
                     Judged::Stopped(i) => return Some(i),
                     Judged::Decided(d) => {
                         std::mem::swap(&mut self.trace.steps, &mut self.partial.steps);
@@ -534,7 +547,7 @@ impl RequestSide {
                 ),
                 Some(ob) => {
                     let mut t = PartialTrace::default();
-                    match old.judge_request(req, ob, scratch, &mut t) {
+                    match old.judge_request_cut(req, ob, cut, scratch, &mut t) {
                         Judged::Decided(od) => describe(old.ruleset(), &od.verdict),
                         Judged::Stopped(i) => format!("drop by {}", old.rule(i).name),
                         Judged::Unknown { .. } => "unknown".to_string(),
@@ -603,9 +616,17 @@ impl RequestSide {
                     .map_or(req.time_ns, |t| t.min(req.time_ns)),
             );
             rep.last_seen_ns = Some(rep.last_seen_ns.map_or(req.time_ns, |t| t.max(req.time_ns)));
+            // A throttle that matched but could not be run did something
+            // unknown (`Blind`): its match counts, no effect does.
+            let ran = !self.partial.unknown.contains(&rule);
+            if !ran && !shadow {
+                s.unrun += 1;
+            }
             if shadow {
                 rep.requests.log += 1;
-                count(&mut rep.would, &self.trace.steps[i].effect);
+                if ran {
+                    count(&mut rep.would, &self.trace.steps[i].effect);
+                }
             } else if decided {
                 count(&mut rep.requests, &d.verdict);
             }
@@ -639,7 +660,7 @@ impl RequestSide {
                     passed: s
                         .report
                         .matches
-                        .saturating_sub(c.allow + c.deny + c.throttle + c.drop),
+                        .saturating_sub(c.allow + c.deny + c.throttle + c.drop + s.unrun),
                     top_ips: s.ips.top_with(TOP, show_ip),
                     top_user_agents: s.uas.top(TOP),
                     top_paths: s.paths.top(TOP),

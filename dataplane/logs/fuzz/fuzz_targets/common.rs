@@ -9,6 +9,7 @@
 use rctl_dataplane::dryrun::DryRun;
 use rctl_logs::detect::{by_name, Spec};
 use rctl_logs::run::{replay_sources, Options, Source};
+use rctl_logs::template::Capture;
 use std::sync::OnceLock;
 
 /// Small (an engine is built for every input), but reading every
@@ -44,8 +45,14 @@ pub fn run(data: &[u8], predefined: &str, kind: Option<&str>) {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (&data[..0], data),
     };
+    // Short capture lengths, so that values are often cut (and judged
+    // only as far as their start tells).
+    let cap = |n: &str, len| Capture {
+        name: n.into(),
+        len: Some(len),
+    };
     let spec = Spec {
-        captures: vec!["user-agent".into(), "host".into(), "referer".into()],
+        captures: vec![cap("user-agent", 6), cap("host", 9), "referer".into()],
     };
     let mut names = vec![predefined.to_string()];
     if let (Some(k), Ok(f)) = (kind, std::str::from_utf8(first)) {
@@ -70,5 +77,7 @@ pub fn run(data: &[u8], predefined: &str, kind: Option<&str>) {
         assert_eq!(l.judged + l.bad_lines, l.lines, "{name}: every line judged or bad");
         let report = run.finish();
         assert!(report.totals.unknown_requests <= report.totals.captured_requests);
+        let cut = report.inputs[0].log.as_ref().map_or(0, |l| l.cut_lines);
+        assert!(cut <= l.judged, "{name}: cut lines are judged lines");
     }
 }
