@@ -9,7 +9,6 @@ use arrow_array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray}
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 
