@@ -326,6 +326,23 @@ fn tests_are_checked() {
         "rule r { when true deny }\ntest \"t\" { packet { path \"/\" } expect all pass }",
         &[("E0060", 2, 21)],
     );
+    // A replay: its network must read, its label is one `for` may name,
+    // and a test does not mix replayed traffic with written samples.
+    expect(
+        "rule r { when true deny }\ntest \"t\" { replay a \"x.log\" ip 10.0.0.0/99 expect for b all deny }",
+        &[("E0060", 2, 32), ("E0060", 2, 55)],
+    );
+    expect(
+        "rule r { when true deny }\ntest \"t\" { replay a \"x.log\"\n  request { path \"/\" } expect for a all deny }",
+        &[("E0060", 3, 3)],
+    );
+    let c = compile("rule r { when true deny }\ntest \"t\" { replay a \"day.log\" format \"nginx-combined\" ip 45.83.64.0/24 expect for a all deny }");
+    assert!(!c.diagnostics.has_errors());
+    let r = &c.tests[0].replays[0];
+    assert_eq!(r.path, std::path::Path::new("day.log"));
+    assert_eq!(r.format.as_deref(), Some("nginx-combined"));
+    assert!(r.selects("45.83.64.200".parse().unwrap()));
+    assert!(!r.selects("45.83.65.1".parse().unwrap()));
 }
 
 #[test]

@@ -65,6 +65,26 @@ test \"t\" {
 }
 
 #[test]
+fn a_replay_is_written_canonically() {
+    let src = "test \"day\" {REPLAY   scraper \"logs/day.log\"  IP 45.83.64.0/24 format \"nginx-combined\"
+expect for scraper all deny}
+rule r { when true deny }
+";
+    let want = "test \"day\" {
+  replay scraper \"logs/day.log\" format \"nginx-combined\" ip 45.83.64.0/24
+  expect for scraper all deny
+}
+
+rule r {
+  when true
+  deny
+}
+";
+    assert_eq!(format(src), want);
+    assert_eq!(format(want), want);
+}
+
+#[test]
 fn idempotent_and_meaning_preserving() {
     let once = format(MESSY);
     assert_eq!(format(&once), once);

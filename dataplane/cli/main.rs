@@ -47,6 +47,7 @@ mod suggest;
 mod tap;
 mod term;
 mod test;
+mod test_replay;
 mod top;
 
 use anyhow::Result;
@@ -90,7 +91,8 @@ enum Command {
     /// each with a test block, its effect and its collateral measured on
     /// the same traffic.
     Suggest(suggest::Args),
-    /// Run the ruleset's `test` blocks through the engine.
+    /// Run the ruleset's `test` blocks through the engine: their written samples,
+    /// or the access logs and captures they replay.
     Test(test::Args),
     /// Format rule files canonically.
     Fmt(format::Args),

@@ -38,7 +38,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bail!("no ruleset produced")
     }
     let started = std::time::Instant::now();
-    let results = rctl_dataplane::testing::run_tests(&c, a.filter.as_deref())
+    let files = Box::new(crate::test_replay::Files);
+    let results = rctl_dataplane::testing::run_tests_with(&c, a.filter.as_deref(), files)
         .collect::<Result<Vec<_>, _>>()?;
     let took = started.elapsed();
     let failed = results.iter().filter(|r| !r.passed()).count();

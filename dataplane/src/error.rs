@@ -27,6 +27,13 @@ pub enum EngineError {
         /// The regex engine's reason.
         message: String,
     },
+    /// A test's replayed traffic could not be read whole.
+    Replay {
+        /// The test.
+        test: String,
+        /// Why (the file and the reason).
+        message: String,
+    },
 }
 
 impl fmt::Display for EngineError {
@@ -35,6 +42,7 @@ impl fmt::Display for EngineError {
             EngineError::Index(e) => write!(f, "{e}"),
             EngineError::Scan { field, message } => write!(f, "{field}: {message}"),
             EngineError::Regex { pattern, message } => write!(f, "regex {pattern:?}: {message}"),
+            EngineError::Replay { test, message } => write!(f, "test {test:?}: {message}"),
         }
     }
 }

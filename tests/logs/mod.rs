@@ -9,6 +9,7 @@ mod follow;
 mod formats;
 mod inputs;
 mod parquet;
+mod test_blocks;
 
 use rctl_testkit::lab;
 use rctl_testkit::proc::{free_port, settled, Proc};

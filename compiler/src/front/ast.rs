@@ -343,6 +343,21 @@ pub struct SampleDecl {
     pub span: Span,
 }
 
+/// `replay [label] "file" [format "F"] [ip CIDR]` in a test.
+#[derive(Debug, Clone)]
+pub struct ReplayDecl {
+    /// Optional label, for `expect for label …`.
+    pub label: Option<Word>,
+    /// The log or capture, relative to the source file.
+    pub path: Word,
+    /// `format "F"`: the log's format, as `--log-format` takes it.
+    pub format: Option<Word>,
+    /// `ip CIDR`: only the requests of these clients.
+    pub ip: Option<Word>,
+    /// The whole line.
+    pub span: Span,
+}
+
 /// `expect [for label] quantity verdict [by rule]`.
 #[derive(Debug, Clone)]
 pub struct ExpectDecl {
@@ -367,6 +382,8 @@ pub struct TestDecl {
     pub site: Option<Word>,
     /// Samples in order.
     pub samples: Vec<SampleDecl>,
+    /// Traffic replayed from files, in order.
+    pub replays: Vec<ReplayDecl>,
     /// Expectations.
     pub expects: Vec<ExpectDecl>,
     /// The whole test.

@@ -315,6 +315,12 @@ impl Printer<'_> {
                 .enumerate()
                 .map(|(i, e)| (e.span.start, 2, i)),
         );
+        parts.extend(
+            t.replays
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.span.start, 3, i)),
+        );
         parts.sort();
         for (at, kind, i) in parts {
             match kind {
@@ -323,6 +329,21 @@ impl Printer<'_> {
                     self.line(at.saturating_sub(5), format!("site {s}"));
                 }
                 1 => self.sample(&t.samples[i]),
+                3 => {
+                    let r = &t.replays[i];
+                    let mut out = "replay".to_string();
+                    if let Some(l) = &r.label {
+                        out += &format!(" {}", l.text);
+                    }
+                    out += &format!(" {}", self.w(&r.path));
+                    if let Some(f) = &r.format {
+                        out += &format!(" format {}", self.w(f));
+                    }
+                    if let Some(ip) = &r.ip {
+                        out += &format!(" ip {}", ip.text);
+                    }
+                    self.line(at, out);
+                }
                 _ => {
                     let e = &t.expects[i];
                     let mut out = "expect".to_string();

@@ -377,6 +377,7 @@ impl Builder<'_> {
             name,
             site: None,
             samples: Vec::new(),
+            replays: Vec::new(),
             expects: Vec::new(),
             span,
         };
@@ -384,6 +385,30 @@ impl Builder<'_> {
             let pspan = self.span(&p);
             match p.as_rule() {
                 Rule::t_site => t.site = Some(self.first_word(p)),
+                Rule::t_replay => {
+                    let mut label = None;
+                    let mut path = None;
+                    let mut format = None;
+                    let mut ip = None;
+                    for c in p.into_inner() {
+                        match c.as_rule() {
+                            Rule::ident => label = Some(self.word(c)),
+                            Rule::string => path = Some(self.word(c)),
+                            Rule::r_format => format = Some(self.first_word(c)),
+                            Rule::r_ip => ip = Some(self.first_word(c)),
+                            _ => {}
+                        }
+                    }
+                    if t.replays.len() < 1_000 {
+                        t.replays.push(ReplayDecl {
+                            label,
+                            path: path?,
+                            format,
+                            ip,
+                            span: pspan,
+                        });
+                    }
+                }
                 Rule::request_block | Rule::packet_block => {
                     let mut s = SampleDecl {
                         is_packet: p.as_rule() == Rule::packet_block,
@@ -461,6 +486,7 @@ fn is_keyword(r: Rule) -> bool {
             | Rule::kw_pattern
             | Rule::kw_rule
             | Rule::kw_test
+            | Rule::kw_replay
             | Rule::kw_deny
             | Rule::kw_for
             | Rule::kw_by

@@ -210,9 +210,13 @@ fn friendly(r: Rule) -> Option<&'static str> {
         }
         Rule::k_header | Rule::k_query | Rule::k_prefix | Rule::k_word => "a throttle key",
         Rule::cidr_token | Rule::ib_file => "a CIDR or `file \"…\"`",
-        Rule::request_block | Rule::packet_block | Rule::expect | Rule::t_site => {
-            "`request {…}`, `packet {…}`, `expect …` or `site`"
-        }
+        Rule::request_block
+        | Rule::packet_block
+        | Rule::expect
+        | Rule::t_site
+        | Rule::t_replay
+        | Rule::kw_replay => "`request {…}`, `packet {…}`, `replay \"file\"`, `expect …` or `site`",
+        Rule::r_format | Rule::r_ip => "`format \"…\"` or `ip CIDR`",
         Rule::s_field_name | Rule::s_header | Rule::s_repeat | Rule::s_at | Rule::s_syn => {
             "a sample field (`method`, `path`, `header`, `ip`, `repeat`, …)"
         }

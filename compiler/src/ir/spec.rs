@@ -13,10 +13,50 @@ pub struct TestCase {
     pub site: Option<String>,
     /// Traffic, in declaration order; a runner interleaves it by time.
     pub samples: Vec<Sample>,
+    /// Traffic read from files instead (a test has samples or replays,
+    /// not both).
+    pub replays: Vec<Replay>,
     /// What must hold.
     pub expects: Vec<Expect>,
     /// The test's span, for failure reports.
     pub span: Span,
+}
+
+/// `replay [label] "file" [format "F"] [ip CIDR]`: the requests of a real
+/// log or capture, judged in time order as `rctl dry-run` judges them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// Label for `expect for label …`.
+    pub label: Option<String>,
+    /// The file, relative to the source file's folder made whole.
+    pub path: std::path::PathBuf,
+    /// The log's format, as `--log-format` takes it (detected if `None`;
+    /// a capture needs none).
+    pub format: Option<String>,
+    /// Only the requests of clients in this network.
+    pub net: Option<(IpAddr, u8)>,
+    /// The replay line.
+    pub span: Span,
+}
+
+impl Replay {
+    /// Whether a request from `ip` is one of this replay's.
+    pub fn selects(&self, ip: IpAddr) -> bool {
+        let Some((net, len)) = self.net else {
+            return true;
+        };
+        match (ip, net) {
+            (IpAddr::V4(a), IpAddr::V4(n)) => {
+                let m = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(a) & m == u32::from(n) & m
+            }
+            (IpAddr::V6(a), IpAddr::V6(n)) => {
+                let m = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(a) & m == u128::from(n) & m
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What a sample sends.

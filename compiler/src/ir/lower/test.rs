@@ -4,7 +4,7 @@ use crate::ast::{self, Word};
 use crate::diag::{code, Diagnostic};
 use crate::ir::Proto;
 use crate::lower::Lowerer;
-use crate::spec::{Expect, Outcome, Quantity, Sample, SampleKind, TestCase};
+use crate::spec::{Expect, Outcome, Quantity, Replay, Sample, SampleKind, TestCase};
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -38,6 +38,25 @@ impl Lowerer<'_> {
                 samples.push(sample);
             }
         }
+        let mut replays = Vec::new();
+        for r in &t.replays {
+            if let Some(replay) = self.replay(r) {
+                if let Some(l) = &replay.label {
+                    labels.insert(l.clone());
+                }
+                replays.push(replay);
+            }
+        }
+        if let (Some(s), Some(_)) = (t.samples.first(), t.replays.first()) {
+            self.diags.push(
+                Diagnostic::error(
+                    code::BAD_TEST,
+                    format!("test \"{}\" both replays traffic and sends samples", t.name.text),
+                )
+                .primary(s.span, "a sample beside a replay")
+                .hint("a test judges one traffic: a real log or capture (`replay`), or written samples; put them in two tests"),
+            );
+        }
         let before = self.test_samples;
         self.test_samples = before.saturating_add(total);
         let (each, all) = (self.opts.max_test_samples, self.opts.max_total_test_samples);
@@ -60,14 +79,14 @@ impl Lowerer<'_> {
                 .hint(format!("`rctl test` runs every sample: at most {each} samples a test, {all} in all; lower the repeat counts")),
             );
         }
-        if t.samples.is_empty() {
+        if t.samples.is_empty() && t.replays.is_empty() {
             self.diags.push(
                 Diagnostic::error(
                     code::BAD_TEST,
                     format!("test \"{}\" sends nothing", t.name.text),
                 )
                 .primary(t.name.span, "no request or packet")
-                .hint("add `request { path \"/\" }` or `packet { ip 192.0.2.1 }`"),
+                .hint("add `request { path \"/\" }`, `packet { ip 192.0.2.1 }` or `replay \"access.log\"`"),
             );
         }
         if t.expects.is_empty() {
@@ -137,7 +156,7 @@ impl Lowerer<'_> {
                     self.test_error(
                         l,
                         "no sample has this label",
-                        "label a sample: `request scraper { … }`",
+                        "label a sample or a replay: `request scraper { … }`, `replay scraper \"access.log\" ip 45.83.64.0/24`",
                     );
                 }
             }
@@ -153,8 +172,47 @@ impl Lowerer<'_> {
             name: t.name.text.clone(),
             site,
             samples,
+            replays,
             expects,
             span: t.span,
+        })
+    }
+
+    fn replay(&mut self, r: &ast::ReplayDecl) -> Option<Replay> {
+        let errors = self.diags.error_count();
+        if r.path.text.is_empty() {
+            self.test_error(&r.path, "no file named", "write replay \"access.log\"");
+        }
+        let net =
+            r.ip.as_ref()
+                .and_then(|w| match crate::cidr::parse_cidr(&w.text) {
+                    Ok((crate::cidr::Cidr::V4(n, len), _)) => {
+                        Some((IpAddr::from(n.to_be_bytes()), len))
+                    }
+                    Ok((crate::cidr::Cidr::V6(n, len), _)) => {
+                        Some((IpAddr::from(n.to_be_bytes()), len))
+                    }
+                    Err(e) => {
+                        self.test_error(
+                            w,
+                            &e.reason,
+                            "write ip 45.83.64.0/24, ip 2001:db8::/32 or one address",
+                        );
+                        None
+                    }
+                });
+        // Relative to the folder of the file the test is in, as `include`.
+        let base = self
+            .map
+            .get(r.span.file)
+            .and_then(|f| f.path.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        (self.diags.error_count() == errors).then(|| Replay {
+            label: r.label.as_ref().map(|w| w.text.clone()),
+            path: base.join(&r.path.text),
+            format: r.format.as_ref().map(|w| w.text.clone()),
+            net,
+            span: r.span,
         })
     }
 

@@ -48,6 +48,22 @@ impl HttpRequest {
             .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, v)| v)
     }
+
+    /// Hands `f` the request as the engine reads it (its Host from the
+    /// Host header, its destination the server).
+    pub fn with_request<T>(&self, f: impl FnOnce(&crate::Request<'_>) -> T) -> T {
+        let headers: Vec<(&[u8], &[u8])> = self.headers().collect();
+        f(&crate::Request {
+            method: self.method(),
+            host: self.header("host").unwrap_or(b""),
+            target: self.target(),
+            headers: &headers,
+            ip: self.client.0,
+            dst: Some(self.server.0),
+            port: self.server.1,
+            time_ns: self.time_ns,
+        })
+    }
 }
 
 /// Parsed requests. A batch keeps its requests' buffers when cleared, so

@@ -1,6 +1,10 @@
 //! Runs a ruleset's `test` blocks (`rctl test`) through any evaluator: the
 //! compiled engine, the reference, and (later) the XDP program all answer
-//! the same [`Decider`] questions, so one corpus pins them all down.
+//! the same [`Decider`] questions, so one corpus pins them all down. Tests
+//! that replay real traffic run on the engine alone ([`replay`]).
+
+pub mod replay;
+pub use replay::{NoFiles, Replayer};
 
 use crate::request::{Packet, Request};
 use crate::{Decision, Engine, EngineConfig, EngineError, NaiveEngine, Scratch, Verdict};
@@ -60,20 +64,37 @@ impl TestResult {
 }
 
 /// Runs the tests of `c` whose name contains `filter` (every test
-/// without one), in source order, each on a fresh engine (`rctl test`).
-/// A compilation with errors has no ruleset and so no tests. The results
-/// come as each test ends.
+/// without one), in source order, each on a fresh engine. A compilation
+/// with errors has no ruleset and so no tests. The results come as each
+/// test ends. A test that replays a file is an error here: see
+/// [`run_tests_with`].
 pub fn run_tests<'a>(
     c: &'a Compilation,
     filter: Option<&'a str>,
 ) -> impl Iterator<Item = Result<TestResult, EngineError>> + 'a {
-    c.ruleset.iter().flat_map(move |rs| {
-        c.tests
-            .iter()
-            .filter(move |t| filter.is_none_or(|f| t.name.contains(f)))
-            .map(move |t| {
-                let r = run_test(rs, t)?;
-                Ok(TestResult {
+    run_tests_with(c, filter, Box::new(NoFiles))
+}
+
+/// [`run_tests`], reading the files tests replay through `replayer`
+/// (`rctl test`).
+pub fn run_tests_with<'a>(
+    c: &'a Compilation,
+    filter: Option<&'a str>,
+    mut replayer: Box<dyn Replayer + 'a>,
+) -> impl Iterator<Item = Result<TestResult, EngineError>> + 'a {
+    let rs = c.ruleset.as_ref();
+    c.tests
+        .iter()
+        .filter(move |t| rs.is_some() && filter.is_none_or(|f| t.name.contains(f)))
+        .filter_map(move |t| {
+            let rs = rs?;
+            let r = if t.replays.is_empty() {
+                run_test(rs, t)
+            } else {
+                replay::run_replay_test(rs, t, replayer.as_mut())
+            };
+            Some(r.map(|r| {
+                TestResult {
                     failures: r
                         .failures
                         .into_iter()
@@ -86,9 +107,9 @@ pub fn run_tests<'a>(
                     sent: r.sent,
                     file: c.sources.get(t.span.file).map(|f| f.path.clone()),
                     line: t.span.line,
-                })
-            })
-    })
+                }
+            }))
+        })
 }
 
 struct Event {
@@ -97,8 +118,12 @@ struct Event {
     copy: u32,
 }
 
-/// Runs one test on a fresh engine (fresh limiter state).
+/// Runs one test on a fresh engine (fresh limiter state). A test that
+/// replays files is an error here (see [`replay::run_replay_test`]).
 pub fn run_test(ruleset: &Ruleset, test: &TestCase) -> Result<TestReport, EngineError> {
+    if !test.replays.is_empty() {
+        return replay::run_replay_test(ruleset, test, &mut NoFiles);
+    }
     let config = EngineConfig {
         site: test.site.clone(),
         ..EngineConfig::default()
@@ -253,6 +278,17 @@ fn describe(engine: &Ruleset, v: &Verdict) -> String {
     }
 }
 
+/// A quantity as written.
+fn quantity(q: Quantity) -> String {
+    match q {
+        Quantity::All => "all".to_string(),
+        Quantity::None => "none".to_string(),
+        Quantity::First => "first".to_string(),
+        Quantity::Last => "last".to_string(),
+        Quantity::Count(k) => k.to_string(),
+    }
+}
+
 fn check(engine: &Ruleset, x: &Expect, selected: &[(u64, &Decision)]) -> Option<String> {
     let n = selected.len();
     let hits = selected
@@ -274,13 +310,7 @@ fn check(engine: &Ruleset, x: &Expect, selected: &[(u64, &Decision)]) -> Option<
         *dist.entry(describe(engine, &d.verdict)).or_default() += 1;
     }
     let got: Vec<String> = dist.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let q = match x.quantity {
-        Quantity::All => "all".to_string(),
-        Quantity::None => "none".to_string(),
-        Quantity::First => "first".to_string(),
-        Quantity::Last => "last".to_string(),
-        Quantity::Count(k) => k.to_string(),
-    };
+    let q = quantity(x.quantity);
     let by = x
         .rule
         .as_ref()

@@ -1,0 +1,186 @@
+//! `rctl test` on real traffic: `replay` lines in test blocks, judged as
+//! `rctl dry-run` judges the same files, on a real capture (with the
+//! nginx log written beside it as the independent count) and on logs.
+
+use crate::util::{rctl, root, tempdir};
+use serde_json::Value;
+use std::path::Path;
+
+fn run_test(rules: &Path) -> (bool, String, String) {
+    let o = rctl(&["test", rules.to_str().unwrap()]);
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_test_replays_a_capture_as_the_dry_run_judges_it() {
+    let dir = tempdir("test-replay-capture");
+    let pcap = root().join("tests/fixtures/pcap/incidents.pcap");
+    let fixture =
+        std::fs::read_to_string(root().join("tests/fixtures/rules/fixture.rctl")).unwrap();
+    // nginx's own log of the same traffic: requests per client.
+    let nginx =
+        std::fs::read_to_string(root().join("tests/fixtures/pcap/incidents.access.log")).unwrap();
+    let from = |ip: &str| {
+        nginx
+            .lines()
+            .filter(|l| l.starts_with(&format!("{ip}|")))
+            .count()
+    };
+    let (updater, scraper) = (from("127.0.0.9"), from("127.0.0.21"));
+    assert!(updater > 0 && scraper > 0);
+    // The dry run's count of the scraper's limited requests.
+    let rules = dir.join("r.rctl");
+    std::fs::write(&rules, &fixture).unwrap();
+    let o = rctl(&[
+        "dry-run",
+        rules.to_str().unwrap(),
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sparql = super::rule(&v, "sparql_scrapers");
+    let limited = sparql["throttle"]["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "127.0.0.21")
+        .unwrap()["limited"]
+        .as_u64()
+        .unwrap();
+    assert!(limited > 0 && limited < scraper as u64);
+    let test = format!(
+        "\ntest \"the incidents capture\" {{\n  replay updater {pcap:?} ip 127.0.0.9\n  replay scraper {pcap:?} ip 127.0.0.21\n  expect for updater all allow by updater\n  expect for updater {updater} allow\n  expect for scraper {limited} throttle by sparql_scrapers\n  expect for scraper first pass\n}}\n",
+        pcap = pcap.display().to_string()
+    );
+    std::fs::write(&rules, fixture.clone() + &test).unwrap();
+    let (ok, out, err) = run_test(&rules);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "ok   the incidents capture ({} sent)",
+            updater + scraper
+        )),
+        "{out}"
+    );
+    // One more throttled request than the dry run counted fails, saying what came.
+    let wrong = test.replace(
+        &format!("{limited} throttle"),
+        &format!("{} throttle", limited + 1),
+    );
+    std::fs::write(&rules, fixture + &wrong).unwrap();
+    let (ok, out, _) = run_test(&rules);
+    assert!(!ok);
+    assert!(
+        out.contains(&format!(
+            "expected {} throttle by sparql_scrapers of {scraper} replayed, matched {limited}",
+            limited + 1
+        )),
+        "{out}"
+    );
+}
+
+const RULES: &str = "rule scrapers {
+  priority 1
+  when header(\"user-agent\") starts_with \"sqlmap\"
+  deny 403 \"no\"
+}
+rule per_ip {
+  priority 2
+  when path starts_with \"/sparql\"
+  throttle 10 requests per 1m burst 5 by ip status 429 reason \"slow down\"
+}
+";
+
+/// nginx combined lines, one every `s` seconds from noon.
+fn day(n: u32) -> String {
+    (0..n)
+        .map(|s| {
+            let (ip, ua) = match s % 3 {
+                0 => ("45.83.64.7", "sqlmap/1.7"),
+                1 => ("208.80.154.230", "updater/1.0"),
+                _ => ("93.184.216.34", "Mozilla/5.0"),
+            };
+            format!(
+                "{ip} - - [13/May/2026:12:{:02}:{:02} +0000] \"GET /sparql?query=x HTTP/1.1\" 200 1 \"-\" \"{ua}\"\n",
+                s / 60,
+                s % 60
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_test_replays_a_log_and_never_passes_what_it_cannot_judge() {
+    let dir = tempdir("test-replay-log");
+    std::fs::write(dir.join("day.log"), day(120)).unwrap();
+    let rules = dir.join("r.rctl");
+    let test = "
+test \"a real day\" {
+  replay scraper \"day.log\" format \"nginx-combined\" ip 45.83.64.0/24
+  replay updater \"day.log\" ip 208.80.154.230
+  expect for scraper all deny by scrapers
+  expect for updater 16 throttle by per_ip
+}
+";
+    std::fs::write(&rules, RULES.to_string() + test).unwrap();
+    let (ok, out, err) = run_test(&rules);
+    assert!(ok, "{out}{err}");
+    // The same count from the dry run of the same log.
+    let o = rctl(&[
+        "dry-run",
+        rules.to_str().unwrap(),
+        "--log",
+        dir.join("day.log").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let keys = super::rule(&v, "per_ip")["throttle"]["top"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let updater = keys.iter().find(|k| k["key"] == "208.80.154.230").unwrap();
+    assert_eq!(updater["limited"], 16, "{v}");
+    // nginx's combined format has no Host: a rule on it cannot be judged,
+    // and an expectation on the requests it leaves unknown fails.
+    let on_host = RULES.replace(
+        "when path starts_with \"/sparql\"",
+        "when host == \"query.wikidata.org\"",
+    );
+    std::fs::write(&rules, on_host + test).unwrap();
+    let (ok, out, _) = run_test(&rules);
+    assert!(!ok);
+    assert!(out.contains("40 of them could not be judged"), "{out}");
+    // A bad line fails the run with its position: it was not judged.
+    let mut log = day(120);
+    log.insert_str(0, "garbage\n");
+    std::fs::write(dir.join("day.log"), log).unwrap();
+    std::fs::write(&rules, RULES.to_string() + test).unwrap();
+    let (ok, _, err) = run_test(&rules);
+    assert!(!ok);
+    assert!(
+        err.contains("1 bad lines, which are not judged, the first at line 1"),
+        "{err}"
+    );
+    // One file, one format.
+    std::fs::write(dir.join("day.log"), day(120)).unwrap();
+    let two = test.replace(
+        "replay updater \"day.log\"",
+        "replay updater \"day.log\" format \"nginx-main\"",
+    );
+    std::fs::write(&rules, RULES.to_string() + &two).unwrap();
+    let (ok, _, err) = run_test(&rules);
+    assert!(!ok);
+    assert!(err.contains("a file has one format"), "{err}");
+    // A missing file is named.
+    std::fs::remove_file(dir.join("day.log")).unwrap();
+    std::fs::write(&rules, RULES.to_string() + test).unwrap();
+    let (ok, _, err) = run_test(&rules);
+    assert!(!ok && err.contains("day.log"), "{err}");
+}
