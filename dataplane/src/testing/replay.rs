@@ -3,15 +3,16 @@
 //! through what its format carries, a capture through everything), each
 //! expectation counted over the requests its label selects, without
 //! keeping them. A request whose verdict the input leaves unknown is
-//! never counted as passing: an expectation that selects one fails,
-//! saying so.
+//! never counted as passing: it is counted as what it may be (no verdict
+//! of a rule before the one left unknown, any of the rules from there
+//! on), and an expectation it could turn fails, saying so.
 
 use super::{describe, matches, TestReport};
 use crate::partial::{Blind, Judged, Known, PartialTrace};
 use crate::request::Request;
 use crate::{Decision, Engine, EngineConfig, EngineError, Verdict};
 use rctl_compiler::ir::Ruleset;
-use rctl_compiler::spec::{Expect, Quantity, TestCase};
+use rctl_compiler::spec::{Expect, Outcome, Quantity, TestCase};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -115,12 +116,12 @@ pub fn run_replay_test(
         sent += 1;
         let blind = blinds[file].get_or_insert_with(|| engine.blind(known));
         let d = match engine.judge_request(req, blind, &mut scratch, &mut trace) {
-            Judged::Decided(d) => Some(d),
-            Judged::Stopped(rule) => Some(Decision {
+            Judged::Decided(d) => Ok(d),
+            Judged::Stopped(rule) => Ok(Decision {
                 verdict: Verdict::Drop { rule },
                 logged: Vec::new(),
             }),
-            Judged::Unknown { .. } => None,
+            Judged::Unknown { rule, logged } => Err((rule, logged)),
         };
         for (xi, x) in test.expects.iter().enumerate() {
             if selects[xi].iter().any(|&r| mine(r)) {
@@ -148,15 +149,23 @@ pub fn run_replay_test(
     })
 }
 
-fn count(ruleset: &Ruleset, x: &Expect, d: Option<&Decision>, t: &mut Tally) {
+/// A request the input leaves unknown from rule `.0` on, with the log
+/// and shadow rules that matched before it.
+type Unknown = (usize, Vec<(usize, Verdict)>);
+
+fn count(ruleset: &Ruleset, x: &Expect, d: Result<&Decision, &Unknown>, t: &mut Tally) {
     t.selected += 1;
     let (hit, what) = match d {
-        Some(d) => (matches(ruleset, x, d), describe(ruleset, &d.verdict)),
-        None => {
-            t.unknown += 1;
+        Ok(d) => (matches(ruleset, x, d), describe(ruleset, &d.verdict)),
+        Err(u) => {
+            let (hit, maybe) = may_match(ruleset, x, u);
+            if maybe {
+                t.unknown += 1;
+            }
+            let from = ruleset.rules.get(u.0).map_or("", |r| r.name.as_str());
             (
-                false,
-                "unknown (the input lacks what a rule reads)".to_string(),
+                hit,
+                format!("unknown from {from} on (it reads what the input lacks)"),
             )
         }
     };
@@ -168,9 +177,34 @@ fn count(ruleset: &Ruleset, x: &Expect, d: Option<&Decision>, t: &mut Tally) {
     t.last = Some((hit, what));
 }
 
+/// Whether a request left unknown from rule `u.0` on has what `x`
+/// expects (`.0`), or may have it (`.1`): its verdict is none of the
+/// rules' before that one, and may be any rule's from there on, or a pass.
+fn may_match(ruleset: &Ruleset, x: &Expect, u: &Unknown) -> (bool, bool) {
+    let by = |i: usize| x.rule.as_deref().is_none_or(|r| ruleset.rules[i].name == r);
+    let later = ruleset.rules.iter().enumerate().skip(u.0);
+    match x.outcome {
+        Outcome::Logged => {
+            if u.1.iter().any(|&(i, _)| by(i)) {
+                return (true, false);
+            }
+            let logs = |r: &rctl_compiler::ir::Rule| r.shadow || r.action.kind() == "log";
+            (false, later.filter(|(_, r)| logs(r)).any(|(i, _)| by(i)))
+        }
+        Outcome::Pass => (false, x.rule.is_none()),
+        o => (
+            false,
+            later
+                .filter(|(_, r)| !r.shadow && r.action.kind() == o.as_str())
+                .any(|(i, _)| by(i)),
+        ),
+    }
+}
+
 /// The failure message of an expectation, if it does not hold.
 fn verdict_of(x: &Expect, t: &Tally) -> Option<String> {
     let (n, hits) = (t.selected, t.hits);
+    // Shown to hold whatever the unknown requests turn out to be.
     let ok = t.unknown == 0
         && match x.quantity {
             Quantity::All => hits == n && n > 0,
@@ -189,7 +223,7 @@ fn verdict_of(x: &Expect, t: &Tally) -> Option<String> {
         .map_or(String::new(), |r| format!(" by {r}"));
     let unknown = if t.unknown > 0 {
         format!(
-            "; {} of them could not be judged, so the expectation cannot be shown to hold",
+            "; {} of them could not be judged and may have it, so the expectation cannot be shown to hold",
             t.unknown
         )
     } else {
@@ -205,4 +239,110 @@ fn verdict_of(x: &Expect, t: &Tally) -> Option<String> {
             got.join(", ")
         }
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partial::KnownHeaders;
+    use crate::testing::run_tests_with;
+
+    /// Hands the test a day of requests: a scraper and a reader, every
+    /// second, through a log that carries no Host.
+    struct Day;
+
+    impl Replayer for Day {
+        fn replay(
+            &mut self,
+            files: &[(&Path, Option<&str>)],
+            each: &mut dyn FnMut(usize, &Known, &Request<'_>),
+        ) -> Result<(), String> {
+            assert_eq!(files.len(), 1, "one file, read once");
+            let mut known = Known::all();
+            known.host = false;
+            known.headers = KnownHeaders::Only(vec!["user-agent".into()]);
+            for s in 0..30u64 {
+                for (ip, ua) in [
+                    ("45.83.64.7", "sqlmap/1.7"),
+                    ("93.184.216.34", "Mozilla/5.0"),
+                ] {
+                    let headers: [(&[u8], &[u8]); 1] = [(b"user-agent", ua.as_bytes())];
+                    each(
+                        0,
+                        &known,
+                        &Request {
+                            method: b"GET",
+                            host: b"",
+                            target: b"/sparql",
+                            headers: &headers,
+                            ip: ip.parse().unwrap(),
+                            dst: None,
+                            port: 443,
+                            time_ns: 1_000_000_000_000 + s * 1_000_000_000,
+                        },
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+
+    const SRC: &str = r#"
+rule scrapers {
+  priority 1
+  when header("user-agent") starts_with "sqlmap"
+  deny 403
+}
+rule per_ip {
+  priority 2
+  when path == "/sparql"
+  throttle 10 requests per 1m by ip
+}
+rule on_host {
+  priority 3
+  when host == "query.wikidata.org"
+  deny 403
+}
+
+test "a day" {
+  replay scraper "day.log" ip 45.83.64.0/24
+  replay reader "day.log" ip 93.184.216.34
+  replay "day.log"
+  expect for scraper all deny by scrapers
+  expect for reader 16 throttle by per_ip
+  expect 30 deny by scrapers
+  expect for reader first pass
+  expect for reader none deny
+}
+"#;
+
+    #[test]
+    fn expectations_count_the_requests_their_label_selects_and_unknown_never_passes() {
+        let c = rctl_compiler::compile_str("t.rctl", SRC, &Default::default());
+        assert!(!c.diagnostics.has_errors(), "{:?}", c.diagnostics);
+        let r: Vec<_> = run_tests_with(&c, None, Box::new(Day))
+            .map(Result::unwrap)
+            .collect();
+        // The reader's requests within the limit reach `on_host`, which
+        // the log cannot judge: they are not per_ip's throttles nor
+        // scrapers' denials, but each may be a pass or a denial, so
+        // `first pass` and `none deny` cannot be shown, and fail.
+        assert_eq!(r[0].sent, 60);
+        let f = &r[0].failures;
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].message.starts_with("expected first pass"), "{f:?}");
+        assert!(
+            f[1].message
+                .starts_with("expected none deny of 30 replayed, matched 0"),
+            "{f:?}"
+        );
+        assert!(
+            f[1].message
+                .contains("; 14 of them could not be judged and may have it"),
+            "{f:?}"
+        );
+        // Without a runner that reads files, such a test is an error.
+        let e = crate::testing::run_tests(&c, None).next().unwrap();
+        assert!(matches!(e, Err(EngineError::Replay { .. })));
+    }
 }
