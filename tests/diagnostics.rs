@@ -336,6 +336,16 @@ fn tests_are_checked() {
         "rule r { when true deny }\ntest \"t\" { replay a \"x.log\"\n  request { path \"/\" } expect for a all deny }",
         &[("E0060", 3, 3)],
     );
+    // A replay reads below the ruleset's roots only, as `include` does;
+    // `format` and `ip` come once.
+    let c =
+        compile("rule r { when true deny }\ntest \"t\" { replay \"/etc/passwd\" expect all deny }");
+    let d: Vec<_> = c.diagnostics.iter().map(|d| d.code).collect();
+    assert_eq!(d, ["E0007"], "{:?}", c.diagnostics);
+    expect(
+        "rule r { when true deny }\ntest \"t\" { replay \"x.log\" ip 10.0.0.1 ip 10.0.0.2 expect all deny }",
+        &[("E0060", 2, 42)],
+    );
     let c = compile("rule r { when true deny }\ntest \"t\" { replay a \"day.log\" format \"nginx-combined\" ip 45.83.64.0/24 expect for a all deny }");
     assert!(!c.diagnostics.has_errors());
     let r = &c.tests[0].replays[0];

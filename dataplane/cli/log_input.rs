@@ -35,9 +35,9 @@ pub struct LogInputArgs {
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
     /// HAProxy: the `capture request header` names, in order (comma
-    /// separated or repeated), each as NAME:LEN with its `len` (a value
-    /// that long may have been cut, and is judged only as far as its
-    /// start tells).
+    /// separated or repeated), each as NAME:LEN with its `len` (the dry
+    /// run judges a value that long only as far as its start tells: it
+    /// may have been cut).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub capture_request_header: Vec<String>,
     /// HAProxy: read the capture names from this configuration.

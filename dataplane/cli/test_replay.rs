@@ -1,12 +1,13 @@
 //! What `rctl test` reads for a test's `replay` lines: access logs through
 //! `rctl_logs` (their format named or detected, folders walked, gzip and
-//! zstd read), merged in time order, or one packet capture. A file that
-//! cannot be read whole fails the run: a bad line is not judged, and a
-//! test on part of a file is not the test written.
+//! zstd read), merged in time order, or one packet capture. Each file is
+//! read once, however many replay lines name it (directly or through a
+//! folder). A file that cannot be read whole fails the run: a bad line is
+//! not judged, and a test on part of a file is not the test written.
 
 use rctl_dataplane::partial::Known;
+use rctl_dataplane::testing::replay::Each;
 use rctl_dataplane::testing::Replayer;
-use rctl_dataplane::Request;
 use rctl_logs::detect::{by_name, Spec};
 use rctl_logs::run::Options;
 use std::io::Read as _;
@@ -30,71 +31,109 @@ fn is_capture(p: &Path) -> bool {
         )
 }
 
-impl Replayer for Files {
-    fn replay(
-        &mut self,
-        files: &[(&Path, Option<&str>)],
-        each: &mut dyn FnMut(usize, &Known, &Request<'_>),
-    ) -> Result<(), String> {
-        for (p, _) in files {
-            if p.as_os_str() == "-" {
-                return Err("a test replays files, not standard input".into());
-            }
-            std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        }
-        if let Some((p, _)) = files.iter().find(|(p, f)| f.is_none() && is_capture(p)) {
-            if files.len() > 1 {
-                return Err(format!(
-                    "{}: a test replays one capture, or logs; this one names {} files",
-                    p.display(),
-                    files.len()
-                ));
-            }
-            return capture(p, each);
-        }
-        logs(files, each)
-    }
+/// One file to read: where, in which format, for which replayed files.
+struct Input {
+    path: PathBuf,
+    format: Option<String>,
+    of: Vec<usize>,
 }
 
-fn capture(p: &Path, each: &mut dyn FnMut(usize, &Known, &Request<'_>)) -> Result<(), String> {
-    let f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let known = Known::all();
-    let err = rctl_dataplane::dryrun::each_request_in(std::io::BufReader::new(f), |r| {
-        r.with_request(|req| each(0, &known, req))
-    });
-    match err {
-        Some(e) => Err(format!("{}: {e}", p.display())),
-        None => Ok(()),
-    }
-}
-
-fn logs(
-    files: &[(&Path, Option<&str>)],
-    each: &mut dyn FnMut(usize, &Known, &Request<'_>),
-) -> Result<(), String> {
-    // A folder is its files: each read file is owned by the replay file
-    // it came from.
-    let mut paths: Vec<PathBuf> = Vec::new();
-    let mut owner = Vec::new();
-    let mut opts = Options::default();
+/// The files behind `files`, each once (by its canonical path), with the
+/// replayed files it belongs to. Only regular files are read: a FIFO or a
+/// device named by a rule file is refused before it is opened.
+fn inputs(files: &[(&Path, Option<&str>)]) -> Result<Vec<Input>, String> {
+    let mut out: Vec<Input> = Vec::new();
     for (i, (p, format)) in files.iter().enumerate() {
+        if p.as_os_str() == "-" {
+            return Err("a test replays files, not standard input".into());
+        }
         let found = rctl_logs::input::expand(&[p.to_path_buf()])
             .map_err(|e| format!("{}: {e}", p.display()))?;
         if found.is_empty() {
             return Err(format!("{}: no file in this folder", p.display()));
         }
         for f in found {
-            if let Some(name) = format {
-                let fmt = by_name(name, &Spec::default())
-                    .map_err(|e| format!("{}: format {name:?}: {e}", p.display()))?;
-                opts.formats.push((f.clone(), fmt));
+            let meta = std::fs::metadata(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+            if !meta.is_file() {
+                return Err(format!("{}: not a regular file", f.display()));
             }
-            owner.push(i);
-            paths.push(f);
+            let path = std::fs::canonicalize(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let format = format.map(str::to_string);
+            match out.iter_mut().find(|x| x.path == path) {
+                Some(x) => {
+                    if x.format.is_some() && format.is_some() && x.format != format {
+                        return Err(format!(
+                            "{}: replayed as {:?} and as {:?}: a file has one format",
+                            path.display(),
+                            x.format.as_deref().unwrap_or_default(),
+                            format.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    x.format = x.format.take().or(format);
+                    if !x.of.contains(&i) {
+                        x.of.push(i);
+                    }
+                }
+                None => out.push(Input {
+                    path,
+                    format,
+                    of: vec![i],
+                }),
+            }
         }
     }
-    let (summary, _) = rctl_logs::read_requests(&paths, &opts, |i, k, r| each(owner[i], k, r))
-        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+impl Replayer for Files {
+    fn replay(
+        &mut self,
+        files: &[(&Path, Option<&str>)],
+        each: &mut Each<'_>,
+    ) -> Result<(), String> {
+        let inputs = inputs(files)?;
+        if let Some(c) = inputs
+            .iter()
+            .find(|x| x.format.is_none() && is_capture(&x.path))
+        {
+            if inputs.len() > 1 {
+                return Err(format!(
+                    "{}: a test replays one capture, or logs; this one reads {} files",
+                    c.path.display(),
+                    inputs.len()
+                ));
+            }
+            return capture(c, each);
+        }
+        logs(&inputs, each)
+    }
+}
+
+fn capture(c: &Input, each: &mut Each<'_>) -> Result<(), String> {
+    let f = std::fs::File::open(&c.path).map_err(|e| format!("{}: {e}", c.path.display()))?;
+    let known = Known::all();
+    let err = rctl_dataplane::dryrun::each_request_in(std::io::BufReader::new(f), |r| {
+        r.with_request(|req| each(&c.of, 0, &known, req))
+    });
+    match err {
+        Some(e) => Err(format!("{}: {e}", c.path.display())),
+        None => Ok(()),
+    }
+}
+
+fn logs(inputs: &[Input], each: &mut Each<'_>) -> Result<(), String> {
+    let mut opts = Options::default();
+    for x in inputs {
+        if let Some(name) = &x.format {
+            let fmt = by_name(name, &Spec::default())
+                .map_err(|e| format!("{}: format {name:?}: {e}", x.path.display()))?;
+            opts.formats.push((x.path.clone(), fmt));
+        }
+    }
+    let paths: Vec<PathBuf> = inputs.iter().map(|x| x.path.clone()).collect();
+    let (summary, _) =
+        rctl_logs::read_requests(&paths, &opts, |i, k, r| each(&inputs[i].of, i, k, r))
+            .map_err(|e| e.to_string())?;
     if let Some(e) = summary.errors.first() {
         return Err(e.clone());
     }

@@ -151,3 +151,34 @@ fn a_verdict_on_a_cut_value_is_the_verdict_of_the_whole_value() {
     assert!(checked > 30_000, "{checked}");
     assert!(decided > 15_000 && unknown > 8_000, "{decided} {unknown}");
 }
+
+/// A throttle keyed by a header that may be cut: the request whose value
+/// may be cut cannot be counted in its bucket (which bucket is unknown),
+/// so from then on the bucket counts fewer requests than live, and none
+/// of the throttle's verdicts is known.
+#[test]
+fn a_throttle_that_missed_a_cut_key_decides_nothing_after() {
+    let src = "rule per_agent {\n  when path starts_with \"/\"\n  throttle 1 requests per 1m by header(\"user-agent\")\n}\n";
+    let rs = rctl_compiler::compile_str("t.rctl", src, &Default::default())
+        .ruleset
+        .unwrap();
+    let engine = Engine::new(rs, &EngineConfig::default()).unwrap();
+    let mut known = Known::all();
+    known.capped = vec!["user-agent".into()];
+    let blind = engine.blind(&known);
+    let (mut s, mut trace) = (engine.scratch(), PartialTrace::default());
+    let mut judge = |ua: &[u8], cut: &[&[u8]], t: u64| {
+        let mut h = Vec::new();
+        let mut req = request(ua, b"example.org", &mut h);
+        req.time_ns = t;
+        engine.judge_request_cut(&req, &blind, cut, &mut s, &mut trace)
+    };
+    // Before any cut, the bucket is run.
+    assert!(matches!(judge(b"curl/8", &[], 1), Judged::Decided(_)));
+    // A value at its capture length: which bucket is unknown.
+    let first = judge(b"Mozilla/5.0 (X11", &[b"user-agent"], 2);
+    assert!(matches!(first, Judged::Unknown { .. }), "{first:?}");
+    // The same agent, whole: live, its bucket may hold the cut request.
+    let later = judge(b"Mozilla/5.0 (X11", &[], 3);
+    assert!(matches!(later, Judged::Unknown { .. }), "{later:?}");
+}

@@ -19,6 +19,10 @@ pub struct Scratch {
     /// take their outcomes from it instead of their limiters (see
     /// [`crate::core::Replay`]); `None` (the default) counts as usual.
     pub replay: Option<crate::core::Replay>,
+    /// Throttles that matched a request whose key value may have been cut
+    /// (see [`Engine::judge_request_cut`]): their buckets missed it, so
+    /// none of their later verdicts is known.
+    pub(crate) missed: Vec<u32>,
 }
 
 /// What `rctl eval` shows: the atoms that held and each rule that matched.
@@ -199,6 +203,7 @@ impl Engine {
             patterns: self.matcher.scratch(),
             candidates: Vec::new(),
             replay: None,
+            missed: Vec::new(),
         }
     }
 

@@ -378,7 +378,8 @@ impl Engine {
     /// `cut` (of the input's [`Known::capped`]) may have been cut at
     /// their logged length: each atom on them is known only where every
     /// longer value would give it the same truth, and a throttle keyed by
-    /// one cannot be run.
+    /// one cannot be run, on that request or any later one (its bucket
+    /// missed a request: `s` remembers it).
     pub fn judge_request_cut(
         &self,
         req: &Request<'_>,
@@ -400,7 +401,8 @@ impl Engine {
             }
         }
         let cuts = !cut.is_empty() && !blind.cuts.is_empty();
-        if blind.none && !cuts {
+        // A throttle that missed a cut key decides nothing from then on.
+        if blind.none && !cuts && s.missed.is_empty() {
             let d = self.decide_steps(req, s, &mut trace.steps, after_packet);
             return Judged::Decided(d);
         }
@@ -440,7 +442,13 @@ impl Engine {
                 continue;
             }
             let throttle = matches!(r.action, Action::Throttle(_));
-            let unkeyed = blind.key[i] || keyed.contains(&(i as u32));
+            // A bucket that missed a request (its key cut) counts one
+            // request fewer than live from then on.
+            let cut_key = throttle && keyed.contains(&(i as u32));
+            if cut_key && !s.missed.contains(&(i as u32)) {
+                s.missed.push(i as u32);
+            }
+            let unkeyed = blind.key[i] || cut_key || s.missed.contains(&(i as u32));
             if holds == Tri::Unknown || (throttle && unkeyed) {
                 trace.unknown.push(i);
                 if holds == Tri::True {

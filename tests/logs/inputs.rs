@@ -209,6 +209,12 @@ fn a_sampled_log_is_scaled_and_its_throttles_not_simulated() {
     assert_eq!(v["rules"][1]["unknown"], 75 * 128, "{v}");
     assert_eq!(v["rules"][1]["passed"], 0, "{v}");
     assert_eq!(v["totals"]["unknown_requests"], 75 * 128, "{v}");
+    // Its buckets were not run: no key is shown as passed or limited.
+    assert_eq!(
+        v["rules"][1]["throttle"]["top"],
+        serde_json::json!([]),
+        "{v}"
+    );
     // A shadow throttle leaves its own verdict unknown, and no request's.
     std::fs::write(
         dir.join("r.rctl"),
@@ -220,6 +226,7 @@ fn a_sampled_log_is_scaled_and_its_throttles_not_simulated() {
     assert_eq!(v["rules"][1]["matches"], 75 * 128, "{v}");
     assert_eq!(v["rules"][1]["unknown"], 75 * 128, "{v}");
     assert_eq!(v["rules"][1]["would"]["throttle"], 0, "{v}");
+    assert_eq!(v["rules"][1]["passed"], 0, "{v}");
     assert_eq!(
         v["totals"]
             .get("unknown_requests")

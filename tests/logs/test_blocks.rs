@@ -18,7 +18,9 @@ fn run_test(rules: &Path) -> (bool, String, String) {
 #[test]
 fn a_test_replays_a_capture_as_the_dry_run_judges_it() {
     let dir = tempdir("test-replay-capture");
-    let pcap = root().join("tests/fixtures/pcap/incidents.pcap");
+    // A replay reads below the ruleset's folder, as `include` does.
+    let pcap = dir.join("incidents.pcap");
+    std::fs::copy(root().join("tests/fixtures/pcap/incidents.pcap"), &pcap).unwrap();
     let fixture =
         std::fs::read_to_string(root().join("tests/fixtures/rules/fixture.rctl")).unwrap();
     // nginx's own log of the same traffic: requests per client.
@@ -55,8 +57,7 @@ fn a_test_replays_a_capture_as_the_dry_run_judges_it() {
         .unwrap();
     assert!(limited > 0 && limited < scraper as u64);
     let test = format!(
-        "\ntest \"the incidents capture\" {{\n  replay updater {pcap:?} ip 127.0.0.9\n  replay scraper {pcap:?} ip 127.0.0.21\n  expect for updater all allow by updater\n  expect for updater {updater} allow\n  expect for scraper {limited} throttle by sparql_scrapers\n  expect for scraper first pass\n}}\n",
-        pcap = pcap.display().to_string()
+        "\ntest \"the incidents capture\" {{\n  replay updater \"incidents.pcap\" ip 127.0.0.9\n  replay scraper \"incidents.pcap\" ip 127.0.0.21\n  expect for updater all allow by updater\n  expect for updater {updater} allow\n  expect for scraper {limited} throttle by sparql_scrapers\n  expect for scraper first pass\n}}\n",
     );
     std::fs::write(&rules, fixture.clone() + &test).unwrap();
     let (ok, out, err) = run_test(&rules);
@@ -183,4 +184,70 @@ test \"a real day\" {
     std::fs::write(&rules, RULES.to_string() + test).unwrap();
     let (ok, _, err) = run_test(&rules);
     assert!(!ok && err.contains("day.log"), "{err}");
+}
+
+/// varnishncsa's default lines (the Host in the request line's URL).
+fn varnish(n: u32) -> String {
+    (0..n)
+        .map(|s| {
+            format!(
+                "198.51.100.9 - - [13/May/2026:12:{:02}:{:02} +0000] \"GET http://query.wikidata.org/sparql?query=x HTTP/1.1\" 200 1 \"-\" \"curl/8\"\n",
+                s / 60,
+                s % 60
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_folder_is_its_files_each_read_once_in_its_own_format_with_all_its_traffic() {
+    let dir = tempdir("test-replay-folder");
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    // nginx combined has no Host; varnishncsa's has it.
+    std::fs::write(logs.join("a.log"), day(120)).unwrap();
+    std::fs::write(logs.join("b.log"), varnish(30)).unwrap();
+    let rules = dir.join("r.rctl");
+    let on_host = "rule on_host {
+  priority 1
+  when host == \"query.wikidata.org\" and header(\"user-agent\") starts_with \"curl\"
+  deny 403 \"no\"
+}
+rule per_path {
+  priority 2
+  when path starts_with \"/sparql\"
+  throttle 30 requests per 1m by path
+}
+";
+    // The folder and one of its files named again: each line is judged
+    // once (150 requests, not 270), each file through its own format.
+    let test = "
+test \"a folder\" {
+  replay \"logs\"
+  replay nginx \"logs/a.log\"
+  replay varnish \"logs\" ip 198.51.100.9
+  replay updater \"logs\" ip 208.80.154.230
+  expect for varnish all deny by on_host
+  expect for nginx none deny
+}
+";
+    std::fs::write(&rules, on_host.to_string() + test).unwrap();
+    let (ok, out, err) = run_test(&rules);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("ok   a folder (150 sent)"), "{out}");
+    // The updater alone sends 20 requests a minute, under the path's 30;
+    // with everyone's requests on the same path, the bucket fills, and
+    // the updater's requests are limited too: a replay selects whose
+    // requests are counted, not which traffic the limiters see.
+    let shared = test.replace(
+        "  expect for nginx none deny\n",
+        "  expect for updater none throttle by per_path\n",
+    );
+    std::fs::write(&rules, on_host.to_string() + &shared).unwrap();
+    let (ok, out, _) = run_test(&rules);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("expected none throttle by per_path of 40 replayed"),
+        "{out}"
+    );
 }

@@ -354,6 +354,8 @@ pub struct ReplayDecl {
     pub format: Option<Word>,
     /// `ip CIDR`: only the requests of these clients.
     pub ip: Option<Word>,
+    /// A `format` or `ip` given again on the line (an error).
+    pub repeated: Vec<Word>,
     /// The whole line.
     pub span: Span,
 }

@@ -388,23 +388,37 @@ impl Builder<'_> {
                 Rule::t_replay => {
                     let mut label = None;
                     let mut path = None;
-                    let mut format = None;
-                    let mut ip = None;
+                    let mut format: Option<Word> = None;
+                    let mut ip: Option<Word> = None;
+                    let mut repeated = Vec::new();
                     for c in p.into_inner() {
-                        match c.as_rule() {
-                            Rule::ident => label = Some(self.word(c)),
-                            Rule::string => path = Some(self.word(c)),
-                            Rule::r_format => format = Some(self.first_word(c)),
-                            Rule::r_ip => ip = Some(self.first_word(c)),
-                            _ => {}
+                        let slot = match c.as_rule() {
+                            Rule::ident => {
+                                label = Some(self.word(c));
+                                continue;
+                            }
+                            Rule::string => {
+                                path = Some(self.word(c));
+                                continue;
+                            }
+                            Rule::r_format => &mut format,
+                            Rule::r_ip => &mut ip,
+                            _ => continue,
+                        };
+                        let w = self.first_word(c);
+                        match slot {
+                            Some(_) => repeated.push(w),
+                            None => *slot = Some(w),
                         }
                     }
-                    if t.replays.len() < 1_000 {
+                    // One more than lowering takes, so that it says so.
+                    if t.replays.len() <= 1_000 {
                         t.replays.push(ReplayDecl {
                             label,
                             path: path?,
                             format,
                             ip,
+                            repeated,
                             span: pspan,
                         });
                     }

@@ -619,7 +619,7 @@ impl RequestSide {
             // A throttle that matched but could not be run did something
             // unknown (`Blind`): its match counts, no effect does.
             let ran = !self.partial.unknown.contains(&rule);
-            if !ran && !shadow {
+            if !ran {
                 s.unrun += 1;
             }
             if shadow {
@@ -634,7 +634,7 @@ impl RequestSide {
             s.uas.add_hashed(fps.1, ua);
             s.paths.add_hashed(fps.2, path);
             s.prefixes.add_hashed(net_fp, net);
-            if let (Some(t), false) = (&mut s.throttle, shadow) {
+            if let (Some(t), false, true) = (&mut s.throttle, shadow, ran) {
                 key_entry(&t.keys, &mut fields, req, &mut self.key);
                 let kfp = t.top.fingerprint(&self.key);
                 let limited = decided && d.verdict.kind() == "throttle";

@@ -1,8 +1,9 @@
-//! Tests on real traffic: the requests of a test's `replay` files, judged
-//! in time order on one fresh engine as `rctl dry-run` judges them (a log
-//! through what its format carries, a capture through everything), each
-//! expectation counted over the requests its label selects, without
-//! keeping them. A request whose verdict the input leaves unknown is
+//! Tests on real traffic: every request of a test's `replay` files,
+//! judged in time order on one fresh engine as `rctl dry-run` judges them
+//! (a log through what its format carries, a capture through everything;
+//! the limiters see all of the traffic, whichever clients the replays
+//! select), each expectation counted over the requests its label selects,
+//! without keeping them. A request whose verdict the input leaves unknown is
 //! never counted as passing: it is counted as what it may be (no verdict
 //! of a rule before the one left unknown, any of the rules from there
 //! on), and an expectation it could turn fails, saying so.
@@ -19,26 +20,29 @@ use std::path::Path;
 /// Reads the files a test replays.
 pub trait Replayer {
     /// Calls `each` with every request of `files` (each with its log
-    /// format, `None`: detected, or a capture), merged in time order,
-    /// with the index of its file and what that file carries. An error
-    /// says why the files cannot be read whole: a test on part of a file
-    /// would not be the test written.
+    /// format, `None`: detected, or a capture), merged in time order:
+    /// with the indices in `files` of those it is a request of (a file
+    /// named twice, directly or in a folder, is read once, for both), the
+    /// number of the file read (a folder's files apart), and what that
+    /// file carries. An error says why the files cannot be read whole: a
+    /// test on part of a file would not be the test written.
     fn replay(
         &mut self,
         files: &[(&Path, Option<&str>)],
-        each: &mut dyn FnMut(usize, &Known, &Request<'_>),
+        each: &mut Each<'_>,
     ) -> Result<(), String>;
 }
+
+/// What a [`Replayer`] hands each request to: the indices of the replayed
+/// files it is of, the number of the file read, what that file carries,
+/// and the request.
+pub type Each<'a> = dyn FnMut(&[usize], usize, &Known, &Request<'_>) + 'a;
 
 /// A runner that reads no file: a test that replays one is an error.
 pub struct NoFiles;
 
 impl Replayer for NoFiles {
-    fn replay(
-        &mut self,
-        _: &[(&Path, Option<&str>)],
-        _: &mut dyn FnMut(usize, &Known, &Request<'_>),
-    ) -> Result<(), String> {
+    fn replay(&mut self, _: &[(&Path, Option<&str>)], _: &mut Each<'_>) -> Result<(), String> {
         Err("this runner reads no files (run it with `rctl test`)".into())
     }
 }
@@ -106,16 +110,22 @@ pub fn run_replay_test(
         })
         .collect();
     let mut tallies: Vec<Tally> = test.expects.iter().map(|_| Tally::default()).collect();
-    let mut blinds: Vec<Option<Blind>> = vec![None; files.len()];
+    // Per file read: what it lacks, for this ruleset.
+    let mut blinds: Vec<Option<Blind>> = Vec::new();
     let mut sent = 0u64;
-    let mut each = |file: usize, known: &Known, req: &Request<'_>| {
-        let mine = |r: usize| file_of[r] == file && test.replays[r].selects(req.ip);
+    let mut each = |of: &[usize], input: usize, known: &Known, req: &Request<'_>| {
+        if blinds.len() <= input {
+            blinds.resize(input + 1, None);
+        }
+        let blind = blinds[input].get_or_insert_with(|| engine.blind(known));
+        // Every request counts in the limiters, selected or not.
+        let judged = engine.judge_request(req, blind, &mut scratch, &mut trace);
+        let mine = |r: usize| of.contains(&file_of[r]) && test.replays[r].selects(req.ip);
         if !(0..test.replays.len()).any(mine) {
             return;
         }
         sent += 1;
-        let blind = blinds[file].get_or_insert_with(|| engine.blind(known));
-        let d = match engine.judge_request(req, blind, &mut scratch, &mut trace) {
+        let d = match judged {
             Judged::Decided(d) => Ok(d),
             Judged::Stopped(rule) => Ok(Decision {
                 verdict: Verdict::Drop { rule },
@@ -125,7 +135,7 @@ pub fn run_replay_test(
         };
         for (xi, x) in test.expects.iter().enumerate() {
             if selects[xi].iter().any(|&r| mine(r)) {
-                count(ruleset, x, d.as_ref(), &mut tallies[xi]);
+                count(ruleset, x, d.as_ref(), &trace.unknown, &mut tallies[xi]);
             }
         }
     };
@@ -153,12 +163,35 @@ pub fn run_replay_test(
 /// and shadow rules that matched before it.
 type Unknown = (usize, Vec<(usize, Verdict)>);
 
-fn count(ruleset: &Ruleset, x: &Expect, d: Result<&Decision, &Unknown>, t: &mut Tally) {
+/// Counts one selected request: `d` its decision or where it is unknown
+/// from, `unknown` the rules the judge left unknown (shadow and log rules
+/// among them may have logged it).
+fn count(
+    ruleset: &Ruleset,
+    x: &Expect,
+    d: Result<&Decision, &Unknown>,
+    unknown: &[usize],
+    t: &mut Tally,
+) {
     t.selected += 1;
+    let logs = |r: &rctl_compiler::ir::Rule| r.shadow || r.action.kind() == "log";
+    let by = |i: usize| x.rule.as_deref().is_none_or(|r| ruleset.rules[i].name == r);
+    // A log or shadow rule left unknown may have logged it.
+    let may_log = x.outcome == Outcome::Logged
+        && unknown
+            .iter()
+            .any(|&i| ruleset.rules.get(i).is_some_and(logs) && by(i));
     let (hit, what) = match d {
-        Ok(d) => (matches(ruleset, x, d), describe(ruleset, &d.verdict)),
+        Ok(d) => {
+            let hit = matches(ruleset, x, d);
+            if !hit && may_log {
+                t.unknown += 1;
+            }
+            (hit, describe(ruleset, &d.verdict))
+        }
         Err(u) => {
             let (hit, maybe) = may_match(ruleset, x, u);
+            let maybe = maybe || (!hit && may_log);
             if maybe {
                 t.unknown += 1;
             }
@@ -182,7 +215,14 @@ fn count(ruleset: &Ruleset, x: &Expect, d: Result<&Decision, &Unknown>, t: &mut 
 /// rules' before that one, and may be any rule's from there on, or a pass.
 fn may_match(ruleset: &Ruleset, x: &Expect, u: &Unknown) -> (bool, bool) {
     let by = |i: usize| x.rule.as_deref().is_none_or(|r| ruleset.rules[i].name == r);
-    let later = ruleset.rules.iter().enumerate().skip(u.0);
+    // Unknown on the packet plane (a drop that may hold), the request may
+    // have gone on to any rule of the HTTP plane.
+    let packet = ruleset.plan.get(u.0).is_some_and(|p| p.xdp.is_some());
+    let later = ruleset
+        .rules
+        .iter()
+        .enumerate()
+        .skip(if packet { 0 } else { u.0 });
     match x.outcome {
         Outcome::Logged => {
             if u.1.iter().any(|&(i, _)| by(i)) {
@@ -255,7 +295,7 @@ mod tests {
         fn replay(
             &mut self,
             files: &[(&Path, Option<&str>)],
-            each: &mut dyn FnMut(usize, &Known, &Request<'_>),
+            each: &mut Each<'_>,
         ) -> Result<(), String> {
             assert_eq!(files.len(), 1, "one file, read once");
             let mut known = Known::all();
@@ -268,6 +308,7 @@ mod tests {
                 ] {
                     let headers: [(&[u8], &[u8]); 1] = [(b"user-agent", ua.as_bytes())];
                     each(
+                        &[0],
                         0,
                         &known,
                         &Request {
@@ -344,5 +385,41 @@ test "a day" {
         // Without a runner that reads files, such a test is an error.
         let e = crate::testing::run_tests(&c, None).next().unwrap();
         assert!(matches!(e, Err(EngineError::Replay { .. })));
+    }
+}
+
+#[cfg(test)]
+mod may_match_tests {
+    use super::*;
+    use rctl_compiler::source::Span;
+
+    fn expect(outcome: Outcome, rule: Option<&str>) -> Expect {
+        Expect {
+            label: None,
+            quantity: Quantity::None,
+            outcome,
+            rule: rule.map(str::to_string),
+            span: Span::default(),
+        }
+    }
+
+    #[test]
+    fn an_unknown_packet_plane_drop_may_be_followed_by_any_http_rule() {
+        let src = "rule deny_bots {\n  priority 1\n  when header(\"user-agent\") contains \"bot\"\n  deny 403\n}\n\
+                   rule edge_only {\n  priority 50\n  when dst_ip in { 198.51.100.0/24 }\n  drop\n}\n\
+                   rule later {\n  priority 60\n  when path == \"/x\"\n  deny 403\n}\n";
+        let rs = rctl_compiler::compile_str("t.rctl", src, &Default::default())
+            .ruleset
+            .unwrap();
+        let drop = rs.rules.iter().position(|r| r.name == "edge_only").unwrap();
+        let later = rs.rules.iter().position(|r| r.name == "later").unwrap();
+        assert!(rs.plan[drop].xdp.is_some());
+        let deny_bots = expect(Outcome::Deny, Some("deny_bots"));
+        // From the packet plane, even a rule before the drop may decide.
+        assert_eq!(may_match(&rs, &deny_bots, &(drop, vec![])), (false, true));
+        // From an HTTP rule on, the rules before it did not decide.
+        assert_eq!(may_match(&rs, &deny_bots, &(later, vec![])), (false, false));
+        let pass = expect(Outcome::Pass, None);
+        assert_eq!(may_match(&rs, &pass, &(later, vec![])), (false, true));
     }
 }

@@ -39,7 +39,14 @@ impl Lowerer<'_> {
             }
         }
         let mut replays = Vec::new();
-        for r in &t.replays {
+        if t.replays.len() > MAX_REPLAYS {
+            self.test_error(
+                &t.name,
+                "too many replay lines",
+                &format!("a test has at most {MAX_REPLAYS} `replay` lines; select clients with `ip` instead"),
+            );
+        }
+        for r in t.replays.iter().take(MAX_REPLAYS) {
             if let Some(replay) = self.replay(r) {
                 if let Some(l) = &replay.label {
                     labels.insert(l.clone());
@@ -201,15 +208,34 @@ impl Lowerer<'_> {
                         None
                     }
                 });
-        // Relative to the folder of the file the test is in, as `include`.
+        for w in &r.repeated {
+            self.test_error(
+                w,
+                "given twice on one replay",
+                "keep one `format` and one `ip`",
+            );
+        }
+        // Relative to the folder of the file the test is in, and read only
+        // below the ruleset's roots, as `include` and `file`. A file that
+        // is not there yet is `rctl test`'s to report.
         let base = self
             .map
             .get(r.span.file)
             .and_then(|f| f.path.parent().map(std::path::Path::to_path_buf))
             .unwrap_or_default();
+        let path = base.join(&r.path.text);
+        let path = match self.roots.resolve(&path) {
+            Ok(canonical) => canonical,
+            Err(crate::files::LoadError::Io(_)) => path,
+            Err(e) => {
+                let d = e.into_diagnostic(self.map, Some(r.path.span), &path);
+                self.diags.push(d);
+                return None;
+            }
+        };
         (self.diags.error_count() == errors).then(|| Replay {
             label: r.label.as_ref().map(|w| w.text.clone()),
-            path: base.join(&r.path.text),
+            path,
             format: r.format.as_ref().map(|w| w.text.clone()),
             net,
             span: r.span,
@@ -368,6 +394,9 @@ impl Lowerer<'_> {
         })
     }
 }
+
+/// `replay` lines a test may have.
+const MAX_REPLAYS: usize = 1_000;
 
 /// The hint for a duration that does not read.
 fn duration_hint(text: &str) -> String {
