@@ -79,6 +79,18 @@ fn rule<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap()
 }
 
+/// The requests a throttle limited for one key, from its report.
+fn limited(rule: &Value, key: &str) -> u64 {
+    rule["throttle"]["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == key)
+        .unwrap_or_else(|| panic!("no key {key} in {rule}"))["limited"]
+        .as_u64()
+        .unwrap()
+}
+
 /// Per rule: (matches, allow, deny, throttle, drop, log).
 fn per_rule(v: &Value) -> Vec<(String, [u64; 6])> {
     v["rules"]

@@ -46,15 +46,7 @@ fn a_test_replays_a_capture_as_the_dry_run_judges_it() {
         "json",
     ]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let sparql = super::rule(&v, "sparql_scrapers");
-    let limited = sparql["throttle"]["top"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["key"] == "127.0.0.21")
-        .unwrap()["limited"]
-        .as_u64()
-        .unwrap();
+    let limited = super::limited(super::rule(&v, "sparql_scrapers"), "127.0.0.21");
     assert!(limited > 0 && limited < scraper as u64);
     let test = format!(
         "\ntest \"the incidents capture\" {{\n  replay updater \"incidents.pcap\" ip 127.0.0.9\n  replay scraper \"incidents.pcap\" ip 127.0.0.21\n  expect for updater all allow by updater\n  expect for updater {updater} allow\n  expect for scraper {limited} throttle by sparql_scrapers\n  expect for scraper first pass\n}}\n",
@@ -142,12 +134,11 @@ test \"a real day\" {
         "json",
     ]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let keys = super::rule(&v, "per_ip")["throttle"]["top"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let updater = keys.iter().find(|k| k["key"] == "208.80.154.230").unwrap();
-    assert_eq!(updater["limited"], 16, "{v}");
+    assert_eq!(
+        super::limited(super::rule(&v, "per_ip"), "208.80.154.230"),
+        16,
+        "{v}"
+    );
     // nginx's combined format has no Host: a rule on it cannot be judged,
     // and an expectation on the requests it leaves unknown fails.
     let on_host = RULES.replace(

@@ -71,32 +71,17 @@ pub fn run_replay_test(
     let engine = Engine::new(ruleset.clone(), &config)?;
     let mut scratch = engine.scratch();
     let mut trace = PartialTrace::default();
-    // Each file once, however many replays select from it, in the one
-    // format they name.
+    // Each (file, format) once, however many replays select from it;
+    // the replayer reads a file named in two ways once, and refuses two
+    // formats for it.
     let mut files: Vec<(&Path, Option<&str>)> = Vec::new();
     let mut file_of = Vec::with_capacity(test.replays.len());
     for r in &test.replays {
-        let (path, format) = (r.path.as_path(), r.format.as_deref());
-        let i = match files.iter().position(|x| x.0 == path) {
-            Some(i) => i,
-            None => {
-                files.push((path, None));
-                files.len() - 1
-            }
-        };
-        match (files[i].1, format) {
-            (Some(a), Some(b)) if a != b => {
-                return Err(EngineError::Replay {
-                    test: test.name.clone(),
-                    message: format!(
-                        "{}: replayed as {a:?} and as {b:?}: a file has one format",
-                        path.display()
-                    ),
-                })
-            }
-            (None, Some(b)) => files[i].1 = Some(b),
-            _ => {}
-        }
+        let f = (r.path.as_path(), r.format.as_deref());
+        let i = files.iter().position(|x| *x == f).unwrap_or_else(|| {
+            files.push(f);
+            files.len() - 1
+        });
         file_of.push(i);
     }
     // Per expectation: the replays it selects.
@@ -174,13 +159,11 @@ fn count(
     t: &mut Tally,
 ) {
     t.selected += 1;
-    let logs = |r: &rctl_compiler::ir::Rule| r.shadow || r.action.kind() == "log";
-    let by = |i: usize| x.rule.as_deref().is_none_or(|r| ruleset.rules[i].name == r);
     // A log or shadow rule left unknown may have logged it.
     let may_log = x.outcome == Outcome::Logged
         && unknown
             .iter()
-            .any(|&i| ruleset.rules.get(i).is_some_and(logs) && by(i));
+            .any(|&i| ruleset.rules.get(i).is_some_and(logs) && by(ruleset, x, i));
     let (hit, what) = match d {
         Ok(d) => {
             let hit = matches(ruleset, x, d);
@@ -214,7 +197,7 @@ fn count(
 /// expects (`.0`), or may have it (`.1`): its verdict is none of the
 /// rules' before that one, and may be any rule's from there on, or a pass.
 fn may_match(ruleset: &Ruleset, x: &Expect, u: &Unknown) -> (bool, bool) {
-    let by = |i: usize| x.rule.as_deref().is_none_or(|r| ruleset.rules[i].name == r);
+    let by = |i: usize| by(ruleset, x, i);
     // Unknown on the packet plane (a drop that may hold), the request may
     // have gone on to any rule of the HTTP plane.
     let packet = ruleset.plan.get(u.0).is_some_and(|p| p.xdp.is_some());
@@ -228,7 +211,6 @@ fn may_match(ruleset: &Ruleset, x: &Expect, u: &Unknown) -> (bool, bool) {
             if u.1.iter().any(|&(i, _)| by(i)) {
                 return (true, false);
             }
-            let logs = |r: &rctl_compiler::ir::Rule| r.shadow || r.action.kind() == "log";
             (false, later.filter(|(_, r)| logs(r)).any(|(i, _)| by(i)))
         }
         Outcome::Pass => (false, x.rule.is_none()),
@@ -239,6 +221,18 @@ fn may_match(ruleset: &Ruleset, x: &Expect, u: &Unknown) -> (bool, bool) {
                 .any(|(i, _)| by(i)),
         ),
     }
+}
+
+/// Whether a rule records what it matches without deciding it.
+fn logs(r: &rctl_compiler::ir::Rule) -> bool {
+    r.shadow || r.action.kind() == "log"
+}
+
+/// Whether rule `i` is the one `x` names (any rule, if it names none).
+fn by(ruleset: &Ruleset, x: &Expect, i: usize) -> bool {
+    x.rule
+        .as_deref()
+        .is_none_or(|r| ruleset.rules.get(i).is_some_and(|rule| rule.name == r))
 }
 
 /// The failure message of an expectation, if it does not hold.
