@@ -353,6 +353,21 @@ fn tests_are_checked() {
     assert_eq!(r.format.as_deref(), Some("nginx-combined"));
     assert!(r.selects("45.83.64.200".parse().unwrap()));
     assert!(!r.selects("45.83.65.1".parse().unwrap()));
+    // The captured headers: names in slot order, lengths optional.
+    let c = compile("rule r { when true deny }\ntest \"t\" { replay \"edge.log\" captured \"User-Agent:64,,Host\" expect all deny }");
+    assert!(!c.diagnostics.has_errors(), "{:?}", c.diagnostics);
+    assert_eq!(
+        c.tests[0].replays[0].captured,
+        [
+            ("user-agent".to_string(), Some(64)),
+            (String::new(), None),
+            ("host".to_string(), None)
+        ]
+    );
+    expect(
+        "rule r { when true deny }\ntest \"t\" { replay \"x.log\" captured \"User Agent:0\" expect all deny }",
+        &[("E0060", 2, 36)],
+    );
 }
 
 #[test]

@@ -66,12 +66,12 @@ test \"t\" {
 
 #[test]
 fn a_replay_is_written_canonically() {
-    let src = "test \"day\" {REPLAY   scraper \"logs/day.log\"  IP 45.83.64.0/24 format \"nginx-combined\"
+    let src = "test \"day\" {REPLAY   scraper \"logs/day.log\"  IP 45.83.64.0/24 Captured \"Host:64\" format \"nginx-combined\"
 expect for scraper all deny}
 rule r { when true deny }
 ";
     let want = "test \"day\" {
-  replay scraper \"logs/day.log\" format \"nginx-combined\" ip 45.83.64.0/24
+  replay scraper \"logs/day.log\" format \"nginx-combined\" captured \"Host:64\" ip 45.83.64.0/24
   expect for scraper all deny
 }
 

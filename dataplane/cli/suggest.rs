@@ -300,7 +300,7 @@ impl<'a> Files<'a> {
 impl rctl_suggest::Traffic for Files<'_> {
     fn each(
         &mut self,
-        f: &mut dyn FnMut(u32, &rctl_dataplane::partial::Known, &rctl_dataplane::Request<'_>),
+        f: &mut dyn FnMut(rctl_suggest::Origin<'_>, &rctl_dataplane::Request<'_>),
     ) -> std::result::Result<(), String> {
         let first = self.passes == 0;
         self.passes += 1;
@@ -312,7 +312,12 @@ impl rctl_suggest::Traffic for Files<'_> {
                 rctl_dataplane::dryrun::each_request_in(std::io::BufReader::new(file), |hr| {
                     let mut buf = Vec::new();
                     rctl_suggest::obs::with_http(hr, &mut buf, |r| {
-                        f(rctl_suggest::CAPTURE, &all, r)
+                        let o = rctl_suggest::Origin {
+                            input: rctl_suggest::CAPTURE,
+                            known: &all,
+                            cut: &[],
+                        };
+                        f(o, r)
                     });
                 });
             if let (Some(e), true) = (err, first) {
@@ -326,9 +331,15 @@ impl rctl_suggest::Traffic for Files<'_> {
             return Ok(());
         }
         let opts = self.args.options().map_err(|e| format!("{e:#}"))?;
-        let (summary, formats) =
-            rctl_logs::read_requests(&self.logs, &opts, |i, k, r| f(i as u32, k, r))
-                .map_err(|e| e.to_string())?;
+        let (summary, formats) = rctl_logs::read_requests(&self.logs, &opts, |i, known, r, cut| {
+            let o = rctl_suggest::Origin {
+                input: i as u32,
+                known,
+                cut,
+            };
+            f(o, r)
+        })
+        .map_err(|e| e.to_string())?;
         if first {
             self.failed = self.args.failed(&summary);
             for ((name, l), fmt) in summary.inputs.iter().zip(formats) {

@@ -7,9 +7,10 @@
 
 use rctl_dataplane::partial::Known;
 use rctl_dataplane::testing::replay::Each;
-use rctl_dataplane::testing::Replayer;
+use rctl_dataplane::testing::{ReplayFile, Replayer};
 use rctl_logs::detect::{by_name, Spec};
 use rctl_logs::run::Options;
+use rctl_logs::template::Capture;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
@@ -31,19 +32,22 @@ fn is_capture(p: &Path) -> bool {
         )
 }
 
-/// One file to read: where, in which format, for which replayed files.
+/// One file to read: where, in which format (with the headers an HAProxy
+/// log captured), for which replayed files.
 struct Input {
     path: PathBuf,
     format: Option<String>,
+    captured: Vec<(String, Option<usize>)>,
     of: Vec<usize>,
 }
 
 /// The files behind `files`, each once (by its canonical path), with the
 /// replayed files it belongs to. Only regular files are read: a FIFO or a
 /// device named by a rule file is refused before it is opened.
-fn inputs(files: &[(&Path, Option<&str>)]) -> Result<Vec<Input>, String> {
+fn inputs(files: &[ReplayFile<'_>]) -> Result<Vec<Input>, String> {
     let mut out: Vec<Input> = Vec::new();
-    for (i, (p, format)) in files.iter().enumerate() {
+    for (i, r) in files.iter().enumerate() {
+        let (p, format) = (r.path, r.format);
         if p.as_os_str() == "-" {
             return Err("a test replays files, not standard input".into());
         }
@@ -69,7 +73,17 @@ fn inputs(files: &[(&Path, Option<&str>)]) -> Result<Vec<Input>, String> {
                             format.as_deref().unwrap_or_default()
                         ));
                     }
+                    if !x.captured.is_empty() && !r.captured.is_empty() && x.captured != r.captured
+                    {
+                        return Err(format!(
+                            "{}: replayed with two lists of captured headers: a file has one",
+                            path.display()
+                        ));
+                    }
                     x.format = x.format.take().or(format);
+                    if x.captured.is_empty() {
+                        x.captured = r.captured.to_vec();
+                    }
                     if !x.of.contains(&i) {
                         x.of.push(i);
                     }
@@ -77,6 +91,7 @@ fn inputs(files: &[(&Path, Option<&str>)]) -> Result<Vec<Input>, String> {
                 None => out.push(Input {
                     path,
                     format,
+                    captured: r.captured.to_vec(),
                     of: vec![i],
                 }),
             }
@@ -86,11 +101,7 @@ fn inputs(files: &[(&Path, Option<&str>)]) -> Result<Vec<Input>, String> {
 }
 
 impl Replayer for Files {
-    fn replay(
-        &mut self,
-        files: &[(&Path, Option<&str>)],
-        each: &mut Each<'_>,
-    ) -> Result<(), String> {
+    fn replay(&mut self, files: &[ReplayFile<'_>], each: &mut Each<'_>) -> Result<(), String> {
         let inputs = inputs(files)?;
         if let Some(c) = inputs
             .iter()
@@ -113,7 +124,7 @@ fn capture(c: &Input, each: &mut Each<'_>) -> Result<(), String> {
     let f = std::fs::File::open(&c.path).map_err(|e| format!("{}: {e}", c.path.display()))?;
     let known = Known::all();
     let err = rctl_dataplane::dryrun::each_request_in(std::io::BufReader::new(f), |r| {
-        r.with_request(|req| each(&c.of, 0, &known, req))
+        r.with_request(|req| each(&c.of, 0, &known, req, &[]))
     });
     match err {
         Some(e) => Err(format!("{}: {e}", c.path.display())),
@@ -124,16 +135,30 @@ fn capture(c: &Input, each: &mut Each<'_>) -> Result<(), String> {
 fn logs(inputs: &[Input], each: &mut Each<'_>) -> Result<(), String> {
     let mut opts = Options::default();
     for x in inputs {
-        if let Some(name) = &x.format {
-            let fmt = by_name(name, &Spec::default())
-                .map_err(|e| format!("{}: format {name:?}: {e}", x.path.display()))?;
-            opts.formats.push((x.path.clone(), fmt));
-        }
+        let spec = Spec {
+            captures: x
+                .captured
+                .iter()
+                .map(|(name, len)| Capture {
+                    name: name.clone(),
+                    len: *len,
+                })
+                .collect(),
+        };
+        let fmt = match &x.format {
+            Some(name) => by_name(name, &spec)
+                .map_err(|e| format!("{}: format {name:?}: {e}", x.path.display()))?,
+            // Detected, with these captures.
+            None if !spec.captures.is_empty() => detected(&x.path, spec)?,
+            None => continue,
+        };
+        opts.formats.push((x.path.clone(), fmt));
     }
     let paths: Vec<PathBuf> = inputs.iter().map(|x| x.path.clone()).collect();
-    let (summary, _) =
-        rctl_logs::read_requests(&paths, &opts, |i, k, r| each(&inputs[i].of, i, k, r))
-            .map_err(|e| e.to_string())?;
+    let (summary, _) = rctl_logs::read_requests(&paths, &opts, |i, k, r, cut| {
+        each(&inputs[i].of, i, k, r, cut)
+    })
+    .map_err(|e| e.to_string())?;
     if let Some(e) = summary.errors.first() {
         return Err(e.clone());
     }
@@ -152,4 +177,20 @@ fn logs(inputs: &[Input], each: &mut Each<'_>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The format of the log at `path`, detected from its first lines with
+/// the capture slots `spec` names.
+fn detected(path: &Path, spec: Spec) -> Result<rctl_logs::format::Format, String> {
+    let (r, _) = rctl_logs::input::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut head = Vec::with_capacity(64 * 1024);
+    r.take(64 * 1024)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let opts = Options {
+        spec,
+        ..Options::default()
+    };
+    let name = path.display().to_string();
+    rctl_logs::run::format_for(&opts, &head, &name).map_err(|e| e.to_string())
 }

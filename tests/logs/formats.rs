@@ -325,4 +325,32 @@ fn a_capture_cut_at_its_len_is_judged_only_as_far_as_its_start_tells() {
     ]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("NAME:LEN"));
+    // `rctl test` replays the same log with its capture slots named on the
+    // `replay` line: the known verdicts count, and the cut values count
+    // as what they may be.
+    let rules_text = std::fs::read_to_string(rules).unwrap();
+    let test = |captured: &str, expect: &str| {
+        let t = format!(
+            "{rules_text}test \"the edge's log\" {{\n  replay \"haproxy.log\" format \"haproxy-httplog\"{captured}\n  {expect}\n}}\n"
+        );
+        std::fs::write(rules, t).unwrap();
+        let o = crate::util::rctl(&["test", rules]);
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.success(), text)
+    };
+    let known = "expect 5 deny by sqlmap\n  expect 3 allow by curl";
+    let (ok, out) = test(" captured \"User-Agent:16\"", known);
+    assert!(ok, "{out}");
+    // The six cut values may be zgrab's: two denials are not proven.
+    let (ok, out) = test(" captured \"User-Agent:16\"", "expect 2 deny by zgrab");
+    assert!(
+        !ok && out.contains("6 of them could not be judged"),
+        "{out}"
+    );
+    // Without the slots' names the log's User-Agents are not read at all.
+    let (ok, out) = test("", known);
+    assert!(!ok && out.contains("could not be judged"), "{out}");
+    let (ok, out) = test(" captured \"User-Agent:x\"", known);
+    assert!(!ok && out.contains("positive number"), "{out}");
 }

@@ -352,9 +352,12 @@ pub struct ReplayDecl {
     pub path: Word,
     /// `format "F"`: the log's format, as `--log-format` takes it.
     pub format: Option<Word>,
+    /// `captured "User-Agent:64,Host"`: the headers HAProxy captured,
+    /// in its slots' order, each with the `len` it cuts values at.
+    pub captured: Option<Word>,
     /// `ip CIDR`: only the requests of these clients.
     pub ip: Option<Word>,
-    /// A `format` or `ip` given again on the line (an error).
+    /// A `format`, `captured` or `ip` given again on the line (an error).
     pub repeated: Vec<Word>,
     /// The whole line.
     pub span: Span,

@@ -339,6 +339,9 @@ impl Printer<'_> {
                     if let Some(f) = &r.format {
                         out += &format!(" format {}", self.w(f));
                     }
+                    if let Some(c) = &r.captured {
+                        out += &format!(" captured {}", self.w(c));
+                    }
                     if let Some(ip) = &r.ip {
                         out += &format!(" ip {}", ip.text);
                     }

@@ -389,6 +389,7 @@ impl Builder<'_> {
                     let mut label = None;
                     let mut path = None;
                     let mut format: Option<Word> = None;
+                    let mut captured: Option<Word> = None;
                     let mut ip: Option<Word> = None;
                     let mut repeated = Vec::new();
                     for c in p.into_inner() {
@@ -402,6 +403,7 @@ impl Builder<'_> {
                                 continue;
                             }
                             Rule::r_format => &mut format,
+                            Rule::r_captured => &mut captured,
                             Rule::r_ip => &mut ip,
                             _ => continue,
                         };
@@ -417,6 +419,7 @@ impl Builder<'_> {
                             label,
                             path: path?,
                             format,
+                            captured,
                             ip,
                             repeated,
                             span: pspan,

@@ -65,6 +65,7 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "bucket",
     "burst",
     "by",
+    "captured",
     "comment",
     "contains",
     "deny",
@@ -218,7 +219,9 @@ fn friendly(r: Rule) -> Option<&'static str> {
         | Rule::t_site
         | Rule::t_replay
         | Rule::kw_replay => "`request {…}`, `packet {…}`, `replay \"file\"`, `expect …` or `site`",
-        Rule::r_format | Rule::r_ip => "`format \"…\"` or `ip CIDR`",
+        Rule::r_format | Rule::r_captured | Rule::r_ip => {
+            "`format \"…\"`, `captured \"…\"` or `ip CIDR`"
+        }
         Rule::s_field_name | Rule::s_header | Rule::s_repeat | Rule::s_at | Rule::s_syn => {
             "a sample field (`method`, `path`, `header`, `ip`, `repeat`, …)"
         }

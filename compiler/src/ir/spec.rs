@@ -33,6 +33,11 @@ pub struct Replay {
     /// The log's format, as `--log-format` takes it (detected if `None`;
     /// a capture needs none).
     pub format: Option<String>,
+    /// The request headers an HAProxy log captured, in its slots' order
+    /// (lower-case; empty for a slot that holds no header), each with the
+    /// length HAProxy cuts values at, if known: `captured
+    /// "User-Agent:64,Host"`, as `--capture-request-header` takes them.
+    pub captured: Vec<(String, Option<usize>)>,
     /// Only the requests of clients in this network.
     pub net: Option<(IpAddr, u8)>,
     /// The replay line.

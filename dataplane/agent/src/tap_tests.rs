@@ -35,24 +35,25 @@ fn read_back(lines: &[u8]) -> Vec<Read> {
         ..Default::default()
     };
     let mut got = Vec::new();
-    let (summary, _) = rctl_logs::read_requests(std::slice::from_ref(&path), &opts, |_, _, r| {
-        let mut h: Vec<(String, Vec<u8>)> = r
-            .headers
-            .iter()
-            .map(|(k, v)| (String::from_utf8_lossy(k).to_lowercase(), v.to_vec()))
-            .filter(|(k, _)| k != "host")
-            .collect();
-        h.sort();
-        got.push((
-            r.time_ns,
-            r.ip,
-            r.method.to_vec(),
-            r.host.to_vec(),
-            r.target.to_vec(),
-            h,
-        ));
-    })
-    .unwrap();
+    let (summary, _) =
+        rctl_logs::read_requests(std::slice::from_ref(&path), &opts, |_, _, r, _| {
+            let mut h: Vec<(String, Vec<u8>)> = r
+                .headers
+                .iter()
+                .map(|(k, v)| (String::from_utf8_lossy(k).to_lowercase(), v.to_vec()))
+                .filter(|(k, _)| k != "host")
+                .collect();
+            h.sort();
+            got.push((
+                r.time_ns,
+                r.ip,
+                r.method.to_vec(),
+                r.host.to_vec(),
+                r.target.to_vec(),
+                h,
+            ));
+        })
+        .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(summary.bad_lines(), 0, "{summary:?}");
     got

@@ -684,13 +684,13 @@ fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBu
 /// Every request of the logs in `paths` (files, directories, `-`),
 /// merged in time order as [`replay`] merges them, handed to `each` with
 /// the index of its input (into `formats`, the second value returned:
-/// each input's format) and the fields that input carries, without a dry
-/// run. Reading can be done again for a second pass over the same files
+/// each input's format), the fields that input carries and the captured
+/// headers of the request that may have been cut, without a dry run. Reading can be done again for a second pass over the same files
 /// (standard input cannot be read twice).
 pub fn read_requests(
     paths: &[PathBuf],
     opts: &Options,
-    mut each: impl FnMut(usize, &Known, &rctl_dataplane::Request<'_>),
+    mut each: impl FnMut(usize, &Known, &rctl_dataplane::Request<'_>, &[&[u8]]),
 ) -> Result<(Summary, Vec<Format>), LogError> {
     let files = input::expand(paths).map_err(|e| LogError::Open(paths[0].clone(), e))?;
     let mut sources = Vec::with_capacity(files.len());
@@ -705,7 +705,7 @@ pub fn read_requests(
     let known: Vec<Known> = sources.iter().map(|s| s.format.known.clone()).collect();
     merge(&mut sources, |s, headers| {
         let id = s.id;
-        s.with_request(headers, |req, _| each(id, &known[id], req));
+        s.with_request(headers, |req, cut| each(id, &known[id], req, cut));
     });
     let mut summary = Summary::default();
     let mut formats = Vec::with_capacity(sources.len());

@@ -4,7 +4,7 @@
 //! that replay real traffic run on the engine alone ([`replay`]).
 
 pub mod replay;
-pub use replay::{NoFiles, Replayer};
+pub use replay::{NoFiles, ReplayFile, Replayer};
 
 use crate::request::{Packet, Request};
 use crate::{Decision, Engine, EngineConfig, EngineError, NaiveEngine, Scratch, Verdict};

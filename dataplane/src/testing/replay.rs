@@ -17,6 +17,18 @@ use rctl_compiler::spec::{Expect, Outcome, Quantity, TestCase};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// A file a test replays, to be read as its `replay` line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayFile<'a> {
+    /// The file or folder.
+    pub path: &'a Path,
+    /// Its log format (`None`: detected, or a capture).
+    pub format: Option<&'a str>,
+    /// The request headers an HAProxy log captured, in its slots' order,
+    /// with the lengths their values are cut at.
+    pub captured: &'a [(String, Option<usize>)],
+}
+
 /// Reads the files a test replays.
 pub trait Replayer {
     /// Calls `each` with every request of `files` (each with its log
@@ -26,23 +38,19 @@ pub trait Replayer {
     /// number of the file read (a folder's files apart), and what that
     /// file carries. An error says why the files cannot be read whole: a
     /// test on part of a file would not be the test written.
-    fn replay(
-        &mut self,
-        files: &[(&Path, Option<&str>)],
-        each: &mut Each<'_>,
-    ) -> Result<(), String>;
+    fn replay(&mut self, files: &[ReplayFile<'_>], each: &mut Each<'_>) -> Result<(), String>;
 }
 
 /// What a [`Replayer`] hands each request to: the indices of the replayed
 /// files it is of, the number of the file read, what that file carries,
-/// and the request.
-pub type Each<'a> = dyn FnMut(&[usize], usize, &Known, &Request<'_>) + 'a;
+/// the request, and its captured headers that may have been cut.
+pub type Each<'a> = dyn FnMut(&[usize], usize, &Known, &Request<'_>, &[&[u8]]) + 'a;
 
 /// A runner that reads no file: a test that replays one is an error.
 pub struct NoFiles;
 
 impl Replayer for NoFiles {
-    fn replay(&mut self, _: &[(&Path, Option<&str>)], _: &mut Each<'_>) -> Result<(), String> {
+    fn replay(&mut self, _: &[ReplayFile<'_>], _: &mut Each<'_>) -> Result<(), String> {
         Err("this runner reads no files (run it with `rctl test`)".into())
     }
 }
@@ -71,13 +79,17 @@ pub fn run_replay_test(
     let engine = Engine::new(ruleset.clone(), &config)?;
     let mut scratch = engine.scratch();
     let mut trace = PartialTrace::default();
-    // Each (file, format) once, however many replays select from it;
-    // the replayer reads a file named in two ways once, and refuses two
-    // formats for it.
-    let mut files: Vec<(&Path, Option<&str>)> = Vec::new();
+    // Each (file, format, captures) once, however many replays select
+    // from it; the replayer reads a file named in two ways once, and
+    // refuses two formats for it.
+    let mut files: Vec<ReplayFile<'_>> = Vec::new();
     let mut file_of = Vec::with_capacity(test.replays.len());
     for r in &test.replays {
-        let f = (r.path.as_path(), r.format.as_deref());
+        let f = ReplayFile {
+            path: r.path.as_path(),
+            format: r.format.as_deref(),
+            captured: &r.captured,
+        };
         let i = files.iter().position(|x| *x == f).unwrap_or_else(|| {
             files.push(f);
             files.len() - 1
@@ -98,13 +110,13 @@ pub fn run_replay_test(
     // Per file read: what it lacks, for this ruleset.
     let mut blinds: Vec<Option<Blind>> = Vec::new();
     let mut sent = 0u64;
-    let mut each = |of: &[usize], input: usize, known: &Known, req: &Request<'_>| {
+    let mut each = |of: &[usize], input: usize, known: &Known, req: &Request<'_>, cut: &[&[u8]]| {
         if blinds.len() <= input {
             blinds.resize(input + 1, None);
         }
         let blind = blinds[input].get_or_insert_with(|| engine.blind(known));
         // Every request counts in the limiters, selected or not.
-        let judged = engine.judge_request(req, blind, &mut scratch, &mut trace);
+        let judged = engine.judge_request_cut(req, blind, cut, &mut scratch, &mut trace);
         let mine = |r: usize| of.contains(&file_of[r]) && test.replays[r].selects(req.ip);
         if !(0..test.replays.len()).any(mine) {
             return;
@@ -286,11 +298,7 @@ mod tests {
     struct Day;
 
     impl Replayer for Day {
-        fn replay(
-            &mut self,
-            files: &[(&Path, Option<&str>)],
-            each: &mut Each<'_>,
-        ) -> Result<(), String> {
+        fn replay(&mut self, files: &[ReplayFile<'_>], each: &mut Each<'_>) -> Result<(), String> {
             assert_eq!(files.len(), 1, "one file, read once");
             let mut known = Known::all();
             known.host = false;
@@ -315,6 +323,7 @@ mod tests {
                             port: 443,
                             time_ns: 1_000_000_000_000 + s * 1_000_000_000,
                         },
+                        &[],
                     );
                 }
             }

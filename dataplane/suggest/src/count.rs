@@ -16,7 +16,7 @@
 use crate::bounded::{Bounded, ByFingerprint, Fingerprints, Stage};
 use crate::keys::{network, template_into};
 use crate::obs::{header, looks_legitimate, no_cache, path};
-use crate::Existing;
+use crate::{Existing, Origin};
 use rctl_dataplane::Request;
 use std::hash::Hasher as _;
 use std::net::IpAddr;
@@ -65,6 +65,9 @@ pub struct PathCount {
     pub more: bool,
     /// Whether every request of it said no-cache.
     pub all_no_cache: bool,
+    /// Whether a request of it logged a host that may have been cut
+    /// (`host` is then a prefix of the host sent).
+    pub host_cut: bool,
 }
 
 /// An endpoint.
@@ -89,6 +92,9 @@ pub struct EndpointCount {
     /// On an endpoint with a shape, the fingerprint of the endpoint of
     /// its path template alone (whose offenders it does not repeat).
     pub base: u64,
+    /// Whether a request of it logged a host that may have been cut
+    /// (`host` is then a prefix of the host sent).
+    pub host_cut: bool,
 }
 
 /// A key's requests on an endpoint, and how many looked legitimate.
@@ -212,6 +218,10 @@ pub struct AgentCount {
     pub ips: Option<ByFingerprint<(IpAddr, u64)>>,
     /// Whether more addresses sent it than `ips` holds.
     pub wide: bool,
+    /// Whether a request of it logged a User-Agent that may have been
+    /// cut (`ua` is then a prefix of what was sent, to be tested with
+    /// `starts_with`).
+    pub cut: bool,
 }
 
 /// The counts of a traffic.
@@ -288,6 +298,10 @@ struct Seen<'r> {
     pub ua: &'r [u8],
     pub ip: IpAddr,
     pub legit: bool,
+    /// Whether the User-Agent may have been cut.
+    pub ua_cut: bool,
+    /// Whether the host may have been cut.
+    pub host_cut: bool,
 }
 
 impl Counts {
@@ -389,7 +403,7 @@ impl Counts {
     /// Counts `r`, which the existing rules judged `existing`, in the
     /// first pass: its paths and its endpoints (counted again by
     /// [`Counts::second`] when a loop is found).
-    pub fn first(&mut self, r: &Request<'_>, existing: Existing, trusted: bool) {
+    pub fn first(&mut self, r: &Request<'_>, o: Origin<'_>, existing: Existing, trusted: bool) {
         self.requests += 1;
         let legit = looks_legitimate(r);
         self.legit += u64::from(legit);
@@ -411,9 +425,9 @@ impl Counts {
             self.parents.prefetch(parent, Stage::Index);
             self.titles.prefetch(title, Stage::Index);
         }
-        self.count_endpoint(r, legit, title);
+        self.count_endpoint(r, o, legit, title);
         if let Some(key) = key {
-            self.count_path(r, key, parent, title);
+            self.count_path(r, o.cut("host"), key, parent, title);
         }
     }
 
@@ -429,7 +443,7 @@ impl Counts {
 
     /// Counts `r` in the second pass: its endpoints, unless it is a
     /// loop's request.
-    pub fn second(&mut self, r: &Request<'_>, existing: Existing, trusted: bool) {
+    pub fn second(&mut self, r: &Request<'_>, o: Origin<'_>, existing: Existing, trusted: bool) {
         if existing != Existing::Pass || trusted || !r.target.starts_with(b"/") {
             return;
         }
@@ -442,11 +456,18 @@ impl Counts {
             return;
         }
         let title = title_fp(&self.fp, &self.host, path(r), &mut self.template);
-        self.count_endpoint(r, looks_legitimate(r), title);
+        self.count_endpoint(r, o, looks_legitimate(r), title);
     }
 
     /// Counts `r`'s path (`key`: [`Counts::path_key`]) under its parent.
-    fn count_path(&mut self, r: &Request<'_>, key: u64, parent_fp: u64, title: u64) {
+    fn count_path(
+        &mut self,
+        r: &Request<'_>,
+        host_cut: bool,
+        key: u64,
+        parent_fp: u64,
+        title: u64,
+    ) {
         let p = path(r);
         let Some(cut) = p.iter().rposition(|&b| b == b'/') else {
             return;
@@ -461,6 +482,7 @@ impl Counts {
             ips: Vec::new(),
             more: false,
             all_no_cache: true,
+            host_cut: false,
         });
         // Just taken: counted once past its error.
         let new = e.count == e.error + 1;
@@ -473,18 +495,21 @@ impl Counts {
             }
         }
         v.all_no_cache &= no_cache(r);
+        v.host_cut |= host_cut;
         self.parents.add(parent_fp, || ());
         if title != 0 {
             self.titles.add(title, || 0).value += u64::from(new);
         }
     }
 
-    fn count_endpoint(&mut self, r: &Request<'_>, legit: bool, parent: u64) {
+    fn count_endpoint(&mut self, r: &Request<'_>, o: Origin<'_>, legit: bool, parent: u64) {
         let s = Seen {
             path: path(r),
             ua: header(r, "user-agent").unwrap_or_default(),
             ip: r.ip,
             legit,
+            ua_cut: o.cut("user-agent"),
+            host_cut: o.cut("host"),
         };
         let host_fp = self.fp.of(&[&self.host]);
         let k_host = self.ip_fp(host_fp, s.ip);
@@ -583,7 +608,7 @@ impl Counts {
         let host = &self.host;
         let template = k.scope.template(&self.template, &self.collapsed);
         let shape = &self.shape;
-        self.endpoints.add(ep, || EndpointCount {
+        let e = self.endpoints.add(ep, || EndpointCount {
             host: String::from_utf8_lossy(host).into_owned(),
             host_fp,
             template: String::from_utf8_lossy(template).into_owned(),
@@ -594,7 +619,9 @@ impl Counts {
                 _ => String::new(),
             },
             base: if k.scope == Scope::Shape { base } else { 0 },
+            host_cut: false,
         });
+        e.value.host_cut |= s.host_cut;
         let tag = u64::from(s.legit);
         let net = network(s.ip);
         self.clients
@@ -616,8 +643,10 @@ impl Counts {
                 ips: (!crate::keys::ua_family(s.ua).starts_with("browser:"))
                     .then(ByFingerprint::default),
                 wide: false,
+                cut: false,
             })
             .value;
+        a.cut |= s.ua_cut;
         a.legit += tag;
         a.versions |= a.first != s.ua;
         if let Some(ips) = &mut a.ips {

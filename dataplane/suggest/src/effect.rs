@@ -11,9 +11,10 @@ use crate::find::{Finding, Members};
 use crate::keys::{network, template_into};
 use crate::obs::{header, looks_legitimate, path, Obs};
 use crate::Judge;
+use crate::Origin;
 use rctl_compiler::ir::Ruleset;
 use rctl_dataplane::dryrun::Distinct;
-use rctl_dataplane::partial::{Judged, Known};
+use rctl_dataplane::partial::Judged;
 use rctl_dataplane::{EngineError, Request, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -138,10 +139,10 @@ impl Measure {
         Ok(m)
     }
 
-    /// Replays `r` (of input `input`, carrying `known`), `trusted` if its
-    /// address is in a `--trusted` block.
-    pub fn request(&mut self, input: u32, known: &Known, r: &Request<'_>, trusted: bool) {
-        let (logged, verdict) = match self.judge.judge(input, known, r) {
+    /// Replays `r` (from `o`), `trusted` if its address is in a
+    /// `--trusted` block.
+    pub fn request(&mut self, o: Origin<'_>, r: &Request<'_>, trusted: bool) {
+        let (logged, verdict) = match self.judge.judge(o, r) {
             Judged::Decided(d) => (d.logged, Some(d.verdict)),
             Judged::Unknown { logged, .. } => (logged, None),
             Judged::Stopped(_) => return,
@@ -173,13 +174,13 @@ impl Measure {
             }
         }
         if matches!(verdict, Some(Verdict::Pass)) && !trusted && r.target.starts_with(b"/") {
-            self.member(input, r);
+            self.member(o, r);
         }
     }
 
     /// Counts `r` (which a new rule may limit) to the finding it is an
     /// offender's request of, and keeps the samples.
-    fn member(&mut self, input: u32, r: &Request<'_>) {
+    fn member(&mut self, o: Origin<'_>, r: &Request<'_>) {
         self.host.clear();
         self.host.extend(r.host.iter().map(u8::to_ascii_lowercase));
         let p = path(r);
@@ -189,7 +190,7 @@ impl Measure {
                 let f = &mut self.findings[i];
                 f.requests += 1;
                 if f.offender.is_none() {
-                    f.offender = Some(Obs::from_request(input, r, Some(&self.keep)));
+                    f.offender = Some(Obs::from_request(o, r, Some(&self.keep)));
                 }
                 return;
             }
@@ -199,7 +200,7 @@ impl Measure {
                     for &i in loops {
                         let f = &mut self.findings[i];
                         if f.normal.is_none() {
-                            f.normal = Some(Obs::from_request(input, r, Some(&self.keep)));
+                            f.normal = Some(Obs::from_request(o, r, Some(&self.keep)));
                         }
                     }
                 }
@@ -224,7 +225,7 @@ impl Measure {
             .then(|| crate::count::shape_fp(&self.fp, &self.host, &self.template, &self.shape));
         for ep in std::iter::once(ep).chain(shaped) {
             if let Some(list) = self.by_endpoint.get(&ep) {
-                on_endpoint(&mut self.findings, &self.keep, input, r, list);
+                on_endpoint(&mut self.findings, &self.keep, o, r, list);
             }
         }
     }
@@ -254,7 +255,7 @@ impl Measure {
 fn on_endpoint(
     findings: &mut [Finding],
     keep: &[String],
-    input: u32,
+    o: Origin<'_>,
     r: &Request<'_>,
     list: &[usize],
 ) {
@@ -273,7 +274,7 @@ fn on_endpoint(
             counted = true;
             f.requests += 1;
             if f.offender.is_none() {
-                f.offender = Some(Obs::from_request(input, r, Some(keep)));
+                f.offender = Some(Obs::from_request(o, r, Some(keep)));
             }
         }
         let normal = match (&f.members, f.normal_key) {
@@ -282,7 +283,7 @@ fn on_endpoint(
             (_, None) => false,
         };
         if normal && f.normal.is_none() {
-            f.normal = Some(Obs::from_request(input, r, Some(keep)));
+            f.normal = Some(Obs::from_request(o, r, Some(keep)));
         }
     }
 }

@@ -20,6 +20,7 @@ fn obs(t_ms: u64, ip: IpAddr, host: &str, target: &str, ua: &str, lang: &str) ->
         host: host.as_bytes().to_vec(),
         target: target.as_bytes().to_vec(),
         headers,
+        cut: Vec::new(),
     }
 }
 
@@ -262,23 +263,23 @@ fn an_api_scraper_is_found_by_its_query_shape_where_its_endpoint_hides_it() {
         )
     );
     // The rule tests the shape's parameters: the readers' queries pass.
-    let counts = count(
-        &mut Recorded {
-            traffic: &t,
-            inputs: &[],
-        },
-        None,
-        &|_| false,
-        &Options::default(),
-        Bounds::default(),
-    )
-    .unwrap();
-    let f = &find(&counts, &Options::default())[0];
+    let f = &findings(&t)[0];
     let rule = crate::write::rule(f, "s", 1000, "", crate::write::Bucket::Default).unwrap();
     assert!(
         rule.contains(r#"path == "/w/api.php" and query("action") present and query("format") present and query("page") present"#),
         "{rule}"
     );
+}
+
+/// The findings on `t`, with the default options and bounds.
+fn findings(t: &[Obs]) -> Vec<crate::Finding> {
+    let mut rec = Recorded {
+        traffic: t,
+        inputs: &[],
+    };
+    let o = Options::default();
+    let counts = count(&mut rec, None, &|_| false, &o, Bounds::default()).unwrap();
+    find(&counts, &o)
 }
 
 #[test]
@@ -328,10 +329,12 @@ fn dummy() -> crate::Finding {
     crate::Finding {
         what: String::new(),
         host: "query.wikidata.org".into(),
+        host_cut: false,
         path: "/sparql".into(),
         path_prefix: false,
         query: Vec::new(),
         ua_prefix: None,
+        ua_cut: false,
         no_cache: false,
         key: Key::UserAgent,
         limit: 10,
@@ -344,4 +347,59 @@ fn dummy() -> crate::Finding {
         offender: None,
         normal: None,
     }
+}
+
+#[test]
+fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
+    // The swarm's User-Agent and host as HAProxy logs them with
+    // `capture request header User-Agent len 24` and `Host len 12`: as
+    // long as their slots, so they may be the starts of longer values.
+    let mut t = traffic(false);
+    t.retain(|o| !o.headers[0].1.starts_with(b"python-requests"));
+    for i in 0..480u64 {
+        let ip = IpAddr::V4(Ipv4Addr::new(185, 100 + (i % 12) as u8, 101, 7));
+        let mut o = obs(
+            i * 1_250,
+            ip,
+            "query.wikid",
+            &format!("/sparql?query=SELECT%20{i}"),
+            "Mozilla/5.0 (compatible;",
+            "",
+        );
+        o.cut = vec![b"User-Agent".to_vec(), b"Host".to_vec()];
+        t.push(o);
+    }
+    t.sort_by_key(|r| r.time_ns);
+    let found = findings(&t);
+    let f = found
+        .iter()
+        .find(|f| f.key == Key::UserAgent)
+        .expect("the swarm is found by its User-Agent");
+    assert!(f.ua_cut && f.host_cut, "{f:?}");
+    let rule = crate::write::rule(f, "s", 1000, "", crate::write::Bucket::Default).unwrap();
+    assert!(
+        rule.contains(r#"host starts_with "query.wikid""#)
+            && rule.contains(r#"header("user-agent") starts_with "Mozilla/5.0 (compatible;""#),
+        "{rule}"
+    );
+    // Live, the whole values arrive, and the rule matches them.
+    let rs = rctl_compiler::compile_str("s.rctl", &rule, &Default::default())
+        .ruleset
+        .unwrap();
+    let engine = rctl_dataplane::Engine::new(rs, &Default::default()).unwrap();
+    let ua = b"Mozilla/5.0 (compatible; ScraperBot/2.1; +https://scraper.example)";
+    let headers: Vec<(&[u8], &[u8])> = vec![(b"User-Agent", ua), (b"Host", b"query.wikidata.org")];
+    let req = rctl_dataplane::Request {
+        method: b"GET",
+        host: b"query.wikidata.org",
+        target: b"/sparql?query=SELECT%201",
+        headers: &headers,
+        ip: "185.100.101.7".parse().unwrap(),
+        dst: None,
+        port: 443,
+        time_ns: 0,
+    };
+    let mut scratch = engine.scratch();
+    let d = engine.decide_request_with(&req, &mut scratch, None);
+    assert_eq!(d.logged.first().map(|l| l.0), Some(0), "{d:?}");
 }

@@ -30,6 +30,9 @@ pub struct Finding {
     pub what: String,
     /// The host the endpoint is on (empty: any).
     pub host: String,
+    /// True when `host` may be a cut host (a captured header logged as
+    /// long as its capture's length): the rule tests `starts_with`.
+    pub host_cut: bool,
     /// The endpoint: a path, or a template with `*` segments.
     pub path: String,
     /// True when `path` is a prefix (`starts_with`), not the whole path.
@@ -39,6 +42,9 @@ pub struct Finding {
     pub query: Vec<String>,
     /// A User-Agent prefix the rule also requires.
     pub ua_prefix: Option<String>,
+    /// True when `ua_prefix` may be a cut User-Agent (see `host_cut`):
+    /// the rule tests `starts_with`, never `==`.
+    pub ua_cut: bool,
     /// Whether the offender's requests all say no-cache (the rule then
     /// requires it, so cached readers are never limited).
     pub no_cache: bool,
@@ -212,6 +218,7 @@ pub fn find(c: &Counts, o: &Options) -> Vec<Finding> {
         let end = Endpoint {
             ep,
             host: &e.value.host,
+            host_cut: e.value.host_cut,
             path: &e.value.template,
             shape: &e.value.shape,
             total: e.count,
@@ -297,6 +304,8 @@ struct Caught {
 struct Endpoint<'a> {
     ep: u64,
     host: &'a str,
+    /// Whether the host may have been cut.
+    host_cut: bool,
     path: &'a str,
     /// The query shape (empty: the path template alone).
     shape: &'a str,
@@ -516,6 +525,7 @@ impl Endpoint<'_> {
                 n,
             );
             out.push(Finding {
+                ua_cut: a.cut,
                 members: Members::Agent(self.ep, a.ua.clone()),
                 normal_key: self.normal_ip(),
                 ..f
@@ -550,6 +560,7 @@ impl Endpoint<'_> {
         Finding {
             what,
             host: self.host.to_string(),
+            host_cut: self.host_cut,
             path: self.path.to_string(),
             path_prefix: false,
             query: if self.shape.is_empty() {
@@ -558,6 +569,7 @@ impl Endpoint<'_> {
                 self.shape.split('&').map(str::to_string).collect()
             },
             ua_prefix,
+            ua_cut: false,
             no_cache: false,
             key,
             limit,
@@ -650,10 +662,12 @@ pub(crate) fn rerenders(c: &Counts, period_s: u64, o: &Options) -> Vec<Finding> 
                     siblings - 1
                 ),
                 host: v.host.clone(),
+                host_cut: v.host_cut,
                 path: v.parent.clone(),
                 path_prefix: true,
                 query: Vec::new(),
                 ua_prefix: None,
+                ua_cut: false,
                 no_cache: v.all_no_cache,
                 key: Key::HostPath,
                 limit,

@@ -56,6 +56,29 @@ pub enum Existing {
 /// The input of a request that came from a capture: every field known.
 pub const CAPTURE: u32 = u32::MAX;
 
+/// Where a request came from: its input (an index; [`CAPTURE`] for a
+/// capture's), the fields that input carries, and the captured headers
+/// of this request whose values may have been cut at their capture's
+/// length (HAProxy's `len`): such a value is a prefix of what was sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The input.
+    pub input: u32,
+    /// The fields it carries.
+    pub known: &'a Known,
+    /// The headers (names as the input names them) that may be cut.
+    pub cut: &'a [&'a [u8]],
+}
+
+impl Origin<'_> {
+    /// Whether the header `name` (any case) may have been cut.
+    pub fn cut(&self, name: &str) -> bool {
+        self.cut
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+    }
+}
+
 /// An engine judging requests with the fields their input carries: a
 /// rule reading a field the input lacks is evaluated three-valued, as
 /// `rctl dry-run` evaluates it, never guessed.
@@ -85,9 +108,10 @@ impl Judge {
         &self.engine
     }
 
-    /// How `r`, of input `input` (carrying `known`; [`CAPTURE`]: all),
-    /// is judged.
-    pub fn judge(&mut self, input: u32, known: &Known, r: &Request<'_>) -> Judged {
+    /// How `r`, from `o`, is judged: a header it may have cut is judged
+    /// only as far as its start tells.
+    pub fn judge(&mut self, o: Origin<'_>, r: &Request<'_>) -> Judged {
+        let (input, known) = (o.input, o.known);
         if input == CAPTURE {
             return Judged::Decided(self.engine.decide_request_with(r, &mut self.scratch, None));
         }
@@ -97,12 +121,12 @@ impl Judge {
         }
         let engine = &self.engine;
         let blind = self.blinds[i].get_or_insert_with(|| engine.blind(known));
-        engine.judge_request(r, blind, &mut self.scratch, &mut self.trace)
+        engine.judge_request_cut(r, blind, o.cut, &mut self.scratch, &mut self.trace)
     }
 
     /// What the ruleset does to `r`, as the suggester counts it.
-    pub fn existing(&mut self, input: u32, known: &Known, r: &Request<'_>) -> Existing {
-        match self.judge(input, known, r) {
+    pub fn existing(&mut self, o: Origin<'_>, r: &Request<'_>) -> Existing {
+        match self.judge(o, r) {
             Judged::Decided(d) => match d.verdict {
                 Verdict::Pass => Existing::Pass,
                 Verdict::Allow { .. } => Existing::Allowed,
@@ -115,11 +139,10 @@ impl Judge {
 }
 
 /// Traffic that can be read more than once: each pass hands every
-/// request, in order, with its input (an index; [`CAPTURE`] for a
-/// capture's) and the fields that input carries.
+/// request, in order, with where it came from.
 pub trait Traffic {
     /// Reads the traffic once; an error stops the pass.
-    fn each(&mut self, f: &mut dyn FnMut(u32, &Known, &Request<'_>)) -> Result<(), String>;
+    fn each(&mut self, f: &mut dyn FnMut(Origin<'_>, &Request<'_>)) -> Result<(), String>;
 }
 
 /// Requests held in memory, with the fields each input carries
@@ -132,11 +155,20 @@ pub struct Recorded<'a> {
 }
 
 impl Traffic for Recorded<'_> {
-    fn each(&mut self, f: &mut dyn FnMut(u32, &Known, &Request<'_>)) -> Result<(), String> {
+    fn each(&mut self, f: &mut dyn FnMut(Origin<'_>, &Request<'_>)) -> Result<(), String> {
         let all = Known::all();
         for o in self.traffic {
             let known = self.inputs.get(o.input as usize).unwrap_or(&all);
-            o.with_request(|r| f(o.input, known, r));
+            o.with_request(|r, cut| {
+                f(
+                    Origin {
+                        input: o.input,
+                        known,
+                        cut,
+                    },
+                    r,
+                )
+            });
         }
         Ok(())
     }
@@ -180,15 +212,13 @@ pub fn count(
 ) -> Result<Counts, Error> {
     let mut judge = existing.cloned().map(Judge::new).transpose()?;
     let mut c = Counts::new(bounds);
-    let seen = |judge: &mut Option<Judge>, i, k: &Known, r: &Request<'_>| {
-        judge
-            .as_mut()
-            .map_or(Existing::Pass, |j| j.existing(i, k, r))
+    let seen = |judge: &mut Option<Judge>, o: Origin<'_>, r: &Request<'_>| {
+        judge.as_mut().map_or(Existing::Pass, |j| j.existing(o, r))
     };
     traffic
-        .each(&mut |i, k, r| {
-            let e = seen(&mut judge, i, k, r);
-            c.first(r, e, trusted(r.ip));
+        .each(&mut |o, r| {
+            let e = seen(&mut judge, o, r);
+            c.first(r, o, e, trusted(r.ip));
         })
         .map_err(Error::Input)?;
     if c.find_loops(o) {
@@ -196,9 +226,9 @@ pub fn count(
         // traffic's beginning, as in the first pass.
         judge = existing.cloned().map(Judge::new).transpose()?;
         traffic
-            .each(&mut |i, k, r| {
-                let e = seen(&mut judge, i, k, r);
-                c.second(r, e, trusted(r.ip));
+            .each(&mut |o, r| {
+                let e = seen(&mut judge, o, r);
+                c.second(r, o, e, trusted(r.ip));
             })
             .map_err(Error::Input)?;
     }
@@ -218,7 +248,7 @@ pub fn measure(
 ) -> Result<Vec<Measured>, Error> {
     let mut m = Measure::new(merged, findings, names, counts, keep)?;
     traffic
-        .each(&mut |i, k, r| m.request(i, k, r, trusted(r.ip)))
+        .each(&mut |o, r| m.request(o, r, trusted(r.ip)))
         .map_err(Error::Input)?;
     Ok(m.finish())
 }

@@ -26,15 +26,18 @@ pub struct Obs {
     pub target: Vec<u8>,
     /// Headers in order (names as sent).
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The headers whose logged values may have been cut at their
+    /// capture's length (see [`crate::Origin`]).
+    pub cut: Vec<Vec<u8>>,
 }
 
 impl Obs {
     /// From a request of a log (input `input`), with the fields its
     /// format carries: a field the log lacks is empty here, and the
     /// decisions on it are three-valued ([`crate::Judge`]).
-    pub fn from_request(input: u32, r: &Request<'_>, keep: Option<&[String]>) -> Obs {
+    pub fn from_request(o: crate::Origin<'_>, r: &Request<'_>, keep: Option<&[String]>) -> Obs {
         Obs {
-            input,
+            input: o.input,
             time_ns: r.time_ns,
             ip: r.ip,
             dst: r.dst,
@@ -48,32 +51,38 @@ impl Obs {
                 .filter(|(n, _)| kept(keep, n))
                 .map(|(n, v)| (n.to_vec(), v.to_vec()))
                 .collect(),
+            cut: o.cut.iter().map(|n| n.to_vec()).collect(),
         }
     }
 
     /// Whether the request looks like a person's browser (see
     /// [`looks_legitimate`]).
     pub fn looks_legitimate(&self) -> bool {
-        self.with_request(looks_legitimate)
+        self.with_request(|r, _| looks_legitimate(r))
     }
 
-    /// Calls `f` with the engine's view of this request.
-    pub fn with_request<R>(&self, f: impl FnOnce(&Request<'_>) -> R) -> R {
+    /// Calls `f` with the engine's view of this request, and the headers
+    /// that may have been cut.
+    pub fn with_request<R>(&self, f: impl FnOnce(&Request<'_>, &[&[u8]]) -> R) -> R {
         let headers: Vec<(&[u8], &[u8])> = self
             .headers
             .iter()
             .map(|(n, v)| (n.as_slice(), v.as_slice()))
             .collect();
-        f(&Request {
-            method: &self.method,
-            host: &self.host,
-            target: &self.target,
-            headers: &headers,
-            ip: self.ip,
-            dst: self.dst,
-            port: self.port,
-            time_ns: self.time_ns,
-        })
+        let cut: Vec<&[u8]> = self.cut.iter().map(Vec::as_slice).collect();
+        f(
+            &Request {
+                method: &self.method,
+                host: &self.host,
+                target: &self.target,
+                headers: &headers,
+                ip: self.ip,
+                dst: self.dst,
+                port: self.port,
+                time_ns: self.time_ns,
+            },
+            &cut,
+        )
     }
 }
 
@@ -159,6 +168,7 @@ mod tests {
                 .iter()
                 .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
                 .collect(),
+            cut: Vec::new(),
         }
     }
 
@@ -175,6 +185,9 @@ mod tests {
             ("Accept-Language", "en")
         ])
         .looks_legitimate());
-        assert_eq!(obs(&[]).with_request(|r| path(r).to_vec()), b"/w/index.php");
+        assert_eq!(
+            obs(&[]).with_request(|r, _| path(r).to_vec()),
+            b"/w/index.php"
+        );
     }
 }

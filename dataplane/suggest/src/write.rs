@@ -108,7 +108,10 @@ pub fn rule(
 ) -> Option<String> {
     let mut when = Vec::new();
     if !f.host.is_empty() {
-        when.push(format!("host == {}", quote(&f.host)));
+        // A host logged as long as its capture's length may be the start
+        // of a longer one: only a prefix test matches what was sent.
+        let op = if f.host_cut { "starts_with" } else { "==" };
+        when.push(format!("host {op} {}", quote(&f.host)));
     }
     when.push(path_condition(f)?);
     for name in &f.query {
@@ -116,8 +119,9 @@ pub fn rule(
     }
     if let Some(ua) = &f.ua_prefix {
         // A family is its product token and `/` (any version), or a
-        // whole User-Agent (see `keys::family_prefix`).
-        let op = if ua.ends_with('/') && !ua.starts_with("Mozilla/") {
+        // whole User-Agent (see `keys::family_prefix`); one that may
+        // have been cut is a prefix of what was sent.
+        let op = if f.ua_cut || (ua.ends_with('/') && !ua.starts_with("Mozilla/")) {
             "starts_with"
         } else {
             "=="

@@ -212,9 +212,23 @@ impl Lowerer<'_> {
             self.test_error(
                 w,
                 "given twice on one replay",
-                "keep one `format` and one `ip`",
+                "keep one `format`, one `captured` and one `ip`",
             );
         }
+        let captured = match &r.captured {
+            None => Vec::new(),
+            Some(w) => match captured_headers(&w.text) {
+                Ok(c) => c,
+                Err(why) => {
+                    self.test_error(
+                        w,
+                        &why,
+                        "write captured \"Host:64,User-Agent:128\": the capture slots' headers in order, each with its `len`",
+                    );
+                    Vec::new()
+                }
+            },
+        };
         // Relative to the folder of the file the test is in, and read only
         // below the ruleset's roots, as `include` and `file`. A file that
         // is not there yet is `rctl test`'s to report.
@@ -237,6 +251,7 @@ impl Lowerer<'_> {
             label: r.label.as_ref().map(|w| w.text.clone()),
             path,
             format: r.format.as_ref().map(|w| w.text.clone()),
+            captured,
             net,
             span: r.span,
         })
@@ -404,4 +419,33 @@ fn duration_hint(text: &str) -> String {
         Some(d) => format!("did you mean `{d}`? durations are like 500ms, 30s, 5m"),
         None => "durations are like 500ms, 30s, 5m".to_string(),
     }
+}
+
+/// The captured headers of `captured "H[:LEN],…"`: a header name (or
+/// nothing, for a slot holding no header) with an optional positive
+/// length, per slot.
+fn captured_headers(text: &str) -> Result<Vec<(String, Option<usize>)>, String> {
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let (name, len) = match item.rsplit_once(':') {
+            Some((n, l)) => match l.trim().parse::<usize>() {
+                Ok(l) if l > 0 => (n.trim(), Some(l)),
+                _ => {
+                    return Err(format!(
+                        "{item:?}: the length after the colon is a positive number"
+                    ))
+                }
+            },
+            None => (item.trim(), None),
+        };
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if !name.bytes().all(token) {
+            return Err(format!("{name:?} is not a header name"));
+        }
+        out.push((name.to_ascii_lowercase(), len));
+    }
+    if out.len() > 64 {
+        return Err(format!("{} capture slots; at most 64", out.len()));
+    }
+    Ok(out)
 }
