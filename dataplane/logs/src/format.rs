@@ -99,18 +99,36 @@ pub fn parse_ip(v: &[u8]) -> Option<IpAddr> {
 /// digits, no leading zero, each at most 255 (what the standard parser
 /// accepts as IPv4). Anything else is `None`, and left to it.
 fn dotted_quad(v: &[u8]) -> Option<std::net::Ipv4Addr> {
-    let mut octets = [0u8; 4];
-    let mut parts = v.split(|&b| b == b'.');
-    for o in &mut octets {
-        let d = parts.next()?;
-        if d.len() > 3 || (d.len() > 1 && d[0] == b'0') {
-            return None;
-        }
-        *o = u8::try_from(crate::time::digits(d)?).ok()?;
-    }
-    if parts.next().is_some() {
+    // One pass: each octet one to three digits, no leading zero, at most
+    // 255, three dots between four octets.
+    if v.len() < 7 || v.len() > 15 {
         return None;
     }
+    let mut octets = [0u8; 4];
+    let (mut k, mut n, mut len) = (0usize, 0u32, 0u32);
+    for &b in v {
+        if b == b'.' {
+            if len == 0 || k == 3 {
+                return None;
+            }
+            octets[k] = n as u8;
+            (k, n, len) = (k + 1, 0, 0);
+        } else {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 || (len == 1 && n == 0) {
+                return None;
+            }
+            n = n * 10 + u32::from(d);
+            len += 1;
+            if n > 255 {
+                return None;
+            }
+        }
+    }
+    if len == 0 || k != 3 {
+        return None;
+    }
+    octets[3] = n as u8;
     Some(octets.into())
 }
 
@@ -366,7 +384,10 @@ impl Format {
                 }
                 Field::ServerPort => rec.port = parse_port(v),
                 Field::Time(tf) => {
-                    let (ns, res) = tf.parse(v).ok_or(Mismatch::Value(p, "time"))?;
+                    let (ns, res) = rec
+                        .last_time
+                        .parse(*tf, v)
+                        .ok_or(Mismatch::Value(p, "time"))?;
                     rec.time_ns = ns;
                     rec.resolution_ns = res;
                 }

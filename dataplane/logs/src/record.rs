@@ -2,6 +2,7 @@
 //! or from a per-line arena, and the request the engine decides.
 
 use crate::template::Span;
+use crate::time::TimeFormat;
 use rctl_dataplane::Request;
 use std::net::IpAddr;
 
@@ -45,6 +46,34 @@ pub struct Record {
     pub cut: Vec<u16>,
     /// Milliseconds to add (HAProxy's `%Ts.%ms`).
     pub millis: Option<u64>,
+    /// The last time field parsed and what it gave, kept across lines
+    /// (not cleared): a log writes the same second on many lines in a
+    /// row, which then cost a comparison instead of a parse.
+    pub(crate) last_time: LastTime,
+}
+
+/// A time field's form and bytes, and what they parsed to
+/// (nanoseconds, resolution).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LastTime {
+    form: Option<TimeFormat>,
+    bytes: Vec<u8>,
+    parsed: Option<(u64, u64)>,
+}
+
+impl LastTime {
+    /// What `v` parses to in `form`: the last line's result if both are
+    /// the same (parsing is a function of the two alone).
+    #[inline]
+    pub(crate) fn parse(&mut self, form: TimeFormat, v: &[u8]) -> Option<(u64, u64)> {
+        if self.form != Some(form) || self.parsed.is_none() || self.bytes != v {
+            self.parsed = form.parse(v);
+            self.form = Some(form);
+            self.bytes.clear();
+            self.bytes.extend_from_slice(v);
+        }
+        self.parsed
+    }
 }
 
 impl Record {
@@ -201,4 +230,31 @@ pub fn parse_owned(
             })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_time_is_reused_only_for_the_same_form_and_bytes() {
+        let mut last = LastTime::default();
+        let clf = |v: &str| TimeFormat::Clf.parse(v.as_bytes());
+        for v in [
+            "13/May/2026:12:00:00 +0000",
+            "13/May/2026:12:00:00 +0000",
+            "13/May/2026:12:00:01 +0000",
+            "13/May/2026:12:00:01 +0200",
+            "garbage",
+            "garbage",
+            "13/May/2026:12:00:01 +0200",
+        ] {
+            assert_eq!(last.parse(TimeFormat::Clf, v.as_bytes()), clf(v), "{v}");
+        }
+        // The same bytes in another form are parsed again.
+        let s = last.parse(TimeFormat::EpochSeconds, b"1700000000");
+        let ms = last.parse(TimeFormat::EpochMillis, b"1700000000");
+        assert_eq!(s.map(|t| t.0), Some(1_700_000_000 * 1_000_000_000));
+        assert_eq!(ms.map(|t| t.0), Some(1_700_000_000 * 1_000_000));
+    }
 }
