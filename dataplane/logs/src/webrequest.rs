@@ -141,8 +141,9 @@ pub fn parse(
             let get = |s: Span| s.get(line, arena);
             match key {
                 b"dt" => {
-                    let (ns, res) = TimeFormat::Iso8601
-                        .parse(get(v))
+                    let (ns, res) = rec
+                        .last_time
+                        .parse(TimeFormat::Iso8601, get(v))
                         .ok_or(Mismatch::Value(vs, "time"))?;
                     rec.time_ns = ns;
                     rec.resolution_ns = res;

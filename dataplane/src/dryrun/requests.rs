@@ -579,6 +579,9 @@ impl RequestSide {
                 return None;
             }
             let u = &mut self.unmatched;
+            u.1.prefetch_counter(fps.0);
+            u.2.prefetch_counter(fps.1);
+            u.3.prefetch_counter(fps.2);
             u.0 += 1;
             u.1.add_hashed(fps.0, ip);
             u.2.add_hashed(fps.1, ua);
