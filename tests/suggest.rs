@@ -678,3 +678,109 @@ fn a_log_on_standard_input_with_few_keys_held_gives_the_same_rules_and_says_so()
     }
     accepted(&[&rules, &out]);
 }
+
+impl Traffic {
+    /// Writes the requests as HAProxy would log them with
+    /// `log-format "%Ts.%ms %ci %hr %{+Q}r %ST"` and `capture request
+    /// header Host len 64` and `User-Agent len ua_len`: each captured
+    /// value cut at its slot's length.
+    fn write_haproxy_log(mut self, path: &Path, ua_len: usize) {
+        self.0.sort_by_key(|r| r.t_ms);
+        let mut out = String::new();
+        for r in &self.0 {
+            let t = 1_790_000_000_000 + r.t_ms;
+            let [a, b, c, d] = r.ip;
+            let ua = r.headers.iter().find(|(k, _)| *k == "User-Agent");
+            let ua = ua.map_or("", |(_, v)| v.as_str());
+            out.push_str(&format!(
+                "{}.{:03} {a}.{b}.{c}.{d} {{{}|{}}} \"GET {} HTTP/1.1\" 200\n",
+                t / 1000,
+                t % 1000,
+                &r.host[..r.host.len().min(64)],
+                &ua[..ua.len().min(ua_len)],
+                r.target
+            ));
+        }
+        std::fs::write(path, out).unwrap();
+    }
+}
+
+#[test]
+fn a_cut_user_agent_is_suggested_as_a_prefix_and_never_unmasks_the_updater() {
+    // HAProxy keeps 12 bytes of each User-Agent: the swarm's
+    // `python-requests/2.31.0` is logged as `python-reque`, the
+    // updater's as `wmf-streamin`.
+    let dir = tempdir("suggest-cut");
+    let cut = dir.join("edge.log");
+    Traffic::wdqs().write_haproxy_log(&cut, 12);
+    let whole = dir.join("whole.log");
+    Traffic::wdqs().write_log(&whole, true);
+    let rules = existing(&dir);
+    let format = "haproxy:%Ts.%ms %ci %hr %{+Q}r %ST";
+    let input = [
+        "--log",
+        cut.to_str().unwrap(),
+        "--log-format",
+        format,
+        "--capture-request-header",
+        "Host:64,User-Agent:12",
+    ];
+    let (v, file, _) = suggest_on(&dir, Some(&rules), &input, &["--budget", "0"]);
+    // The updater's exemption reads a User-Agent that may have been cut
+    // from `wmf-streaming-updater-consumer/…`: its verdict is unknown, so
+    // it is neither counted nor taken for the heaviest address. Read as
+    // whole, `wmf-streamin` would fail the exemption and be suggested.
+    assert!(!file.contains("208.80.154.230"), "{file}");
+    let w = written(&v);
+    assert_eq!(w.len(), 1, "{v:#}\n{file}");
+    assert_eq!(w[0]["key"], "user-agent", "{v:#}");
+    // A prefix of what was sent: `==` on the cut value would never match.
+    assert!(
+        file.contains("header(\"user-agent\") starts_with \"python-reque\""),
+        "{file}"
+    );
+    // The rule's key is the User-Agent, which the log may have cut: what
+    // it does to the swarm's requests cannot be told on this log, and is
+    // said, not counted as limited or passed.
+    let e = &w[0]["effect"];
+    assert_eq!(e["requests_unknown"], 600, "{e}");
+    assert_eq!(e["requests_limited"], 0, "{e}");
+    assert!(
+        file.contains("600 requests it matched could not be judged"),
+        "{file}"
+    );
+    // Live, whole User-Agents arrive: on the same traffic logged whole,
+    // the suggested rule limits the swarm past its limit, and the updater
+    // stays allowed.
+    let out = dir.join("suggested.rctl");
+    let o = rctl(&[
+        "dry-run",
+        rules.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--log",
+        whole.to_str().unwrap(),
+        "--log-format",
+        &format!("{NGINX_MS} \"$http_user_agent\""),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = rule_in(&d, w[0]["rule"].as_str().unwrap());
+    assert_eq!(r["matches"], 600, "{r}");
+    let limit = w[0]["limit"].as_u64().unwrap();
+    assert!(
+        r["would"]["throttle"].as_u64().unwrap() >= 600 - 2 * limit,
+        "{r}"
+    );
+    let exempt = rule_in(&d, "wdqs_updater_exempt");
+    assert_eq!(exempt["requests"]["allow"], 600, "{exempt}");
+    accepted(&[&rules, &out]);
+    // Without the lengths the values are taken as logged: the updater's
+    // `wmf-streamin` fails its exemption and the updater is suggested
+    // for limiting, which is why the lengths are given.
+    let mut blind = input;
+    blind[5] = "Host,User-Agent";
+    let (_, file, _) = suggest_on(&dir, Some(&rules), &blind, &["--budget", "0"]);
+    assert!(file.contains("208.80.154.230"), "{file}");
+}

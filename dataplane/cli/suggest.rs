@@ -395,6 +395,13 @@ fn file_text<'a>(
                 "; on this traffic: {} requests from {} clients limited, collateral {} requests from {} clients",
                 e.requests_limited, e.clients_limited, e.collateral_requests, e.collateral_clients
             );
+            if e.requests_unknown > 0 {
+                let _ = write!(
+                    comment,
+                    "; {} requests it matched could not be judged (its key is a header the log may have cut)",
+                    e.requests_unknown
+                );
+            }
         }
         let Some(rule) =
             rctl_suggest::write::rule(f, name, first + 10 * i as i64, &comment, bucket)
@@ -574,6 +581,13 @@ fn summary(
             e.collateral_requests,
             e.collateral_clients
         )?;
+        if e.requests_unknown > 0 {
+            writeln!(
+                err,
+                "    {} requests it matched could not be judged: its key is a header the log may have cut, so what it does to them is not known here",
+                e.requests_unknown
+            )?;
+        }
         if !a.cost.is_empty() {
             writeln!(err, "    removes a cost of {}", cost(m))?;
         }

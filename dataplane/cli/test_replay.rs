@@ -73,17 +73,17 @@ fn inputs(files: &[ReplayFile<'_>]) -> Result<Vec<Input>, String> {
                             format.as_deref().unwrap_or_default()
                         ));
                     }
-                    if !x.captured.is_empty() && !r.captured.is_empty() && x.captured != r.captured
-                    {
+                    // One list (or none) per file: a line without
+                    // `captured` does not read the captured headers, and
+                    // would be judged otherwise if another line's list
+                    // applied to it.
+                    if x.captured != r.captured {
                         return Err(format!(
-                            "{}: replayed with two lists of captured headers: a file has one",
+                            "{}: replayed with different lists of captured headers (or with and without one): a file has one",
                             path.display()
                         ));
                     }
                     x.format = x.format.take().or(format);
-                    if x.captured.is_empty() {
-                        x.captured = r.captured.to_vec();
-                    }
                     if !x.of.contains(&i) {
                         x.of.push(i);
                     }
@@ -145,13 +145,21 @@ fn logs(inputs: &[Input], each: &mut Each<'_>) -> Result<(), String> {
                 })
                 .collect(),
         };
+        let captured = !spec.captures.is_empty();
+        let parquet = rctl_logs::input::starts_with(&x.path, b"PAR1");
         let fmt = match &x.format {
             Some(name) => by_name(name, &spec)
                 .map_err(|e| format!("{}: format {name:?}: {e}", x.path.display()))?,
-            // Detected, with these captures.
-            None if !spec.captures.is_empty() => detected(&x.path, spec)?,
+            // Detected, with these captures (a Parquet file is rows,
+            // detected by its reader).
+            None if captured && !parquet => detected(&x.path, spec)?,
+            None if captured => return Err(no_slots(&x.path, "webrequest Parquet")),
             None => continue,
         };
+        // Only HAProxy's formats have capture slots.
+        if captured && !fmt.name.starts_with("haproxy") {
+            return Err(no_slots(&x.path, &fmt.name));
+        }
         opts.formats.push((x.path.clone(), fmt));
     }
     let paths: Vec<PathBuf> = inputs.iter().map(|x| x.path.clone()).collect();
@@ -193,4 +201,12 @@ fn detected(path: &Path, spec: Spec) -> Result<rctl_logs::format::Format, String
     };
     let name = path.display().to_string();
     rctl_logs::run::format_for(&opts, &head, &name).map_err(|e| e.to_string())
+}
+
+/// The error for `captured` on a log whose format has no capture slots.
+fn no_slots(path: &Path, format: &str) -> String {
+    format!(
+        "{}: `captured` names HAProxy's capture slots, and this log is {format}, which has none",
+        path.display()
+    )
 }

@@ -353,4 +353,20 @@ fn a_capture_cut_at_its_len_is_judged_only_as_far_as_its_start_tells() {
     assert!(!ok && out.contains("could not be judged"), "{out}");
     let (ok, out) = test(" captured \"User-Agent:x\"", known);
     assert!(!ok && out.contains("positive number"), "{out}");
+    // A file has one list, and only HAProxy's formats have slots.
+    let (ok, out) = test(
+        " captured \"User-Agent:16\"\n  replay all \"haproxy.log\" format \"haproxy-httplog\"",
+        known,
+    );
+    assert!(!ok && out.contains("a file has one"), "{out}");
+    let t = format!(
+        "{rules_text}test \"t\" {{\n  replay \"haproxy.log\" format \"nginx-combined\" captured \"User-Agent:16\"\n  {known}\n}}\n"
+    );
+    std::fs::write(rules, t).unwrap();
+    let o = crate::util::rctl(&["test", rules]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("which has none"),
+        "{err}"
+    );
 }

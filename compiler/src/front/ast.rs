@@ -343,7 +343,8 @@ pub struct SampleDecl {
     pub span: Span,
 }
 
-/// `replay [label] "file" [format "F"] [ip CIDR]` in a test.
+/// `replay [label] "file" [format "F"] [captured "H[:LEN],…"] [ip CIDR]`
+/// in a test.
 #[derive(Debug, Clone)]
 pub struct ReplayDecl {
     /// Optional label, for `expect for label …`.

@@ -22,8 +22,9 @@ pub struct TestCase {
     pub span: Span,
 }
 
-/// `replay [label] "file" [format "F"] [ip CIDR]`: the requests of a real
-/// log or capture, judged in time order as `rctl dry-run` judges them.
+/// `replay [label] "file" [format "F"] [captured "H[:LEN],…"] [ip CIDR]`:
+/// the requests of a real log or capture, judged in time order as `rctl
+/// dry-run` judges them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replay {
     /// Label for `expect for label …`.

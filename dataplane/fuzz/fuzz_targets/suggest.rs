@@ -23,6 +23,7 @@ fn obs(t: u64, ip: IpAddr, host: &[u8], target: &[u8], ua: &[u8], extra: &[u8]) 
             (b"User-Agent".to_vec(), ua.to_vec()),
             (b"Cache-Control".to_vec(), extra.to_vec()),
         ],
+        cut: Vec::new(),
     }
 }
 

@@ -685,7 +685,8 @@ fn merge(sources: &mut [Source], mut each: impl FnMut(&mut Source, &mut HeaderBu
 /// merged in time order as [`replay`] merges them, handed to `each` with
 /// the index of its input (into `formats`, the second value returned:
 /// each input's format), the fields that input carries and the captured
-/// headers of the request that may have been cut, without a dry run. Reading can be done again for a second pass over the same files
+/// headers of the request that may have been cut, without a dry run.
+/// Reading can be done again for a second pass over the same files
 /// (standard input cannot be read twice).
 pub fn read_requests(
     paths: &[PathBuf],

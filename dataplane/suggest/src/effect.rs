@@ -31,6 +31,10 @@ pub struct Effect {
     pub collateral_requests: u64,
     /// Distinct addresses among those.
     pub collateral_clients: u64,
+    /// Requests it matched whose effect the input cannot tell (a
+    /// throttle keyed by a header the log may have cut): counted neither
+    /// as limited nor as passed.
+    pub requests_unknown: u64,
 }
 
 /// A finding, measured.
@@ -142,7 +146,13 @@ impl Measure {
     /// Replays `r` (from `o`), `trusted` if its address is in a
     /// `--trusted` block.
     pub fn request(&mut self, o: Origin<'_>, r: &Request<'_>, trusted: bool) {
-        let (logged, verdict) = match self.judge.judge(o, r) {
+        let judged = self.judge.judge(o, r);
+        for i in self.judge.unknown() {
+            if let Some(&f) = self.rules.get(i) {
+                self.tallies[f].effect.requests_unknown += 1;
+            }
+        }
+        let (logged, verdict) = match judged {
             Judged::Decided(d) => (d.logged, Some(d.verdict)),
             Judged::Unknown { logged, .. } => (logged, None),
             Judged::Stopped(_) => return,

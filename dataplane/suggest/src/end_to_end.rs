@@ -349,28 +349,27 @@ fn dummy() -> crate::Finding {
     }
 }
 
-#[test]
-fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
-    // The swarm's User-Agent and host as HAProxy logs them with
-    // `capture request header User-Agent len 24` and `Host len 12`: as
-    // long as their slots, so they may be the starts of longer values.
+/// The traffic of [`traffic`] without its swarm, and a swarm whose
+/// User-Agent and host are logged as `ua` and `query.wikid`, both as
+/// long as their capture slots (HAProxy's `capture request header … len`),
+/// so that they may be the starts of longer values.
+fn cut_swarm(ua: &str) -> Vec<Obs> {
     let mut t = traffic(false);
     t.retain(|o| !o.headers[0].1.starts_with(b"python-requests"));
     for i in 0..480u64 {
         let ip = IpAddr::V4(Ipv4Addr::new(185, 100 + (i % 12) as u8, 101, 7));
-        let mut o = obs(
-            i * 1_250,
-            ip,
-            "query.wikid",
-            &format!("/sparql?query=SELECT%20{i}"),
-            "Mozilla/5.0 (compatible;",
-            "",
-        );
+        let target = format!("/sparql?query=SELECT%20{i}");
+        let mut o = obs(i * 1_250, ip, "query.wikid", &target, ua, "");
         o.cut = vec![b"User-Agent".to_vec(), b"Host".to_vec()];
         t.push(o);
     }
     t.sort_by_key(|r| r.time_ns);
-    let found = findings(&t);
+    t
+}
+
+#[test]
+fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
+    let found = findings(&cut_swarm("ScraperBot-Pro (crawler "));
     let f = found
         .iter()
         .find(|f| f.key == Key::UserAgent)
@@ -379,7 +378,7 @@ fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
     let rule = crate::write::rule(f, "s", 1000, "", crate::write::Bucket::Default).unwrap();
     assert!(
         rule.contains(r#"host starts_with "query.wikid""#)
-            && rule.contains(r#"header("user-agent") starts_with "Mozilla/5.0 (compatible;""#),
+            && rule.contains(r#"header("user-agent") starts_with "ScraperBot-Pro (crawler ""#),
         "{rule}"
     );
     // Live, the whole values arrive, and the rule matches them.
@@ -387,7 +386,7 @@ fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
         .ruleset
         .unwrap();
     let engine = rctl_dataplane::Engine::new(rs, &Default::default()).unwrap();
-    let ua = b"Mozilla/5.0 (compatible; ScraperBot/2.1; +https://scraper.example)";
+    let ua = b"ScraperBot-Pro (crawler 2.1; +https://scraper.example)";
     let headers: Vec<(&[u8], &[u8])> = vec![(b"User-Agent", ua), (b"Host", b"query.wikidata.org")];
     let req = rctl_dataplane::Request {
         method: b"GET",
@@ -402,4 +401,20 @@ fn a_user_agent_or_host_that_may_be_cut_is_suggested_as_a_prefix() {
     let mut scratch = engine.scratch();
     let d = engine.decide_request_with(&req, &mut scratch, None);
     assert_eq!(d.logged.first().map(|l| l.0), Some(0), "{d:?}");
+}
+
+#[test]
+fn a_cut_user_agent_that_may_be_a_browsers_is_never_a_swarm() {
+    // `Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KH`:
+    // a Chrome User-Agent cut at 64 bytes holds no `Chrome/`, and its
+    // start is every such browser's.
+    let cut = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KH";
+    let found = findings(&cut_swarm(cut));
+    assert!(found.iter().all(|f| f.key != Key::UserAgent), "{found:?}");
+    // The same User-Agent logged whole is a swarm's.
+    let mut whole = cut_swarm(cut);
+    for o in &mut whole {
+        o.cut.clear();
+    }
+    assert!(findings(&whole).iter().any(|f| f.key == Key::UserAgent));
 }

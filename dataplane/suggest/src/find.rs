@@ -489,6 +489,12 @@ impl Endpoint<'_> {
             if family.starts_with("browser:") || family == "-" || taken.contains(&a.ua) {
                 continue;
             }
+            // A cut `Mozilla/…` may be the start of any browser's
+            // User-Agent (a Chrome one cut at 64 bytes holds no `Chrome/`):
+            // a rule on it would limit every browser that starts so.
+            if a.cut && a.ua.starts_with(b"Mozilla/") {
+                continue;
+            }
             let Some(by_ip) = &a.ips else { continue };
             let (mut left, mut addresses, mut taken) = (0, 0usize, 0);
             for (ip, c) in by_ip.values() {

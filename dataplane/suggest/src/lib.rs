@@ -113,6 +113,7 @@ impl Judge {
     pub fn judge(&mut self, o: Origin<'_>, r: &Request<'_>) -> Judged {
         let (input, known) = (o.input, o.known);
         if input == CAPTURE {
+            self.trace.clear();
             return Judged::Decided(self.engine.decide_request_with(r, &mut self.scratch, None));
         }
         let i = input as usize;
@@ -122,6 +123,13 @@ impl Judge {
         let engine = &self.engine;
         let blind = self.blinds[i].get_or_insert_with(|| engine.blind(known));
         engine.judge_request_cut(r, blind, o.cut, &mut self.scratch, &mut self.trace)
+    }
+
+    /// The rules the last request judged left unknown (see
+    /// [`PartialTrace::unknown`]): a shadow rule among them may or may
+    /// not have logged it.
+    pub fn unknown(&self) -> &[usize] {
+        &self.trace.unknown
     }
 
     /// What the ruleset does to `r`, as the suggester counts it.
