@@ -180,3 +180,26 @@ pub struct Expect {
     /// The expect line.
     pub span: Span,
 }
+
+/// One HAProxy capture slot as `captured` and `--capture-request-header`
+/// take it, `NAME` or `NAME:LEN`: the header name lower-cased (empty for
+/// a slot that holds no header) and the length HAProxy cuts its values
+/// at, if given.
+pub fn capture_slot(item: &str) -> Result<(String, Option<usize>), String> {
+    let (name, len) = match item.rsplit_once(':') {
+        Some((n, l)) => match l.trim().parse::<usize>() {
+            Ok(l) if l > 0 => (n.trim(), Some(l)),
+            _ => {
+                return Err(format!(
+                    "{item:?}: the length after the colon is a positive number"
+                ))
+            }
+        },
+        None => (item.trim(), None),
+    };
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    Ok((name.to_ascii_lowercase(), len))
+}

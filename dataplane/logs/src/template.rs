@@ -71,24 +71,12 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// `NAME` or `NAME:LEN`, as `--capture-request-header` takes it.
+    /// `NAME` or `NAME:LEN`, as `--capture-request-header` takes it (and
+    /// a test's `captured`: [`rctl_compiler::spec::capture_slot`]).
     pub fn parse(s: &str) -> Result<Capture, String> {
-        let (name, len) = match s.rsplit_once(':') {
-            Some((n, l)) => {
-                let len = l
-                    .trim()
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|&l| l > 0)
-                    .ok_or_else(|| format!("{s}: the length after the colon is a positive number (NAME or NAME:LEN)"))?;
-                (n, Some(len))
-            }
-            None => (s, None),
-        };
-        Ok(Capture {
-            name: name.trim().to_ascii_lowercase(),
-            len,
-        })
+        let (name, len) =
+            rctl_compiler::spec::capture_slot(s).map_err(|e| format!("{e} (NAME or NAME:LEN)"))?;
+        Ok(Capture { name, len })
     }
 
     /// Whether a value of `n` bytes may have been cut.

@@ -421,29 +421,13 @@ fn duration_hint(text: &str) -> String {
     }
 }
 
-/// The captured headers of `captured "H[:LEN],…"`: a header name (or
-/// nothing, for a slot holding no header) with an optional positive
-/// length, per slot.
+/// The captured headers of `captured "H[:LEN],…"`, one slot per item (see
+/// [`crate::spec::capture_slot`]), at most 64.
 fn captured_headers(text: &str) -> Result<Vec<(String, Option<usize>)>, String> {
-    let mut out = Vec::new();
-    for item in text.split(',') {
-        let (name, len) = match item.rsplit_once(':') {
-            Some((n, l)) => match l.trim().parse::<usize>() {
-                Ok(l) if l > 0 => (n.trim(), Some(l)),
-                _ => {
-                    return Err(format!(
-                        "{item:?}: the length after the colon is a positive number"
-                    ))
-                }
-            },
-            None => (item.trim(), None),
-        };
-        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if !name.bytes().all(token) {
-            return Err(format!("{name:?} is not a header name"));
-        }
-        out.push((name.to_ascii_lowercase(), len));
-    }
+    let out = text
+        .split(',')
+        .map(crate::spec::capture_slot)
+        .collect::<Result<Vec<_>, _>>()?;
     if out.len() > 64 {
         return Err(format!("{} capture slots; at most 64", out.len()));
     }
