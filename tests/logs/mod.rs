@@ -221,6 +221,20 @@ fn bound(rule: &str, keys: u64) -> u64 {
     (per_s.ceil() as u64 + 1) * keys
 }
 
+/// What `read` returns once it holds `n` lines containing `mark` (waiting
+/// 10 s at most; the caller's counts then say what is missing).
+fn with_requests(n: u64, mark: &str, read: impl Fn() -> String) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = read();
+        let lines = text.lines().filter(|l| l.contains(mark)).count() as u64;
+        if lines >= n || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn one_traffic_three_inputs_are_judged_alike() {
     if !lab::available()
@@ -263,11 +277,6 @@ fn one_traffic_three_inputs_are_judged_alike() {
     let pcap = dir.join("cap.pcap");
     settled(|| std::fs::metadata(&pcap).map_or(0, |m| m.len()).to_string());
     tcpdump.stop();
-    let hlog = haproxy.log();
-    std::fs::write(dir.join("haproxy.log"), &hlog).unwrap();
-    let _ = nginx.log("combined.log");
-    drop(haproxy);
-    drop(nginx);
     let sent: u64 = got
         .as_object()
         .unwrap()
@@ -275,6 +284,18 @@ fn one_traffic_three_inputs_are_judged_alike() {
         .map(|g| g["sent"].as_u64().unwrap())
         .sum();
     assert!(sent > 150, "{got}");
+    // A server writes a request's line after its response: each log is
+    // read once it holds every request sent (the proxies stopped after;
+    // nginx's logs hold nothing but requests).
+    let hlog = with_requests(sent, " HTTP/1.", || haproxy.log());
+    std::fs::write(dir.join("haproxy.log"), &hlog).unwrap();
+    for log in ["combined.log", "full.log", "json.log"] {
+        with_requests(sent, "", || {
+            std::fs::read_to_string(dir.join(log)).unwrap_or_default()
+        });
+    }
+    drop(haproxy);
+    drop(nginx);
 
     let rules = root().join("rules");
     let (cap, _) = dry_run(&rules, &["--pcap", dir.join("cap.pcap").to_str().unwrap()]);
