@@ -80,7 +80,7 @@ impl<'a> Request<'a> {
 impl<'a> Fields<'a> {
     /// Extracts and normalises.
     pub fn new(req: &'a Request<'a>) -> Self {
-        let (path, query) = match req.target.iter().position(|&b| b == b'?') {
+        let (path, query) = match memchr::memchr(b'?', req.target) {
             Some(i) => (&req.target[..i], Some(&req.target[i + 1..])),
             None => (req.target, None),
         };
@@ -149,7 +149,7 @@ fn hex(b: u8) -> Option<u8> {
 /// Normalises a path exactly as the compiler normalises path literals
 /// ([`rctl_compiler::value::normalize_path`]), on bytes.
 pub fn normalize_path(p: &[u8]) -> Cow<'_, [u8]> {
-    if !p.contains(&b'%') {
+    if memchr::memchr(b'%', p).is_none() {
         return Cow::Borrowed(p);
     }
     let mut out = Vec::with_capacity(p.len());

@@ -168,7 +168,7 @@ fn header<'a>(req: &Request<'a>, lower: &[u8]) -> Option<&'a [u8]> {
 }
 
 pub(super) fn path_of(target: &[u8]) -> &[u8] {
-    target.split(|&b| b == b'?').next().unwrap_or(target)
+    memchr::memchr(b'?', target).map_or(target, |i| &target[..i])
 }
 
 /// An address's network as a top-talker key: the IPv4 /24 (3 bytes) or

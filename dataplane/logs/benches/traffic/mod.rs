@@ -7,11 +7,14 @@
 //!   them non-ASCII (percent-encoded UTF-8), in page views, REST, the
 //!   action API, `index.php` with revision ids, and searches.
 //! - Hosts: about 300 wikis (languages × projects) plus Wikidata's.
-//! - User-Agents: several thousand distinct strings: browsers by version
-//!   and platform, crawlers, tools with contact addresses, libraries'
-//!   defaults by version, an absent one now and then, and the shapes the
-//!   shipped rules single out (library clients on `/sparql`, the index
-//!   updater from its hosts, scanners).
+//! - User-Agents: browsers by version, build and platform, crawlers,
+//!   tools with contact addresses, libraries' defaults by version, an
+//!   absent one now and then, and the shapes the shipped rules single out
+//!   (library clients on `/sparql`, the index updater from its hosts,
+//!   scanners). Full build numbers make most browser strings rare: a
+//!   256 MB log (1.1 million lines) holds about 580,000 distinct
+//!   User-Agents, and the 4,096 most frequent cover half of its lines, so
+//!   a memo of recent values would miss about half the time.
 //! - Clients: Zipf over about two million addresses (a few heavy ones),
 //!   some IPv6, some in the cloud and monitoring ranges the rules name.
 
