@@ -32,7 +32,7 @@ struct Hostile {
     ordinary: u64,
 }
 
-/// The two shapes of issue 10, scaled down, all flows at once: `heads`
+/// The two hostile capture shapes, scaled down, all flows at once: `heads`
 /// flows each send a 60 KB head that never ends, and `gaps` flows each
 /// send 250 KB after a first segment that never comes; between them,
 /// ordinary requests in two segments each.

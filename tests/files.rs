@@ -1,8 +1,8 @@
-//! Reading rule files and writing outputs as root (issue 10, "Reading rule
-//! files"): `include` and `file` stay below the ruleset's root, only
-//! regular files are read, directory walks end and stay inside, outputs
-//! replace only regular files that are not inputs, and nothing from a
-//! ruleset, an artifact or a capture reaches the terminal raw.
+//! Reading rule files and writing outputs as root: `include` and `file`
+//! stay below the ruleset's root, only regular files are read, directory
+//! walks end and stay inside, outputs replace only regular files that are
+//! not inputs, and nothing from a ruleset, an artifact or a capture
+//! reaches the terminal raw.
 //!
 //! Every run of the binary has a deadline and a memory ceiling, so that a
 //! regression (a FIFO that blocks, `/dev/zero` read to the end, a symlink

@@ -168,7 +168,7 @@ fn reaching_requests_reach_and_unreachable_rules_are_never_reached() {
 
 #[test]
 fn the_updater_after_a_throttle_it_cannot_match_is_no_conflict() {
-    // Issue 15's false alarm: the exemption moved after the generic-client
+    // A false alarm seen before: the exemption moved after the generic-client
     // throttle, whose User-Agent regex never matches the updater's prefix.
     let src = std::fs::read_to_string(root().join("rules/wdqs.rctl")).unwrap();
     let moved = src.replacen("  priority 10\n", "  priority 105\n", 1);
