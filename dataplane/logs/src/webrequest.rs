@@ -71,7 +71,7 @@ fn escaped_string_end(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// The first `"` or `\\` at or after `i` (an index into `b`). Keys and
+/// The first `"` or `\` at or after `i` (an index into `b`). Keys and
 /// most values are short, and a vectorised search's set-up costs more
 /// than they do: the first 32 bytes are searched eight a word (SWAR),
 /// the rest with memchr.
@@ -248,29 +248,41 @@ fn push_at(f: &Format, rec: &mut Record, at: usize, name: &str, v: Span, bytes: 
 mod tests {
     use super::quote_or_backslash;
 
-    /// The word-at-a-time search finds what memchr2 finds, from every
-    /// start, in values with the two bytes at every position, beside
-    /// bytes one away from them and bytes with the high bit set.
+    /// The word-at-a-time search finds the first quote or backslash, as
+    /// a byte-by-byte scan does, from every start: with none, one, or
+    /// one of each in either order at every pair of positions, among
+    /// bytes one away from them (`!` `#` `[` `]`) and the same bytes
+    /// with the high bit set, so that a borrow or a sign cannot pass.
     #[test]
-    fn the_short_search_finds_what_memchr_finds() {
+    fn the_short_search_finds_the_first_quote_or_backslash() {
         let fill = [b'a', b'!', b'#', b'[', b']', 0x80, 0xa2, 0xdc, 0x00, 0xff];
-        for len in 0..80 {
-            for at in 0..=len {
-                for (k, &f) in fill.iter().enumerate() {
-                    for hit in [b'"', b'\\'] {
-                        let mut v: Vec<u8> = (0..len).map(|n| fill[(n + k) % fill.len()]).collect();
-                        v.iter_mut()
-                            .for_each(|b| *b = if *b == b'"' { f } else { *b });
-                        if at < len {
-                            v[at] = hit;
+        let naive = |v: &[u8], start: usize| {
+            v.get(start..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\')
+                .map(|i| start + i)
+        };
+        for len in 0..48 {
+            for k in 0..fill.len() {
+                let base: Vec<u8> = (0..len).map(|n| fill[(n + k) % fill.len()]).collect();
+                let mut cases = vec![base.clone()];
+                for a in 0..len {
+                    for b in a..len {
+                        for (x, y) in [(b'"', b'\\'), (b'\\', b'"'), (b'"', b'"')] {
+                            let mut v = base.clone();
+                            v[b] = y;
+                            v[a] = x;
+                            cases.push(v);
                         }
-                        for start in 0..=len + 1 {
-                            let want = v
-                                .get(start..)
-                                .and_then(|r| memchr::memchr2(b'"', b'\\', r))
-                                .map(|i| start + i);
-                            assert_eq!(quote_or_backslash(&v, start), want, "{v:?} from {start}");
-                        }
+                    }
+                }
+                for v in &cases {
+                    for start in 0..=len + 1 {
+                        assert_eq!(
+                            quote_or_backslash(v, start),
+                            naive(v, start),
+                            "{v:?} from {start}"
+                        );
                     }
                 }
             }
