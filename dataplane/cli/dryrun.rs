@@ -306,33 +306,52 @@ fn text(r: &Report) -> String {
         );
     }
     o.push_str(&affected(r));
-    let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.captured_requests);
+    // Packets, flows and the stream memory are a capture's: a run over
+    // logs alone has none of them to tell.
+    let captures = r.inputs.is_empty() || r.inputs.iter().any(|i| i.log.is_none());
+    if captures {
+        let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.captured_requests);
+    } else {
+        let _ = writeln!(
+            o,
+            "dry run: {} log input(s), {} HTTP requests{span}",
+            r.inputs.len(),
+            t.captured_requests
+        );
+    }
+    let stopped = if captures {
+        "were in packets XDP rules stopped"
+    } else {
+        "XDP rules would have stopped before it"
+    };
     let _ = writeln!(
         o,
-        "HTTP plane: {} of the {} requests reached it; {} were in packets XDP rules stopped",
+        "HTTP plane: {} of the {} requests reached it; {} {stopped}",
         t.requests, t.captured_requests, t.stopped_requests
     );
-    let _ = writeln!(
-        o,
-        "not decoded: {} fragments, {} truncated, {} not IP, {} unsupported link type, {} malformed; {} unparsable stream bytes, {} resyncs, {} retransmitted bytes",
-        t.fragments, t.truncated, t.not_ip, t.unsupported_link, t.malformed, t.unparsable_bytes, t.resyncs, t.retransmitted_bytes
-    );
-    let _ = writeln!(
-        o,
-        "memory: at most {} of stream data held at once (bound {}); dropped {} times to stay within it ({} stream bytes, the flows holding the most first); {} idle flows evicted (flow-table bound)",
-        mib(t.buffered_peak_bytes),
-        mib(t.max_buffered_bytes),
-        t.shed_flows,
-        t.shed_bytes,
-        t.evicted_flows
-    );
+    if captures {
+        let _ = writeln!(
+            o,
+            "not decoded: {} fragments, {} truncated, {} not IP, {} unsupported link type, {} malformed; {} unparsable stream bytes, {} resyncs, {} retransmitted bytes",
+            t.fragments, t.truncated, t.not_ip, t.unsupported_link, t.malformed, t.unparsable_bytes, t.resyncs, t.retransmitted_bytes
+        );
+        let _ = writeln!(
+            o,
+            "memory: at most {} of stream data held at once (bound {}); dropped {} times to stay within it ({} stream bytes, the flows holding the most first); {} idle flows evicted (flow-table bound)",
+            mib(t.buffered_peak_bytes),
+            mib(t.max_buffered_bytes),
+            t.shed_flows,
+            t.shed_bytes,
+            t.evicted_flows
+        );
+    }
     for i in &r.inputs {
         if let Some(e) = &i.error {
-            let _ = writeln!(
-                o,
-                "input {}: stopped after {} packets: {e}",
-                i.path, i.packets
-            );
+            let read = match &i.log {
+                Some(l) => format!("{} lines", l.lines),
+                None => format!("{} packets", i.packets),
+            };
+            let _ = writeln!(o, "input {}: stopped after {read}: {e}", i.path);
         }
     }
     let _ = writeln!(o, "\nrules, in evaluation order:");

@@ -629,7 +629,14 @@ fn bad_lines_have_positions_and_a_1gb_line_takes_no_gigabyte() {
         "1",
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("2 of 4 lines judged, 2 bad"));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("2 of 4 lines judged, 2 bad"), "{text}");
+    // A run over logs alone tells no capture's packets, flows or stream
+    // memory.
+    assert!(text.contains("dry run: 1 log input(s), 2 HTTP requests"), "{text}");
+    for capture_only in ["packets (", "TCP flows", "not decoded:", "stream data held"] {
+        assert!(!text.contains(capture_only), "{capture_only}: {text}");
+    }
     // A 1 GiB line between good ones, through stdin, gzip-free: peak RSS
     // stays far below it.
     let mut cmd = Command::new("/usr/bin/time");
