@@ -1,9 +1,11 @@
 //! The compiled predicate matcher: every field of a request is scanned once,
 //! whatever the number of rules, and yields the set of atoms that hold.
 //!
-//! Per string field: exact values (`==`, `in`) in one hash map; prefixes,
-//! suffixes, substrings and regexes in one multi-pattern regex-automata
-//! automaton searched for all overlapping matches in a single pass.
+//! Per string field: exact values (`==`, `in`) in one hash map; a few
+//! prefixes and suffixes compared directly; substrings, regexes (and
+//! prefixes and suffixes when a field has many) in one multi-pattern
+//! regex-automata automaton searched for all overlapping matches in a
+//! single pass.
 //! Addresses go through one [`PrefixTable`]. Ports and protocols are few
 //! and tested directly.
 
@@ -184,8 +186,35 @@ struct FieldMatcher {
     /// not looked up (most are not: a path against a few exact paths, a
     /// User-Agent against the empty one), which saves hashing it whole.
     exact_lens: u64,
+    /// `starts_with` and `ends_with` values tested directly, when a field
+    /// has few of them (at most [`LITERALS_MAX`]): a comparison costs
+    /// less than starting an automaton's search, which every value would
+    /// otherwise take (every path starts with `/`, so no first-byte test
+    /// spares a path the search for `/api/…` prefixes).
+    literals: Vec<(Literal, u32)>,
     scan: Option<Scan>,
     present: Vec<u32>,
+}
+
+/// The most `starts_with` and `ends_with` values of one field tested
+/// directly rather than in the field's automaton.
+const LITERALS_MAX: usize = 8;
+
+/// A value tested directly: a prefix or a suffix.
+#[derive(Debug, Clone)]
+enum Literal {
+    Prefix(Box<[u8]>),
+    Suffix(Box<[u8]>),
+}
+
+impl Literal {
+    #[inline]
+    fn holds(&self, value: &[u8]) -> bool {
+        match self {
+            Literal::Prefix(p) => value.starts_with(p),
+            Literal::Suffix(s) => value.ends_with(s),
+        }
+    }
 }
 
 impl Scan {
@@ -259,6 +288,11 @@ impl FieldMatcher {
         for &a in exact.into_iter().flatten() {
             set.insert(a);
         }
+        for (l, a) in &self.literals {
+            if l.holds(value) {
+                set.insert(*a);
+            }
+        }
         if let Some(scan) = &self.scan {
             scan.run(value, set, ms);
         }
@@ -299,7 +333,12 @@ impl Matcher {
     /// Compiles the ruleset's atoms. An address predicate naming a missing
     /// ip set is an error here, not a test that never holds.
     pub fn new(rs: &Ruleset) -> Result<Matcher, EngineError> {
-        type Parts = (FastMap<Box<[u8]>, Vec<u32>>, Vec<(String, u32)>, Vec<u32>);
+        type Parts = (
+            FastMap<Box<[u8]>, Vec<u32>>,
+            Vec<(String, u32)>,
+            Vec<u32>,
+            Vec<(StrOp, u32)>,
+        );
         let mut by_field: HashMap<StrField, Parts> = HashMap::new();
         let mut ip_atoms = vec![None; rs.ipsets.len()];
         let mut dst_atoms = vec![None; rs.ipsets.len()];
@@ -316,10 +355,10 @@ impl Matcher {
                         StrOp::In(vs) => vs
                             .iter()
                             .for_each(|v| parts.0.entry(v.as_bytes().into()).or_default().push(i)),
-                        StrOp::Prefix(_)
-                        | StrOp::Suffix(_)
-                        | StrOp::Contains(_)
-                        | StrOp::Regex { .. } => parts.1.extend(scan::pattern(op).map(|p| (p, i))),
+                        StrOp::Prefix(_) | StrOp::Suffix(_) => parts.3.push((op.clone(), i)),
+                        StrOp::Contains(_) | StrOp::Regex { .. } => {
+                            parts.1.extend(scan::pattern(op).map(|p| (p, i)));
+                        }
                     }
                 }
                 Atom::Present(field) => by_field.entry(field.clone()).or_default().2.push(i),
@@ -371,7 +410,30 @@ impl Matcher {
             dfas: Vec::new(),
             longest_header: 0,
         };
-        for (field, (exact, scans, present)) in by_field {
+        for (field, (exact, mut scans, present, fixes)) in by_field {
+            // Many prefixes and suffixes are searched together, by the
+            // automaton, in one pass; a few are compared.
+            let mut literals = Vec::new();
+            if fixes.len() > LITERALS_MAX {
+                scans.extend(
+                    fixes
+                        .iter()
+                        .filter_map(|(op, a)| scan::pattern(op).map(|p| (p, *a))),
+                );
+                scans.sort_by_key(|&(_, a)| a);
+            } else {
+                for (op, a) in fixes {
+                    match op {
+                        StrOp::Prefix(v) => {
+                            literals.push((Literal::Prefix(v.into_bytes().into()), a))
+                        }
+                        StrOp::Suffix(v) => {
+                            literals.push((Literal::Suffix(v.into_bytes().into()), a))
+                        }
+                        _ => {}
+                    }
+                }
+            }
             let scan = if scans.is_empty() {
                 None
             } else {
@@ -400,6 +462,7 @@ impl Matcher {
             let fm = FieldMatcher {
                 exact_lens: exact.keys().fold(0, |m, k| m | length_bit(k.len())),
                 exact,
+                literals,
                 scan,
                 present,
             };
@@ -565,6 +628,99 @@ impl Matcher {
 #[cfg(test)]
 mod tests {
     use super::AtomSet;
+
+    /// `starts_with` and `ends_with` hold alike whether a field has few
+    /// of them (compared) or many (searched in the automaton), and beside
+    /// the field's other patterns.
+    #[test]
+    fn prefixes_and_suffixes_hold_compared_or_searched() {
+        use rctl_compiler::ir::{Atom, StrField, StrOp};
+        let fixes = [
+            ("/api/rest_v1/page/html/", true),
+            ("/w/", true),
+            ("/", true),
+            ("", true),
+            (".php", false),
+            ("/", false),
+            ("é", false),
+            ("%AE", false),
+            ("/wiki/Paris", true),
+            ("x", false),
+            ("/w/index.php", true),
+            ("ml/", false),
+        ];
+        let paths: [&[u8]; 9] = [
+            b"/api/rest_v1/page/html/Paris",
+            b"/w/index.php",
+            b"/wiki/Paris_(France)",
+            b"/",
+            b"",
+            b"/caf\xc3\xa9",
+            b"/wiki/%AE",
+            b"/w",
+            b"/api/rest_v1/page/html/",
+        ];
+        for n in [
+            1,
+            3,
+            super::LITERALS_MAX,
+            super::LITERALS_MAX + 1,
+            fixes.len(),
+        ] {
+            let mut src = String::new();
+            for (i, (v, prefix)) in fixes.iter().take(n).enumerate() {
+                let op = if *prefix { "starts_with" } else { "ends_with" };
+                src.push_str(&format!(
+                    "rule r{i} {{\n  when path {op} \"{v}\"\n  deny 403\n}}\n"
+                ));
+            }
+            // Another pattern in the same field's automaton.
+            src.push_str("rule re {\n  when path ~ \"ndex\"\n  deny 403\n}\n");
+            let rs = rctl_compiler::compile_str("t.rctl", &src, &Default::default())
+                .ruleset
+                .unwrap_or_else(|| panic!("{src}"));
+            let m = super::Matcher::new(&rs).unwrap();
+            let mut scratch = m.scratch();
+            for path in paths {
+                let path = crate::request::decode_component(path).into_owned();
+                let req = crate::Request {
+                    method: b"GET",
+                    host: b"",
+                    target: &path,
+                    headers: &[],
+                    ip: "192.0.2.1".parse().unwrap(),
+                    dst: None,
+                    port: 443,
+                    time_ns: 0,
+                };
+                let f = crate::request::Fields::new(&req);
+                let mut set = m.atom_set();
+                m.field_atoms(&f, &mut set, &mut scratch);
+                for (i, a) in rs.atoms.iter().enumerate() {
+                    let Atom::Str {
+                        field: StrField::Path,
+                        op,
+                    } = a
+                    else {
+                        continue;
+                    };
+                    let v: &[u8] = &f.path;
+                    let want = match op {
+                        StrOp::Prefix(p) => v.starts_with(p.as_bytes()),
+                        StrOp::Suffix(p) => v.ends_with(p.as_bytes()),
+                        StrOp::Regex { .. } => v.windows(4).any(|w| w == b"ndex"),
+                        _ => continue,
+                    };
+                    assert_eq!(
+                        set.contains(i as u32),
+                        want,
+                        "{n} literals, {op:?} on {:?}",
+                        String::from_utf8_lossy(v)
+                    );
+                }
+            }
+        }
+    }
 
     /// Tables keyed by traffic use a per-process seed: not a constant,
     /// and not the same for two tables.
