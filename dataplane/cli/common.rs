@@ -239,13 +239,20 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// Parses `--max-line`: a size as [`parse_size`] reads it, at least 1 KiB
-/// (a request line and its headers alone take hundreds of bytes).
+/// (a request line and its headers alone take hundreds of bytes) and at
+/// most 1 GiB (a value's place in a line is kept in 32 bits).
 pub fn parse_line_size(s: &str) -> Result<usize, String> {
-    at_least(
+    let n = at_least(
         s,
         1 << 10,
         "1KiB for a line (a log line with its request and User-Agent takes hundreds of bytes)",
-    )
+    )?;
+    if n > 1 << 30 {
+        return Err(format!(
+            "`{s}` is too large: give at most 1GiB for a line (a longer line is skipped and reported, not held)"
+        ));
+    }
+    Ok(n)
 }
 
 /// A size of at least `min` bytes; `why` says the least and why.
@@ -295,5 +302,16 @@ mod tests {
         assert_eq!(count(3, "entry"), "3 entries");
         assert_eq!(count(3, "key"), "3 keys");
         assert_eq!(count(1, "host"), "1 host");
+    }
+
+    #[test]
+    fn a_line_bound_is_between_a_kibibyte_and_a_gibibyte() {
+        use super::parse_line_size;
+        assert_eq!(parse_line_size("1KiB"), Ok(1024));
+        assert_eq!(parse_line_size("1GiB"), Ok(1 << 30));
+        let small = parse_line_size("512").unwrap_err();
+        let large = parse_line_size("2GiB").unwrap_err();
+        assert!(small.contains("at least 1KiB"), "{small}");
+        assert!(large.contains("at most 1GiB"), "{large}");
     }
 }

@@ -58,7 +58,8 @@ pub struct LogInputArgs {
     /// Fail (exit 1) when more lines than this cannot be judged.
     #[arg(long, value_name = "N")]
     pub max_bad_lines: Option<u64>,
-    /// The longest line read; a longer one is reported and skipped.
+    /// The longest line read (at most 1GiB); a longer one is reported and
+    /// skipped.
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::common::parse_line_size)]
     pub max_line: usize,
     /// Also read the running agent's traffic: every request it decides

@@ -327,6 +327,8 @@ pub struct Matcher {
     atoms: usize,
     dfas: Vec<Option<hybrid::dfa::DFA>>,
     longest_header: usize,
+    /// The lengths of the header names rules read ([`length_bit`]).
+    header_lens: u64,
 }
 
 impl Matcher {
@@ -409,6 +411,7 @@ impl Matcher {
             atoms: rs.atoms.len(),
             dfas: Vec::new(),
             longest_header: 0,
+            header_lens: 0,
         };
         for (field, (exact, mut scans, present, fixes)) in by_field {
             // Many prefixes and suffixes are searched together, by the
@@ -477,6 +480,7 @@ impl Matcher {
                 }
                 StrField::Header(h) => {
                     m.longest_header = m.longest_header.max(h.len());
+                    m.header_lens |= length_bit(h.len());
                     m.headers.insert(h.into_bytes(), fm);
                 }
             }
@@ -592,7 +596,9 @@ impl Matcher {
             let mut buf = [0u8; 64];
             let mut long = Vec::new();
             for (n, v) in req.headers {
-                if n.len() > self.longest_header {
+                // A name of a length no rule's header has is not looked up
+                // (nor lower-cased).
+                if n.len() > self.longest_header || self.header_lens & length_bit(n.len()) == 0 {
                     continue;
                 }
                 // Names a rule mentions may be longer than the buffer:

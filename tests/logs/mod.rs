@@ -633,7 +633,10 @@ fn bad_lines_have_positions_and_a_1gb_line_takes_no_gigabyte() {
     assert!(text.contains("2 of 4 lines judged, 2 bad"), "{text}");
     // A run over logs alone tells no capture's packets, flows or stream
     // memory.
-    assert!(text.contains("dry run: 1 log input(s), 2 HTTP requests"), "{text}");
+    assert!(
+        text.contains("dry run: 1 log input(s), 2 HTTP requests"),
+        "{text}"
+    );
     for capture_only in ["packets (", "TCP flows", "not decoded:", "stream data held"] {
         assert!(!text.contains(capture_only), "{capture_only}: {text}");
     }

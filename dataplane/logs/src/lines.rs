@@ -12,6 +12,10 @@ use std::io::{self, Read};
 /// Default bound on a line's length.
 pub const MAX_LINE: usize = 1 << 20;
 
+/// The largest bound a reader takes: a value's place in a line is kept
+/// in 32 bits ([`crate::template::Span`]).
+pub const MAX_LINE_LIMIT: usize = 1 << 30;
+
 /// Bytes read at a time, at most.
 const CHUNK: usize = 1 << 20;
 
@@ -55,9 +59,10 @@ pub struct LineReader<R> {
 }
 
 impl<R: Read> LineReader<R> {
-    /// A reader of `src` whose lines are at most `max_line` bytes.
+    /// A reader of `src` whose lines are at most `max_line` bytes (at
+    /// least 16, at most [`MAX_LINE_LIMIT`]).
     pub fn new(src: R, max_line: usize) -> Self {
-        let max_line = max_line.max(16);
+        let max_line = max_line.clamp(16, MAX_LINE_LIMIT);
         LineReader {
             src,
             buf: vec![0; INITIAL.min(max_line + 1)],

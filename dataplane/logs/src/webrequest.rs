@@ -114,6 +114,22 @@ fn value_end(b: &[u8], mut i: usize) -> Option<usize> {
     (depth == 0).then_some(i)
 }
 
+/// The place in [`HEADERS`] of the header column `key` names: a `match`
+/// on the keys as constants, which the compiler turns into a length test
+/// and word compares (a search of the list called `memcmp` for each
+/// column, for every key of every line).
+fn header_column(key: &[u8]) -> Option<usize> {
+    match key {
+        b"user_agent" => Some(0),
+        b"referer" => Some(1),
+        b"accept_language" => Some(2),
+        b"x_analytics" => Some(3),
+        b"accept" => Some(4),
+        b"range" => Some(5),
+        _ => None,
+    }
+}
+
 /// Parses one line into `rec`.
 pub fn parse(
     f: &Format,
@@ -182,12 +198,8 @@ pub fn parse(
                 b"uri_query" => query = Some(v),
                 b"http_method" => rec.method = v,
                 k => {
-                    if let Some((at, (_, h))) = HEADERS
-                        .iter()
-                        .enumerate()
-                        .find(|(_, (c, _))| c.as_bytes() == k)
-                    {
-                        push_at(f, rec, at, h, v, get(v));
+                    if let Some(at) = header_column(k) {
+                        push_at(f, rec, at, HEADERS[at].1, v, get(v));
                     }
                 }
             }
@@ -246,7 +258,23 @@ fn push_at(f: &Format, rec: &mut Record, at: usize, name: &str, v: Span, bytes: 
 
 #[cfg(test)]
 mod tests {
-    use super::quote_or_backslash;
+    use super::{header_column, quote_or_backslash, HEADERS};
+
+    /// Every header column is found at its place in the header list;
+    /// other keys, and keys one byte off, are not header columns.
+    #[test]
+    fn header_keys_name_their_place() {
+        for (i, (k, _)) in HEADERS.iter().enumerate() {
+            assert_eq!(header_column(k.as_bytes()), Some(i), "{k}");
+            let mut off = k.as_bytes().to_vec();
+            *off.last_mut().unwrap() ^= 1;
+            assert_eq!(header_column(&off), None, "{k} one byte off");
+            assert_eq!(header_column(&k.as_bytes()[1..]), None, "{k} cut");
+        }
+        for k in ["", "dt", "ip", "uri_host", "http_status", "USER_AGENT"] {
+            assert_eq!(header_column(k.as_bytes()), None, "{k}");
+        }
+    }
 
     /// The word-at-a-time search finds the first quote or backslash, as
     /// a byte-by-byte scan does, from every start: with none, one, or
