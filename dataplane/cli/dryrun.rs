@@ -320,14 +320,17 @@ fn text(r: &Report) -> String {
         );
     }
     let stopped = if captures {
-        "were in packets XDP rules stopped"
+        format!("{} were in packets XDP rules stopped", t.stopped_requests)
     } else {
-        "XDP rules would have stopped before it"
+        format!(
+            "XDP rules would have stopped the other {} before it",
+            t.stopped_requests
+        )
     };
     let _ = writeln!(
         o,
-        "HTTP plane: {} of the {} requests reached it; {} {stopped}",
-        t.requests, t.captured_requests, t.stopped_requests
+        "HTTP plane: {} of the {} requests reached it; {stopped}",
+        t.requests, t.captured_requests
     );
     if captures {
         let _ = writeln!(
