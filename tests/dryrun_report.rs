@@ -423,6 +423,12 @@ fn a_log_run_names_its_format_and_counts_allow_blocks_as_legitimate() {
         "the input type"
     );
     assert!(page.contains("every request counted, nothing sampled"));
+    // A log has no packets or flows to tell.
+    assert!(
+        page.contains("the packet rules would have stopped the other")
+            && !page.contains("TCP flows"),
+        "the traffic line"
+    );
     // What the text report says of the log, the page says too: its bad
     // line (escaped), and that limiters ran on second timestamps.
     assert_eq!(json["inputs"][0]["log"]["bad_lines"], 1);

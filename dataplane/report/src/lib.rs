@@ -219,16 +219,28 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
             duration(l.saturating_sub(f) as f64 / 1e9)
         );
     }
-    let _ = write!(
-        o,
-        "<dt>Traffic</dt><dd><span class=fig>{} packets</span>, <span class=fig>{} TCP flows</span>, \
-         <span class=fig>{} requests</span> reached the HTTP rules, <span class=fig>{} requests</span> \
-         were in packets the packet rules stopped</dd></dl></header>",
-        fig("/totals/packets", t.packets, "packets"),
-        fig("/totals/flows", t.flows, "TCP flows"),
-        fig("/totals/requests", t.requests, "requests"),
-        fig("/totals/stopped_requests", t.stopped_requests, "requests"),
-    );
+    // Packets and flows are a capture's: a run over logs alone has none.
+    if r.inputs.is_empty() || r.inputs.iter().any(|i| i.log.is_none()) {
+        let _ = write!(
+            o,
+            "<dt>Traffic</dt><dd><span class=fig>{} packets</span>, <span class=fig>{} TCP flows</span>, \
+             <span class=fig>{} requests</span> reached the HTTP rules, <span class=fig>{} requests</span> \
+             were in packets the packet rules stopped</dd></dl></header>",
+            fig("/totals/packets", t.packets, "packets"),
+            fig("/totals/flows", t.flows, "TCP flows"),
+            fig("/totals/requests", t.requests, "requests"),
+            fig("/totals/stopped_requests", t.stopped_requests, "requests"),
+        );
+    } else {
+        let _ = write!(
+            o,
+            "<dt>Traffic</dt><dd><span class=fig>{} requests</span> reached the HTTP rules; \
+             the packet rules would have stopped the other <span class=fig>{} requests</span> \
+             before them</dd></dl></header>",
+            fig("/totals/requests", t.requests, "requests"),
+            fig("/totals/stopped_requests", t.stopped_requests, "requests"),
+        );
+    }
 }
 
 /// A log input's line in the list: its lines, judged and bad, the first
