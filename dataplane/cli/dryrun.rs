@@ -308,7 +308,7 @@ fn text(r: &Report) -> String {
     o.push_str(&affected(r));
     // Packets, flows and the stream memory are a capture's: a run over
     // logs alone has none of them to tell.
-    let captures = r.inputs.is_empty() || r.inputs.iter().any(|i| i.log.is_none());
+    let captures = !r.logs_only();
     if captures {
         let _ = writeln!(o, "dry run: {} input(s), {} packets ({} bytes), {} TCP flows ({} TLS, not inspected), {} HTTP requests{span}", r.inputs.len(), t.packets, t.bytes, t.flows, t.tls_flows, t.captured_requests);
     } else {

@@ -220,7 +220,7 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
         );
     }
     // Packets and flows are a capture's: a run over logs alone has none.
-    if r.inputs.is_empty() || r.inputs.iter().any(|i| i.log.is_none()) {
+    if !r.logs_only() {
         let _ = write!(
             o,
             "<dt>Traffic</dt><dd><span class=fig>{} packets</span>, <span class=fig>{} TCP flows</span>, \

@@ -378,3 +378,11 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub series_100ms: Option<Vec<Vec<(u32, u32)>>>,
 }
+
+impl Report {
+    /// Whether every input was a log, none a capture: its packets, flows
+    /// and stream memory then have nothing to tell.
+    pub fn logs_only(&self) -> bool {
+        !self.inputs.is_empty() && self.inputs.iter().all(|i| i.log.is_some())
+    }
+}
