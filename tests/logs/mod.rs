@@ -117,9 +117,21 @@ fn per_rule(v: &Value) -> Vec<(String, [u64; 6])> {
 
 fn start_tcpdump(dir: &Path, port: u16) -> Proc {
     let mut cmd = Command::new("tcpdump");
-    cmd.args(["-i", "lo", "-U", "--immediate-mode", "-s", "0", "-w"])
-        .arg(dir.join("cap.pcap"))
-        .args(["tcp", "port", &port.to_string()]);
+    // A 32 MiB kernel buffer: with the machine busy running other tests,
+    // the default one dropped a packet of a request now and then.
+    cmd.args([
+        "-i",
+        "lo",
+        "-U",
+        "--immediate-mode",
+        "-B",
+        "32768",
+        "-s",
+        "0",
+        "-w",
+    ])
+    .arg(dir.join("cap.pcap"))
+    .args(["tcp", "port", &port.to_string()]);
     let mut p = Proc::spawn("tcpdump", dir, cmd);
     p.wait_ready("listening", Duration::from_secs(10), |p| {
         p.stderr().contains("listening on")
