@@ -563,7 +563,7 @@ fn request_line(
     rec: &mut Record,
     arena: &mut Vec<u8>,
 ) -> Result<(), Mismatch> {
-    let sp = memchr::memchr(b' ', v).ok_or(Mismatch::Value(p, "request line"))?;
+    let sp = crate::bytes::find_byte(v, b' ').ok_or(Mismatch::Value(p, "request line"))?;
     let method = &v[..sp];
     if method.is_empty() || !method.iter().all(|b| b.is_ascii_graphic()) {
         return Err(Mismatch::Value(p, "request line"));

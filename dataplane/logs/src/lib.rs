@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bytes;
 pub mod detect;
 pub mod follow;
 pub mod format;

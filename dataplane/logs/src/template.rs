@@ -8,6 +8,7 @@
 //! last occurrence of the literal that closes it. Values are lent from
 //! the line; a value with escapes is decoded into a per-line arena.
 
+use crate::bytes::find_byte;
 use crate::time::TimeFormat;
 
 /// What a field of a log line means.
@@ -489,9 +490,6 @@ impl Template {
     }
 }
 
-/// The first occurrence of `needle` in `hay`: memchr for its first byte,
-/// then a comparison (separators are short; a memmem finder built per
-/// field would cost more than the search).
 /// `hay` starts with `lit`: a byte loop, as a template's literals are a
 /// few bytes long (a call to `memcmp` costs more than the comparison).
 #[inline]
@@ -499,12 +497,15 @@ fn starts(hay: &[u8], lit: &[u8]) -> bool {
     hay.len() >= lit.len() && hay.iter().zip(lit).all(|(a, b)| a == b)
 }
 
+/// The first occurrence of `needle` in `hay`: [`find_byte`] for its
+/// first byte, then a comparison (separators are short; a memmem finder
+/// built per field would cost more than the search).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let Some((&first, rest)) = needle.split_first() else {
         return Some(0);
     };
     let mut from = 0;
-    while let Some(i) = memchr::memchr(first, &hay[from..]) {
+    while let Some(i) = find_byte(&hay[from..], first) {
         let at = from + i;
         if starts(&hay[at + 1..], rest) {
             return Some(at);

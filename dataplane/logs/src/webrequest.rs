@@ -71,29 +71,9 @@ fn escaped_string_end(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// The first `"` or `\` at or after `i` (an index into `b`). Keys and
-/// most values are short, and a vectorised search's set-up costs more
-/// than they do: the first 32 bytes are searched eight a word (SWAR),
-/// the rest with memchr.
+/// The first `"` or `\` at or after `i` (an index into `b`).
 fn quote_or_backslash(b: &[u8], i: usize) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let stop = i.saturating_add(32).min(b.len());
-    let mut j = i;
-    while j + 8 <= stop {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[j..j + 8]);
-        let w = u64::from_le_bytes(w);
-        let (q, s) = (w ^ (LO * u64::from(b'"')), w ^ (LO * u64::from(b'\\')));
-        // A zero byte of either sets its high bit; a borrow can set bits
-        // only above a true zero, so the lowest bit set is the first.
-        let z = (q.wrapping_sub(LO) & !q | s.wrapping_sub(LO) & !s) & HI;
-        if z != 0 {
-            return Some(j + (z.trailing_zeros() / 8) as usize);
-        }
-        j += 8;
-    }
-    memchr::memchr2(b'"', b'\\', b.get(j..)?).map(|k| j + k)
+    crate::bytes::find_either(b.get(i..)?, b'"', b'\\').map(|k| i + k)
 }
 
 /// The end of a value that is not a string (number, literal, or a nested
