@@ -63,7 +63,7 @@ pub struct Engine {
     always: Vec<u32>,
 }
 
-fn eval(c: &Cond, set: &AtomSet) -> bool {
+pub(crate) fn eval(c: &Cond, set: &AtomSet) -> bool {
     match c {
         Cond::True => true,
         Cond::False => false,

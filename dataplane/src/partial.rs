@@ -227,6 +227,10 @@ pub struct Blind {
     missing: Vec<Vec<String>>,
     /// Nothing is missing for this ruleset: the normal path decides.
     none: bool,
+    /// Every throttle's key is read (no `key` is set): a request on which
+    /// every rule reading a missing field is false is decided on the
+    /// normal path.
+    keyed: bool,
     /// Headers that may be cut, and what reads them.
     cuts: Vec<crate::cut::CutHeader>,
 }
@@ -353,6 +357,7 @@ impl Engine {
         }
         Blind {
             unknown,
+            keyed: !key.contains(&true),
             key,
             extra,
             missing,
@@ -411,6 +416,28 @@ impl Engine {
             self.candidates_after_packet(&f, s);
         } else {
             self.candidates_for(&f, s);
+        }
+        // Most requests are decided whatever the missing fields hold: the
+        // rules reading them are false on what is known (a title rule on
+        // another path). Skipping a false rule changes no decision, and
+        // every other rule reads only known atoms, on which the two-valued
+        // evaluation is the three-valued one: the normal path decides.
+        if !cuts
+            && blind.keyed
+            && s.missed.is_empty()
+            && blind.extra.iter().all(|&i| {
+                eval3(&self.core.rule(i as usize).cond, &s.atoms, &blind.unknown) == Tri::False
+            })
+        {
+            let atoms = &s.atoms;
+            let core = &self.core;
+            return Judged::Decided(core.decide_request(
+                &f,
+                s.candidates.iter().map(|&i| i as usize),
+                |i| crate::engine::eval(&core.rule(i).cond, atoms),
+                Some(&mut trace.steps),
+                s.replay.as_mut(),
+            ));
         }
         let refined = if cuts {
             crate::cut::refine(&blind.cuts, cut, &f, &s.atoms, &blind.unknown)
