@@ -471,15 +471,21 @@ impl Format {
                     // per slot, or the names given are not the slots'.
                     // (Without names the format carries no header, and
                     // the values are not read.)
-                    let values = inner.split(|&b| b == b'|').count();
+                    let values = memchr::memchr_iter(b'|', inner).count() + 1;
                     if !hs.is_empty() && values != hs.len() {
                         return Err(Mismatch::Value(
                             p,
                             "set of captured headers (the capture names given are not one per value)",
                         ));
                     }
-                    let mut q = p + 1;
-                    for (h, val) in hs.iter().zip(inner.split(|&b| b == b'|')) {
+                    let (mut q, mut rest) = (p + 1, inner);
+                    for h in hs {
+                        // One value per slot (counted above).
+                        let (val, next) = match memchr::memchr(b'|', rest) {
+                            Some(i) => (&rest[..i], &rest[i + 1..]),
+                            None => (rest, &rest[rest.len()..]),
+                        };
+                        rest = next;
                         let value = unescape(val, q, esc, arena);
                         q += val.len() + 1;
                         // HAProxy writes an absent header as nothing; an
