@@ -18,8 +18,9 @@ fn zeros(x: u64) -> u64 {
     x.wrapping_sub(LO) & !x & HI
 }
 
-/// The first place in `hay` whose word test `hit` finds, searching the
-/// rest with `far` after [`SHORT`] bytes.
+/// The first place in `hay` that `hit` finds in a word (eight bytes), over
+/// the first [`SHORT`] bytes; `far` searches the rest, and `near` tests
+/// the bytes of a shorter `hay` left over after its last whole word.
 #[inline]
 fn find_with(
     hay: &[u8],

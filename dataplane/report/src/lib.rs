@@ -220,7 +220,16 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
         );
     }
     // Packets and flows are a capture's: a run over logs alone has none.
-    if !r.logs_only() {
+    if r.logs_only() {
+        let _ = write!(
+            o,
+            "<dt>Traffic</dt><dd><span class=fig>{} requests</span> reached the HTTP rules; \
+             the packet rules would have stopped the other <span class=fig>{} requests</span> \
+             before them</dd></dl></header>",
+            fig("/totals/requests", t.requests, "requests"),
+            fig("/totals/stopped_requests", t.stopped_requests, "requests"),
+        );
+    } else {
         let _ = write!(
             o,
             "<dt>Traffic</dt><dd><span class=fig>{} packets</span>, <span class=fig>{} TCP flows</span>, \
@@ -228,15 +237,6 @@ fn head(o: &mut Out, r: &Report, opts: &Options) {
              were in packets the packet rules stopped</dd></dl></header>",
             fig("/totals/packets", t.packets, "packets"),
             fig("/totals/flows", t.flows, "TCP flows"),
-            fig("/totals/requests", t.requests, "requests"),
-            fig("/totals/stopped_requests", t.stopped_requests, "requests"),
-        );
-    } else {
-        let _ = write!(
-            o,
-            "<dt>Traffic</dt><dd><span class=fig>{} requests</span> reached the HTTP rules; \
-             the packet rules would have stopped the other <span class=fig>{} requests</span> \
-             before them</dd></dl></header>",
             fig("/totals/requests", t.requests, "requests"),
             fig("/totals/stopped_requests", t.stopped_requests, "requests"),
         );
