@@ -213,6 +213,39 @@ pub fn eval3(c: &Cond, set: &AtomSet, unknown: &[bool]) -> Tri {
     }
 }
 
+/// Clauses of known atoms (`unknown` marks the others) that refute `c`:
+/// if no atom of one clause holds, `c` is false (three-valued, as
+/// [`eval3`] has it), whatever the unknown atoms hold. A known atom is
+/// its own clause; a conjunction has its parts' clauses; a disjunction
+/// whose every branch has one has their first clauses together (none
+/// holding makes every branch false); anything else has none. Testing
+/// them costs a few loads, where evaluating the condition walks its tree.
+pub(crate) fn clauses(c: &Cond, unknown: &[bool]) -> Vec<Box<[u32]>> {
+    match c {
+        Cond::Atom(a) if !unknown.get(*a as usize).copied().unwrap_or(false) => {
+            vec![Box::new([*a])]
+        }
+        Cond::And(v) => v.iter().flat_map(|x| clauses(x, unknown)).collect(),
+        Cond::Or(v) => {
+            let mut one: Vec<u32> = Vec::new();
+            for x in v {
+                match clauses(x, unknown).first() {
+                    Some(c) => one.extend_from_slice(c),
+                    None => return Vec::new(),
+                }
+            }
+            one.sort_unstable();
+            one.dedup();
+            if one.is_empty() {
+                Vec::new()
+            } else {
+                vec![one.into_boxed_slice()]
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// What an input lacks, compiled against one engine: which atoms are
 /// unknown, which rules can be unknown and why.
 #[derive(Debug, Clone)]
@@ -223,14 +256,19 @@ pub struct Blind {
     key: Vec<bool>,
     /// Request-path rules whose condition reads a missing field.
     extra: Vec<u32>,
+    /// Request-path rules that read a missing field, in their condition
+    /// or their throttle's key, each with clauses of known atoms of which
+    /// at least one must hold for the condition not to be false
+    /// ([`clauses`]): a request on which all of them are false is decided
+    /// on the normal path.
+    check: Vec<(u32, Vec<Box<[u32]>>)>,
+    /// Whether a request `check` finds decided goes the normal path (off
+    /// only in tests, which compare the two paths).
+    pub(crate) shortcut: bool,
     /// Per rule: what it reads that the input lacks (empty if nothing).
     missing: Vec<Vec<String>>,
     /// Nothing is missing for this ruleset: the normal path decides.
     none: bool,
-    /// Every throttle's key is read (no `key` is set): a request on which
-    /// every rule reading a missing field is false is decided on the
-    /// normal path.
-    keyed: bool,
     /// Headers that may be cut, and what reads them.
     cuts: Vec<crate::cut::CutHeader>,
 }
@@ -300,6 +338,7 @@ impl Engine {
         let mut missing = Vec::with_capacity(rs.rules.len());
         let mut key = Vec::with_capacity(rs.rules.len());
         let mut extra = Vec::new();
+        let mut check = Vec::new();
         let mut none = true;
         for (i, r) in rs.rules.iter().enumerate() {
             let mut m: Vec<String> = Vec::new();
@@ -339,6 +378,9 @@ impl Engine {
             if cond_unknown && self.core.on_request_path(i) {
                 extra.push(i as u32);
             }
+            if (cond_unknown || k) && self.core.on_request_path(i) {
+                check.push((i as u32, Vec::new()));
+            }
             key.push(k);
             missing.push(if relevant { m } else { Vec::new() });
         }
@@ -355,11 +397,15 @@ impl Engine {
                 }
             }
         }
+        for (i, c) in &mut check {
+            *c = clauses(&self.core.rule(*i as usize).cond, &unknown);
+        }
         Blind {
             unknown,
-            keyed: !key.contains(&true),
             key,
             extra,
+            check,
+            shortcut: true,
             missing,
             none,
             cuts: crate::cut::compile(rs, &known.capped),
@@ -418,15 +464,21 @@ impl Engine {
             self.candidates_for(&f, s);
         }
         // Most requests are decided whatever the missing fields hold: the
-        // rules reading them are false on what is known (a title rule on
-        // another path). Skipping a false rule changes no decision, and
-        // every other rule reads only known atoms, on which the two-valued
-        // evaluation is the three-valued one: the normal path decides.
-        if !cuts
-            && blind.keyed
+        // rules reading them, in a condition or a throttle's key, are
+        // false on what is known (a title rule on another path, a throttle
+        // by host on a log without hosts). Skipping a false rule changes
+        // no decision, and every other rule reads only known atoms, on
+        // which the two-valued evaluation is the three-valued one: the
+        // normal path decides.
+        if blind.shortcut
+            && !cuts
             && s.missed.is_empty()
-            && blind.extra.iter().all(|&i| {
-                eval3(&self.core.rule(i as usize).cond, &s.atoms, &blind.unknown) == Tri::False
+            && blind.check.iter().all(|(i, refute)| {
+                refute
+                    .iter()
+                    .any(|c| !c.iter().any(|&a| s.atoms.contains(a)))
+                    || eval3(&self.core.rule(*i as usize).cond, &s.atoms, &blind.unknown)
+                        == Tri::False
             })
         {
             let atoms = &s.atoms;

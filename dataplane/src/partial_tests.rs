@@ -415,3 +415,96 @@ fn with_every_field_known_it_decides_as_the_engine() {
     }
     assert!(n > 2_000, "{n}");
 }
+
+/// The shortcut (a request on which every rule reading a missing field,
+/// in its condition or its throttle's key, is false goes the normal path)
+/// decides as the three-valued path does, throttles and their buckets
+/// included: two engines, one with the shortcut and one without, judge
+/// the same requests in time order.
+#[test]
+fn the_normal_path_shortcut_decides_as_the_three_valued_path() {
+    let mut r = Rng(0x6a09_e667_f3bc_c909);
+    let (mut checked, mut throttled, mut unknown) = (0, 0, 0);
+    for _ in 0..150 {
+        let Some(rs) = ruleset(&mut r, true) else {
+            continue;
+        };
+        let a = Engine::new(rs.clone(), &EngineConfig::default()).unwrap();
+        let b = Engine::new(rs, &EngineConfig::default()).unwrap();
+        for _ in 0..4 {
+            let known = known(&mut r);
+            let fast = a.blind(&known);
+            let mut slow = b.blind(&known);
+            slow.shortcut = false;
+            let (mut sa, mut sb) = (a.scratch(), b.scratch());
+            let (mut ta, mut tb) = (PartialTrace::default(), PartialTrace::default());
+            for t in 0..60u64 {
+                let q = request(&mut r);
+                let mut req = as_request(&q);
+                req.time_ns = t * 50_000_000;
+                let got = a.judge_request(&req, &fast, &mut sa, &mut ta);
+                let want = b.judge_request(&req, &slow, &mut sb, &mut tb);
+                assert_eq!(got, want, "{known:?} {:?}", (q.host, q.target, &q.headers));
+                assert_eq!(ta.steps, tb.steps);
+                assert_eq!(ta.unknown, tb.unknown);
+                checked += 1;
+                match got {
+                    Judged::Decided(d) if d.verdict.kind() == "throttle" => throttled += 1,
+                    Judged::Unknown { .. } => unknown += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20_000 && throttled > 500 && unknown > 1_000,
+        "{checked} {throttled} {unknown}"
+    );
+}
+
+/// A condition's refuting clauses are sound: whenever no atom of one
+/// holds, the three-valued evaluation is false.
+#[test]
+fn refuting_clauses_are_sound() {
+    let mut r = Rng(0xbb67_ae85_84ca_a73b);
+    let mut refuted = 0;
+    for _ in 0..3_000 {
+        let c = rand_cond(&mut r, 0);
+        let unknown: Vec<bool> = (0..6).map(|_| r.next().is_multiple_of(3)).collect();
+        let clauses = crate::partial::clauses(&c, &unknown);
+        for bits in 0..64u32 {
+            let mut set = AtomSet::with_atoms(6);
+            for a in 0..6 {
+                if bits >> a & 1 == 1 {
+                    set.insert(a);
+                }
+            }
+            if clauses.iter().any(|k| !k.iter().any(|&a| set.contains(a))) {
+                refuted += 1;
+                assert_eq!(
+                    eval3(&c, &set, &unknown),
+                    Tri::False,
+                    "{c:?} {unknown:?} {bits:b}"
+                );
+            }
+        }
+    }
+    assert!(refuted > 10_000, "{refuted}");
+}
+
+fn rand_cond(r: &mut Rng, depth: u32) -> Cond {
+    if depth >= 3 || r.next().is_multiple_of(3) {
+        return match r.next() % 10 {
+            0 => Cond::True,
+            1 => Cond::False,
+            _ => Cond::Atom((r.next() % 6) as u32),
+        };
+    }
+    let n = 1 + r.next() % 3;
+    let kids: Vec<Cond> = (0..n).map(|_| rand_cond(r, depth + 1)).collect();
+    match r.next() % 3 {
+        0 => Cond::And(kids),
+        1 => Cond::Or(kids),
+        _ => Cond::Not(Box::new(kids.into_iter().next().unwrap())),
+    }
+}
