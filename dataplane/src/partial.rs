@@ -265,6 +265,12 @@ pub struct Blind {
     /// Whether a request `check` finds decided goes the normal path (off
     /// only in tests, which compare the two paths).
     pub(crate) shortcut: bool,
+    /// Whether any rule has a packet-plane part (the packet plane is then
+    /// judged first).
+    packet_plane: bool,
+    /// The packet-plane drops, allows and exemptions, in order (active,
+    /// not limits): what [`Engine::judge_packet_plane`] walks.
+    packet_rules: Vec<u32>,
     /// Per rule: what it reads that the input lacks (empty if nothing).
     missing: Vec<Vec<String>>,
     /// Nothing is missing for this ruleset: the normal path decides.
@@ -406,6 +412,16 @@ impl Engine {
             extra,
             check,
             shortcut: true,
+            packet_plane: rs.plan.iter().any(|p| p.xdp.is_some()),
+            packet_rules: (0..rs.plan.len())
+                .filter(|&i| {
+                    rs.plan[i]
+                        .xdp
+                        .as_ref()
+                        .is_some_and(|x| self.core.active[i] && x.kind != XdpKind::Throttle)
+                })
+                .map(|i| i as u32)
+                .collect(),
             missing,
             none,
             cuts: crate::cut::compile(rs, &known.capped),
@@ -442,7 +458,7 @@ impl Engine {
         trace.clear();
         // Judging the packet plane leaves the request's packet atoms in
         // `s.atoms`: the request's decision goes on from them.
-        let after_packet = self.ruleset().plan.iter().any(|p| p.xdp.is_some());
+        let after_packet = blind.packet_plane;
         if after_packet {
             if let Some(j) = self.judge_packet_plane(req, blind, s) {
                 if let Judged::Unknown { rule, .. } = j {
@@ -591,7 +607,7 @@ impl Engine {
         s: &mut Scratch,
     ) -> Option<Judged> {
         let rs = self.ruleset();
-        if rs.plan.iter().all(|p| p.xdp.is_none()) {
+        if !blind.packet_plane {
             return None;
         }
         s.atoms.clear();
@@ -605,11 +621,9 @@ impl Engine {
         };
         self.matcher.packet_atoms(&p, &mut s.atoms);
         let mut pending = None;
-        for (i, plan) in rs.plan.iter().enumerate() {
-            let Some(x) = &plan.xdp else { continue };
-            if !self.core.active[i] || x.kind == XdpKind::Throttle {
-                continue;
-            }
+        for &i in &blind.packet_rules {
+            let i = i as usize;
+            let Some(x) = &rs.plan[i].xdp else { continue };
             let mut holds = Tri::False;
             for t in &x.dnf {
                 let mut term = Tri::True;
