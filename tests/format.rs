@@ -113,3 +113,22 @@ fn idempotent_and_meaning_preserving() {
         }
     }
 }
+
+/// Only the language's own whitespace (space, tab, carriage return,
+/// newline) is whitespace to the formatter: an address-list entry made
+/// of other characters Unicode calls spaces (a no-break space, a
+/// vertical tab, an ideographic space) is an entry, kept as it is, not a
+/// blank line that the next formatting drops.
+#[test]
+fn unicode_spaces_are_entries_not_blank_lines() {
+    for odd in [
+        "\u{a0}", "\u{b}", "\u{c}", "\u{3000}", "\u{85}", "\u{2028}", "x\u{a0}",
+    ] {
+        let text = format!(
+            "ipblock net/a {{\n  comment \"c\"\n  {odd}\n  file \"f.txt\"\n  10.0.0.0/8 {odd}# note\n}}\n\n# {odd}\n\nrule r {{\n  when ipblock@net/a\n  deny 403\n}}\n"
+        );
+        let once = format(&text);
+        assert_eq!(format(&once), once, "{odd:?}");
+        assert!(once.contains(&format!("\n  {odd}\n")), "{odd:?}: {once}");
+    }
+}

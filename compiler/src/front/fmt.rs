@@ -15,6 +15,19 @@ struct Comment {
     blank_after: bool,
 }
 
+/// Whether `b` is whitespace to the language (`WHITESPACE` in the
+/// grammar, a newline aside): anything else, even what Unicode calls a
+/// space (a no-break space, a vertical tab), can be a token, such as an
+/// address-list entry, and is never trimmed as blank.
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r')
+}
+
+/// Whether a line holds nothing but the language's whitespace.
+fn is_blank(line: &str) -> bool {
+    line.chars().all(|c| is_space(c) || c == '\n')
+}
+
 /// Whether the line before (or after) the line holding `at` is blank.
 fn blank_line_next_to(text: &str, at: usize, before: bool) -> bool {
     if before {
@@ -23,13 +36,13 @@ fn blank_line_next_to(text: &str, at: usize, before: bool) -> bool {
             return false;
         }
         let prev_start = text[..start - 1].rfind('\n').map_or(0, |n| n + 1);
-        text[prev_start..start - 1].trim().is_empty()
+        is_blank(&text[prev_start..start - 1])
     } else {
         let Some(end) = text[at..].find('\n').map(|n| at + n + 1) else {
             return false;
         };
         let next_end = text[end..].find('\n').map_or(text.len(), |n| end + n);
-        end < text.len() && text[end..next_end].trim().is_empty()
+        end < text.len() && is_blank(&text[end..next_end])
     }
 }
 
@@ -51,7 +64,7 @@ fn comments(text: &str) -> Vec<Comment> {
                 let end = text[i..].find('\n').map_or(text.len(), |n| i + n);
                 out.push(Comment {
                     offset: i as u32,
-                    text: text[i..end].trim_end().to_string(),
+                    text: text[i..end].trim_end_matches(is_space).to_string(),
                     own_line: !line_has_code,
                     blank_before: !line_has_code && blank_line_next_to(text, i, true),
                     blank_after: !line_has_code && blank_line_next_to(text, i, false),
@@ -59,7 +72,7 @@ fn comments(text: &str) -> Vec<Comment> {
                 i = end;
                 continue;
             }
-            c if !c.is_ascii_whitespace() => line_has_code = true,
+            c if !is_space(char::from(c)) => line_has_code = true,
             _ => {}
         }
         i += 1;
@@ -80,12 +93,12 @@ impl Printer<'_> {
         while self.next < self.comments.len() && self.comments[self.next].offset < before {
             let c = &self.comments[self.next];
             match (c.own_line, self.lines.last_mut()) {
-                (false, Some(last)) if !last.trim().is_empty() => {
+                (false, Some(last)) if !is_blank(last) => {
                     last.push(' ');
                     last.push_str(&c.text);
                 }
                 _ => {
-                    if c.blank_before && self.lines.last().is_some_and(|l| !l.trim().is_empty()) {
+                    if c.blank_before && self.lines.last().is_some_and(|l| !is_blank(l)) {
                         self.lines.push(String::new());
                     }
                     self.lines
@@ -434,13 +447,13 @@ pub fn format_file(file: &File, src: &SourceFile) -> String {
     let mut out = String::new();
     let mut blank = true;
     for l in p.lines {
-        let is_blank = l.trim().is_empty();
-        if is_blank && blank {
+        let empty = is_blank(&l);
+        if empty && blank {
             continue;
         }
-        out.push_str(l.trim_end());
+        out.push_str(l.trim_end_matches(is_space));
         out.push('\n');
-        blank = is_blank;
+        blank = empty;
     }
     while out.ends_with("\n\n") {
         out.pop();
