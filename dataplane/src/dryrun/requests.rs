@@ -570,7 +570,11 @@ impl RequestSide {
         }
         if unknown {
             self.unknown += 1;
-        } else {
+        } else if matches!(
+            d.verdict,
+            Verdict::Deny { .. } | Verdict::Throttle { .. } | Verdict::Drop { .. }
+        ) {
+            // Only a stop is counted there (most requests pass).
             let al = header(req, b"accept-language").is_some();
             self.stops.add(d.verdict.kind(), req.ip, ua, al);
         }
