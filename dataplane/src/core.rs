@@ -93,6 +93,14 @@ impl Verdict {
             Verdict::Drop { .. } => "drop",
         }
     }
+
+    /// Whether the request is stopped: denied, throttled or dropped.
+    pub fn is_stop(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Deny { .. } | Verdict::Throttle { .. } | Verdict::Drop { .. }
+        )
+    }
 }
 
 /// A verdict and what shadow and log rules saw.

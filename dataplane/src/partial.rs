@@ -257,10 +257,10 @@ pub struct Blind {
     /// Request-path rules whose condition reads a missing field.
     extra: Vec<u32>,
     /// Request-path rules that read a missing field, in their condition
-    /// or their throttle's key, each with clauses of known atoms of which
-    /// at least one must hold for the condition not to be false
-    /// ([`clauses`]): a request on which all of them are false is decided
-    /// on the normal path.
+    /// or their throttle's key, each with its clauses of known atoms
+    /// ([`clauses`]): the condition can hold only if every clause has an
+    /// atom that holds, so a request on which each of these rules has a
+    /// clause with none is decided on the normal path.
     check: Vec<(u32, Vec<Box<[u32]>>)>,
     /// Whether a request `check` finds decided goes the normal path (off
     /// only in tests, which compare the two paths).
@@ -385,7 +385,7 @@ impl Engine {
                 extra.push(i as u32);
             }
             if (cond_unknown || k) && self.core.on_request_path(i) {
-                check.push((i as u32, Vec::new()));
+                check.push((i as u32, clauses(&r.cond, &unknown)));
             }
             key.push(k);
             missing.push(if relevant { m } else { Vec::new() });
@@ -402,9 +402,6 @@ impl Engine {
                     none = false;
                 }
             }
-        }
-        for (i, c) in &mut check {
-            *c = clauses(&self.core.rule(*i as usize).cond, &unknown);
         }
         Blind {
             unknown,

@@ -394,7 +394,7 @@ impl TopK {
             // Untagged counts (every one, in most tables) leave the tags'
             // memory alone: one cache miss fewer per count.
             if tagged {
-                self.tags[slot as usize] += tag;
+                self.tags[slot as usize] += 1;
             }
             self.bump(slot);
             return;

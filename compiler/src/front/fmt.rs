@@ -15,7 +15,7 @@ struct Comment {
     blank_after: bool,
 }
 
-/// Whether `b` is whitespace to the language (`WHITESPACE` in the
+/// Whether `c` is whitespace to the language (`WHITESPACE` in the
 /// grammar, a newline aside): anything else, even what Unicode calls a
 /// space (a no-break space, a vertical tab), can be a token, such as an
 /// address-list entry, and is never trimmed as blank.

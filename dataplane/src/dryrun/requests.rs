@@ -570,10 +570,7 @@ impl RequestSide {
         }
         if unknown {
             self.unknown += 1;
-        } else if matches!(
-            d.verdict,
-            Verdict::Deny { .. } | Verdict::Throttle { .. } | Verdict::Drop { .. }
-        ) {
+        } else if d.verdict.is_stop() {
             // Only a stop is counted there (most requests pass).
             let al = header(req, b"accept-language").is_some();
             self.stops.add(d.verdict.kind(), req.ip, ua, al);
