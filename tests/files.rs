@@ -403,7 +403,7 @@ fn directory_walks_end_and_stay_inside_the_root() {
 
     // Depth is bounded.
     let deep = tempdir("deep");
-    let mut d = deep.clone();
+    let mut d = deep.to_path_buf();
     for i in 0..40 {
         d = d.join(format!("d{i}"));
     }

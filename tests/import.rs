@@ -11,7 +11,7 @@ fn fixture(name: &str) -> PathBuf {
     root().join("tests/fixtures/requestctl").join(name)
 }
 
-fn import(input: &Path, extra: &[&str]) -> (PathBuf, std::process::Output) {
+fn import(input: &Path, extra: &[&str]) -> (TempDir, std::process::Output) {
     let out = tempdir("import");
     let mut args = vec![
         "import",

@@ -121,7 +121,7 @@ impl Lab {
     fn new(object: PathBuf) -> Lab {
         let id = std::process::id() % 100_000;
         let (near, far) = (format!("rct{id}a"), format!("rct{id}b"));
-        let dir = TempDir::adopt(tempdir("netns"));
+        let dir = tempdir("netns");
         let bpffs = Mount::bpffs(&dir.join("bpffs"));
         let ns = NetNs::new(&format!("rctl-test-{id}"));
         let link = Link::veth(&near, None, &far, Some(&ns));
@@ -564,7 +564,7 @@ fn apply_status_detach_on_a_veth_pair() {
 #[test]
 fn apply_explains_what_is_missing() {
     let Some(object) = object_path() else { return };
-    let dir = TempDir::adopt(tempdir("apply-errors"));
+    let dir = tempdir("apply-errors");
     let artifact = dir.join("r.rctlc");
     let o = rctl(&[
         "compile",

@@ -2,6 +2,7 @@
 
 use rctl_compiler::{compile_str, Compilation, Options};
 use rctl_dataplane::{Decision, Engine, EngineConfig, NaiveEngine, Request, Verdict};
+pub use rctl_testkit::proc::TempDir;
 use rctl_testkit::servers::serve::Serve;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -169,8 +170,9 @@ pub fn pkt(e: &Both, p: &rctl_dataplane::Packet) -> String {
     show(e, &v)
 }
 
-/// A fresh, empty temporary directory.
-pub fn tempdir(tag: &str) -> PathBuf {
+/// A fresh, empty temporary directory, removed with what is in it when
+/// the guard is dropped.
+pub fn tempdir(tag: &str) -> TempDir {
     static N: AtomicU32 = AtomicU32::new(0);
     let d = std::env::temp_dir().join(format!(
         "rctl-test-{}-{tag}-{}",
@@ -179,7 +181,7 @@ pub fn tempdir(tag: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir::adopt(d)
 }
 
 /// Runs the rctl binary.

@@ -13,7 +13,7 @@ mod restart;
 mod swap;
 mod tap;
 
-use crate::util::{root, tempdir};
+use crate::util::{root, tempdir, TempDir};
 use rctl_testkit::proc::Proc;
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
@@ -51,7 +51,7 @@ pub fn compile(dir: &Path, name: &str, extra: &str) -> PathBuf {
 /// A running `rctl serve`.
 pub struct Agent {
     proc: Proc,
-    pub dir: PathBuf,
+    pub dir: TempDir,
     pub http: SocketAddr,
     pub metrics: SocketAddr,
     pub control: PathBuf,

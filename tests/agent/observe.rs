@@ -132,7 +132,7 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 
 /// An agent writing the log to a file, with `rate` lines a second and
 /// bursts of `burst` per rule, a summary every second; and the log.
-fn logging(tag: &str, rate: &str, burst: &str) -> (Agent, PathBuf) {
+fn logging(tag: &str, rate: &str, burst: &str) -> (TempDir, Agent, PathBuf) {
     let dir = tempdir(tag);
     let log = dir.join("matched.jsonl");
     let l = log.to_str().unwrap();
@@ -146,12 +146,13 @@ fn logging(tag: &str, rate: &str, burst: &str) -> (Agent, PathBuf) {
         "--log-summary",
         "1",
     ];
-    (Agent::start(&compile(&dir, "r", ""), &args), log)
+    let agent = Agent::start(&compile(&dir, "r", ""), &args);
+    (dir, agent, log)
 }
 
 #[test]
 fn agent_the_log_is_rate_limited_per_rule_and_counts_what_it_suppressed() {
-    let (mut a, log) = logging("agent-log", "1", "5");
+    let (_dir, mut a, log) = logging("agent-log", "1", "5");
     let started = Instant::now();
     let mut t = Tally::default();
     for _ in 0..4 {
@@ -201,7 +202,7 @@ fn agent_the_log_is_rate_limited_per_rule_and_counts_what_it_suppressed() {
 
 #[test]
 fn agent_sigterm_stops_accepting_answers_what_it_took_and_exits() {
-    let (mut a, log) = logging("agent-stop", "2", "3");
+    let (_dir, mut a, log) = logging("agent-stop", "2", "3");
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4)
         .map(|i| {

@@ -6,7 +6,7 @@
 
 use super::rctl_ok;
 use super::stack::{client_py, compile, Front, Line, Stack};
-use crate::util::{root, tempdir};
+use crate::util::{root, tempdir, TempDir};
 use rctl_dataplane::dryrun::requests_in;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -208,8 +208,9 @@ rule wrk_pages {
 }
 "#;
 
-/// The fixture rules and [`EVERY_ACTION`] in one directory.
-fn every_action_rules() -> std::path::PathBuf {
+/// The fixture rules and [`EVERY_ACTION`] in one directory (`rules`
+/// in the directory returned, which holds it).
+fn every_action_rules() -> (TempDir, std::path::PathBuf) {
     let dir = tempdir("parity-rules");
     let rules = dir.join("rules");
     std::fs::create_dir(&rules).unwrap();
@@ -219,7 +220,7 @@ fn every_action_rules() -> std::path::PathBuf {
     )
     .unwrap();
     std::fs::write(rules.join("more.rctl"), EVERY_ACTION).unwrap();
-    rules
+    (dir, rules)
 }
 
 #[test]
@@ -227,7 +228,8 @@ fn agent_verdicts_equal_dry_run_for_every_action() {
     if !super::stack::available() {
         return;
     }
-    let seen = parity(Front::Haproxy, &every_action_rules(), "every-action");
+    let (_dir, rules) = every_action_rules();
+    let seen = parity(Front::Haproxy, &rules, "every-action");
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         ["allow", "deny", "drop", "log", "throttle"]
@@ -241,7 +243,8 @@ fn module_verdicts_equal_dry_run_for_every_action() {
     if !super::stack::module_available() {
         return;
     }
-    let seen = parity(Front::NginxModule, &every_action_rules(), "module");
+    let (_dir, rules) = every_action_rules();
+    let seen = parity(Front::NginxModule, &rules, "module");
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         ["allow", "deny", "drop", "log", "throttle"]

@@ -3,7 +3,7 @@
 //! real clients (`client.py`), and the proxies' logs parsed.
 
 use super::{emit_haproxy, emit_nginx, haproxy_config, nginx_http, origin};
-use crate::util::{root, serve, tempdir};
+use crate::util::{root, serve, tempdir, TempDir};
 use rctl_testkit::lab;
 use rctl_testkit::servers::haproxy::Haproxy;
 use rctl_testkit::servers::nginx::{self, Nginx};
@@ -41,8 +41,6 @@ pub enum Front {
 
 /// A running edge host.
 pub struct Stack {
-    /// Its directory.
-    pub dir: PathBuf,
     /// The agent.
     pub agent: Serve,
     /// The origin, and for [`Front::Nginx`] the front too (a second
@@ -58,6 +56,8 @@ pub struct Stack {
     /// servers above are stopped.
     _netns: lab::Inside,
     _serial: MutexGuard<'static, ()>,
+    /// Its directory (last: removed once its servers have stopped).
+    pub dir: TempDir,
 }
 
 /// One request as the front proxy logged it.
@@ -263,7 +263,7 @@ impl Stack {
     pub fn client(&self) -> Client {
         Client {
             front: self.front,
-            dir: self.dir.clone(),
+            dir: self.dir.to_path_buf(),
         }
     }
 }

@@ -10,7 +10,7 @@
 use super::rctl_ok;
 use super::stack::{Front, Stack};
 use crate::suggest::{rule_in, CHROME, EXISTING, FIREFOX};
-use crate::util::tempdir;
+use crate::util::{tempdir, TempDir};
 use rctl_testkit::proc::Proc;
 use rctl_testkit::skip::skip_unless;
 use serde_json::{json, Value};
@@ -31,7 +31,7 @@ const READERS: [&str; 6] = [
 /// port: the swarm, the readers and the updater, asking `rctl serve`
 /// with the rules in force before the incident.
 struct Run {
-    dir: std::path::PathBuf,
+    dir: TempDir,
     rules: std::path::PathBuf,
     pcap: std::path::PathBuf,
     /// What the load generator sent, per group.

@@ -6,7 +6,7 @@ use super::*;
 
 /// A cluster, five agents of two sites, and two rulesets A and B
 /// (denying /a and /b) compiled; A pushed and running everywhere.
-fn fleet_of_five(tag: &str) -> (PathBuf, Cluster, Vec<Agent>, [(PathBuf, String); 2]) {
+fn fleet_of_five(tag: &str) -> (TempDir, Cluster, Vec<Agent>, [(PathBuf, String); 2]) {
     let (dir, c) = cluster(tag);
     let etcd = c.urls();
     let a = denying(&dir, "a", "/a");

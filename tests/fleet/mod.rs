@@ -13,7 +13,7 @@ mod tls;
 mod xdp;
 
 use crate::agent::{Conn, Resp};
-use crate::util::{rctl, tempdir};
+use crate::util::{rctl, tempdir, TempDir};
 use rctl_testkit::proc::{free_port, Proc};
 use rctl_testkit::servers::etcd::Cluster;
 use rctl_testkit::skip::skip_unless;
@@ -279,7 +279,7 @@ fn converged(etcd: &str, agents: &[Agent], sha: &str, denied: &str) {
 }
 
 /// A cluster of three, in a fresh directory.
-fn cluster(tag: &str) -> (PathBuf, Cluster) {
+fn cluster(tag: &str) -> (TempDir, Cluster) {
     let dir = tempdir(tag);
     let c = Cluster::start(&dir.join("etcd"), 3);
     (dir, c)

@@ -83,7 +83,7 @@ fn shared(a: &Agent) -> serde_json::Value {
 }
 
 /// Four agents of one site on one etcd member and one Redis.
-fn site(tag: &str, sync_ms: u64) -> (PathBuf, Cluster, Redis, Vec<Agent>) {
+fn site(tag: &str, sync_ms: u64) -> (TempDir, Cluster, Redis, Vec<Agent>) {
     let dir = tempdir(tag);
     let c = Cluster::start(&dir.join("etcd"), 1);
     let redis = Redis::start(&dir.join("redis"));

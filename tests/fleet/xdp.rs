@@ -203,7 +203,7 @@ fn blocked_by(sha: &str, a: &str) -> u8 {
 }
 
 /// The test directory, the cluster, the XDP object, A and B.
-type Setup = (PathBuf, Cluster, PathBuf, [(PathBuf, String); 2]);
+type Setup = (TempDir, Cluster, PathBuf, [(PathBuf, String); 2]);
 
 /// A cluster, and rulesets A and B for both planes, A pushed; `None`
 /// (a failure under CI) without etcd, root or the built XDP object.

@@ -96,7 +96,7 @@ impl Lab {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let dir = TempDir::adopt(tempdir("host-state"));
+        let dir = tempdir("host-state");
         let bpffs = Mount::bpffs(&dir.join("bpffs"));
         let lab = Lab {
             ns: NetNs::new(&ns),

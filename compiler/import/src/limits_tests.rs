@@ -9,12 +9,30 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A fresh directory for one test.
-fn tempdir(name: &str) -> PathBuf {
+/// A fresh directory for one test, removed when the test passes.
+fn tempdir(name: &str) -> Dir {
     let d = std::env::temp_dir().join(format!("rctl-import-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Dir(d)
+}
+
+/// A test's directory: removed on drop unless the test is failing.
+struct Dir(PathBuf);
+
+impl std::ops::Deref for Dir {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 fn write(path: &Path, text: &str) {
@@ -75,7 +93,7 @@ fn codes(imp: &Imported) -> Vec<&'static str> {
 const IPBLOCK: &str = "cidrs:\n- 192.0.2.0/24\ncomment: fine\n";
 
 /// A small tree that imports: one ipblock.
-fn tree(name: &str) -> PathBuf {
+fn tree(name: &str) -> Dir {
     let root = tempdir(name);
     write(&root.join("request-ipblocks/abuse/fine.yaml"), IPBLOCK);
     root
@@ -331,7 +349,6 @@ fn a_file_over_the_size_limit_is_refused_before_it_is_parsed() {
     );
     // Only the small file was kept.
     assert_eq!(imp.sources.files().len(), 1, "{r}");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 fn import_with(root: &Path, limits: crate::Limits) -> Imported {

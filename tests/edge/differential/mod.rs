@@ -36,7 +36,7 @@ mod proxies;
 mod reference;
 mod requests;
 
-use crate::util::{corpus_files, root, tempdir};
+use crate::util::{corpus_files, root, tempdir, TempDir};
 use proxies::{Kind, Proxy};
 use rctl_compiler::ir::Ruleset;
 use rctl_testkit::lab;
@@ -87,7 +87,7 @@ fn without(rs: &Ruleset, skipped: &[(String, String)]) -> Ruleset {
 /// `rs` as an artifact in a directory shared by the tests, named by its
 /// hash (so that the reference's answers are shared too).
 fn artifact(rs: &Ruleset) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static DIR: OnceLock<TempDir> = OnceLock::new();
     let dir = DIR.get_or_init(|| tempdir("differential-ref"));
     let bytes = rctl_compiler::artifact::encode(rs);
     let hash = rctl_compiler::artifact::content_hash(&bytes).expect("hash");

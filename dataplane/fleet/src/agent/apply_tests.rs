@@ -11,11 +11,8 @@ use std::rc::Rc;
 type Log = Rc<RefCell<Vec<&'static str>>>;
 
 fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "rctl-fleet-apply-{tag}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    ));
+    let d = std::env::temp_dir().join(format!("rctl-fleet-apply-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -34,13 +31,15 @@ fn artifact(path: &str, generation: i64) -> (Record, Vec<u8>) {
     (rec, bytes)
 }
 
-/// A local directory whose `last-good` is generation 1 (denying `/a`).
-fn local(tag: &str) -> (Local, Record) {
-    let l = Local::open(&dir(tag)).unwrap();
+/// A local directory whose `last-good` is generation 1 (denying `/a`),
+/// and its path.
+fn local(tag: &str) -> (Local, PathBuf) {
+    let d = dir(tag);
+    let l = Local::open(&d).unwrap();
     let (rec, bytes) = artifact("/a", 1);
     l.write_pending(&rec, &bytes).unwrap();
     l.promote().unwrap();
-    (l, rec)
+    (l, d)
 }
 
 fn refused(m: &str) -> ControlError {
@@ -137,7 +136,7 @@ fn run(
     Option<i64>,
     Option<i64>,
 ) {
-    let (l, _) = local(tag);
+    let (l, d) = local(tag);
     let (rec, bytes) = artifact("/b", 2);
     let (log, fails) = (Log::default(), Rc::new(fails));
     let agent = FakeAgent(Rc::clone(&log), Rc::clone(&fails));
@@ -145,7 +144,9 @@ fn run(
     let out = both(&l, &rec, &bytes, None, agent, packet);
     let generation = |name| l.read(name).map(|(r, _)| r.generation);
     let calls = log.borrow().clone();
-    (calls, out, generation("last-good"), generation("pending"))
+    let (good, pending) = (generation("last-good"), generation("pending"));
+    std::fs::remove_dir_all(&d).unwrap();
+    (calls, out, good, pending)
 }
 
 #[test]

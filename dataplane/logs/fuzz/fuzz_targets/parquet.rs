@@ -32,4 +32,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         let report = run.finish();
         assert!(report.totals.unknown_requests <= report.totals.captured_requests);
     }
+    let _ = std::fs::remove_file(&path);
 });
