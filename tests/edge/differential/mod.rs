@@ -36,7 +36,7 @@ mod proxies;
 mod reference;
 mod requests;
 
-use crate::util::{corpus_files, root, tempdir, TempDir};
+use crate::util::{corpus_files, root, tempdir};
 use proxies::{Kind, Proxy};
 use rctl_compiler::ir::Ruleset;
 use rctl_testkit::lab;
@@ -85,16 +85,26 @@ fn without(rs: &Ruleset, skipped: &[(String, String)]) -> Ruleset {
 }
 
 /// `rs` as an artifact in a directory shared by the tests, named by its
-/// hash (so that the reference's answers are shared too).
+/// hash (so that the reference's answers are shared too). The directory
+/// is Cargo's temporary directory for tests, in `target/`: a static is
+/// never dropped, so a directory of the system's would be left behind.
 fn artifact(rs: &Ruleset) -> PathBuf {
-    static DIR: OnceLock<TempDir> = OnceLock::new();
-    let dir = DIR.get_or_init(|| tempdir("differential-ref"));
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential-ref");
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    });
     let bytes = rctl_compiler::artifact::encode(rs);
     let hash = rctl_compiler::artifact::content_hash(&bytes).expect("hash");
     let path = dir.join(format!("{}.rctlc", rctl_compiler::artifact::hex(&hash)));
     if !path.exists() {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let tmp = dir.join(format!("{}.tmp", N.fetch_add(1, Ordering::Relaxed)));
+        let tmp = dir.join(format!(
+            "{}-{}.tmp",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::write(&tmp, bytes).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
     }
