@@ -5,34 +5,14 @@
 
 use crate::{import_dump_text, import_path, Imported, Options};
 use rctl_compiler::diag::code;
-use std::path::{Path, PathBuf};
+use rctl_testkit::proc::TempDir;
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A fresh directory for one test, removed when the test passes.
-fn tempdir(name: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("rctl-import-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
-}
-
-/// A test's directory: removed on drop unless the test is failing.
-struct Dir(PathBuf);
-
-impl std::ops::Deref for Dir {
-    type Target = PathBuf;
-    fn deref(&self) -> &PathBuf {
-        &self.0
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+/// A fresh directory for one test, removed when it is dropped.
+fn tempdir(name: &str) -> TempDir {
+    TempDir::new(&format!("import-{name}"))
 }
 
 fn write(path: &Path, text: &str) {
@@ -93,7 +73,7 @@ fn codes(imp: &Imported) -> Vec<&'static str> {
 const IPBLOCK: &str = "cidrs:\n- 192.0.2.0/24\ncomment: fine\n";
 
 /// A small tree that imports: one ipblock.
-fn tree(name: &str) -> Dir {
+fn tree(name: &str) -> TempDir {
     let root = tempdir(name);
     write(&root.join("request-ipblocks/abuse/fine.yaml"), IPBLOCK);
     root

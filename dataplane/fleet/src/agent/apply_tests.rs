@@ -4,18 +4,11 @@
 use super::*;
 use rctl_agent::control::ControlErrorKind;
 use rctl_dataplane::carry::Carry;
+use rctl_testkit::proc::TempDir;
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::rc::Rc;
 
 type Log = Rc<RefCell<Vec<&'static str>>>;
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rctl-fleet-apply-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// An artifact denying `path`, and its record as generation `generation`.
 fn artifact(path: &str, generation: i64) -> (Record, Vec<u8>) {
@@ -32,9 +25,9 @@ fn artifact(path: &str, generation: i64) -> (Record, Vec<u8>) {
 }
 
 /// A local directory whose `last-good` is generation 1 (denying `/a`),
-/// and its path.
-fn local(tag: &str) -> (Local, PathBuf) {
-    let d = dir(tag);
+/// and the guard that removes it.
+fn local(tag: &str) -> (Local, TempDir) {
+    let d = TempDir::new(&format!("fleet-apply-{tag}"));
     let l = Local::open(&d).unwrap();
     let (rec, bytes) = artifact("/a", 1);
     l.write_pending(&rec, &bytes).unwrap();
@@ -136,7 +129,7 @@ fn run(
     Option<i64>,
     Option<i64>,
 ) {
-    let (l, d) = local(tag);
+    let (l, _dir) = local(tag);
     let (rec, bytes) = artifact("/b", 2);
     let (log, fails) = (Log::default(), Rc::new(fails));
     let agent = FakeAgent(Rc::clone(&log), Rc::clone(&fails));
@@ -144,9 +137,7 @@ fn run(
     let out = both(&l, &rec, &bytes, None, agent, packet);
     let generation = |name| l.read(name).map(|(r, _)| r.generation);
     let calls = log.borrow().clone();
-    let (good, pending) = (generation("last-good"), generation("pending"));
-    std::fs::remove_dir_all(&d).unwrap();
-    (calls, out, good, pending)
+    (calls, out, generation("last-good"), generation("pending"))
 }
 
 #[test]
