@@ -200,7 +200,13 @@ export CARGO_TARGET_DIR="$PWD/target/fuzz"
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- -runs=0
     cargo +nightly fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
       -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -rss_limit_mb=2048
-  done  # Parquet files: whole files as inputs, so longer ones.
+  done
+  # Compressed logs: whole gzip and zstd files, damaged and cut short.
+  mkdir -p fuzz/corpus/compressed
+  cargo +nightly fuzz run --sanitizer none compressed fuzz/corpus/compressed fuzz/seeds/compressed -- -runs=0
+  cargo +nightly fuzz run --sanitizer none compressed fuzz/corpus/compressed fuzz/seeds/compressed -- \
+    -max_total_time="$FUZZ_SECONDS" -max_len=16384 -timeout=10 -rss_limit_mb=2048
+  # Parquet files: whole files as inputs, so longer ones.
   mkdir -p fuzz/corpus/parquet
   cargo +nightly fuzz run --sanitizer none parquet fuzz/corpus/parquet fuzz/seeds/parquet -- -runs=0
   cargo +nightly fuzz run --sanitizer none parquet fuzz/corpus/parquet fuzz/seeds/parquet -- \

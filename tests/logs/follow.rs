@@ -1,7 +1,9 @@
 //! `--follow` on the log a real nginx writes, through both rotations
 //! logrotate does: rename and reopen (nginx's USR1), and copytruncate.
 //! No line is lost and none counted twice: the report's requests are the
-//! requests sent, and the lines in nginx's files.
+//! requests sent, and the lines in nginx's files. The log is followed
+//! from the moment nginx opens it, empty, its format detected from the
+//! first lines that come.
 
 use crate::util::{root, tempdir};
 use rctl_testkit::proc::{free_port, Proc};
@@ -60,18 +62,28 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
         "rule first_batch {\n  priority 1\n  when path starts_with \"/a/\"\n  deny 403 \"no\"\n}\n",
     )
     .unwrap();
+    // No --log-format: nginx has just opened its log, still empty, so
+    // the format is detected from the first lines once they come.
+    assert_eq!(lines(&log), 0, "nginx's new log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
-    cmd.arg("dry-run").arg(&rules).arg("--log").arg(&log).args([
-        "--log-format",
-        "nginx-combined",
-        "--follow",
-        "--every",
-        "1",
-        "--format",
-        "json",
-    ]);
+    cmd.arg("dry-run")
+        .arg(&rules)
+        .arg("--log")
+        .arg(&log)
+        .args(["--follow", "--every", "1", "--format", "json"]);
     let mut rctl = Proc::spawn("rctl", &dir, cmd);
     let screens = |rctl: &Proc| rctl.stderr().matches("--- last 1 s").count();
+    until("rctl waits for the first lines", || {
+        rctl.stderr()
+            .contains("is empty: waiting for its first lines")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        screens(&rctl),
+        0,
+        "no screen before a format: {}",
+        rctl.logs()
+    );
     get(at, 30, "/a/");
     until("the first screen", || screens(&rctl) >= 1);
     // Rename, a few more lines into the renamed file, then nginx reopens.
@@ -113,6 +125,7 @@ fn follow_through_rename_and_copytruncate_loses_and_repeats_nothing() {
         (Some(100), Some(100)),
         "{l}"
     );
+    assert_eq!(l["format"], "nginx-combined", "{l}");
     // The screens: each rule's interval counts and the talkers.
     let err = rctl.stderr();
     assert!(err.contains("addresses      127.0.0.1 "), "{err}");

@@ -80,19 +80,31 @@ fn compressed_directories_stdin_and_hosts_merged_in_time_order() {
     // Compressed as logrotate leaves them: gzip and zstd, in a directory.
     must("gzip", &[&p(&hosts.join("a.log"))]);
     must("zstd", &["-q", "--rm", &p(&hosts.join("b.log"))]);
-    let names: Vec<String> = std::fs::read_dir(&hosts)
+    // And the log the server reopened at rotation, still empty: read,
+    // with nothing to judge, its format left undetected.
+    std::fs::write(hosts.join("c.log"), "").unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&hosts)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 2, "{names:?}");
+    names.sort();
+    assert_eq!(names, ["a.log.gz", "b.log.zst", "c.log"]);
     let compressed = run(&dir, &["--log", &p(&hosts)]);
     assert_eq!(per_rule(&compressed), w, "{compressed}");
     let inputs = compressed["inputs"].as_array().unwrap();
-    assert_eq!(inputs.len(), 2);
-    for i in inputs {
+    assert_eq!(inputs.len(), 3);
+    for i in &inputs[..2] {
         assert_eq!(i["log"]["judged"], 60, "{i}");
         assert_eq!(i["log"]["format"], "nginx-combined");
     }
+    assert_eq!(
+        (&inputs[2]["log"]["format"], &inputs[2]["log"]["lines"]),
+        (&"empty".into(), &0.into()),
+        "{}",
+        inputs[2]
+    );
+    // It lacks nothing, so it leaves no rule unjudged.
+    assert_eq!(inputs[2]["log"]["missing_fields"], serde_json::json!([]));
     // Standard input, compressed too.
     let gz = std::fs::read(hosts.join("a.log.gz")).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
@@ -336,4 +348,75 @@ fn many_rotated_files_are_read_within_a_few_descriptors() {
     assert_eq!(many["totals"]["captured_requests"], 3000, "{many}");
     assert_eq!(many["inputs"].as_array().unwrap().len(), 200);
     assert_eq!(per_rule(&many), per_rule(&one));
+}
+
+/// A rotated log compressed by the real gzip and zstd: two files back
+/// to back (`cat`) are read whole, and one cut short (a copy taken while
+/// it was being compressed) gives the lines the tools themselves decode
+/// from it, with an error saying where it ends.
+#[test]
+fn compressed_logs_back_to_back_or_cut_short_read_as_gzip_and_zstd_do() {
+    let dir = tempdir("logs-compressed-cut");
+    std::fs::write(dir.join("r.rctl"), RULES).unwrap();
+    let mut log = String::new();
+    for i in 0..20_000u32 {
+        let ip = format!("198.51.{}.{}", i % 200, i % 250);
+        log.push_str(&line(
+            &ip,
+            i % 3600,
+            &format!("/wiki/T{}", i.wrapping_mul(2654435761)),
+        ));
+    }
+    let plain = dir.join("access.log");
+    std::fs::write(&plain, &log).unwrap();
+    let p = |f: &Path| f.display().to_string();
+    for (tool, ext) in [("gzip", "gz"), ("zstd", "zst")] {
+        must(tool, &["-q", "-k", "-f", &p(&plain)]);
+        let packed = std::fs::read(dir.join(format!("access.log.{ext}"))).unwrap();
+        // Back to back: every line of both.
+        let two = dir.join(format!("two.{ext}"));
+        std::fs::write(&two, [packed.clone(), packed.clone()].concat()).unwrap();
+        let v = run(&dir, &["--log", &p(&two)]);
+        let l = &v["inputs"][0]["log"];
+        assert_eq!(
+            (l["lines"].as_u64(), l["judged"].as_u64()),
+            (Some(40_000), Some(40_000)),
+            "{tool}: {l}"
+        );
+        // Cut at 60%: what the tool decodes before it gives up.
+        let at = packed.len() * 6 / 10;
+        let cut = dir.join(format!("cut.{ext}"));
+        std::fs::write(&cut, &packed[..at]).unwrap();
+        let o = rctl_testkit::proc::sh(tool, &["-d", "-c", &p(&cut)]);
+        assert!(
+            !o.status.success(),
+            "{tool} decodes a file cut short without an error"
+        );
+        let decoded = o.stdout;
+        assert!(
+            log.as_bytes().starts_with(&decoded) && decoded.len() > log.len() / 3,
+            "{tool}: {} bytes",
+            decoded.len()
+        );
+        let whole = decoded.iter().filter(|&&b| b == b'\n').count() as u64;
+        let partial = u64::from(!decoded.ends_with(b"\n"));
+        let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
+            .current_dir(&dir)
+            .args(["dry-run", "r.rctl", "--format", "json", "--log", &p(&cut)])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{tool}: {err}");
+        assert!(
+            err.contains(&format!("{ext}: {tool}: "))
+                && err.contains(&format!("after {at} compressed bytes"))
+                && err.contains("cut short"),
+            "{err}"
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let l = &v["inputs"][0]["log"];
+        assert_eq!(l["lines"].as_u64(), Some(whole + partial), "{tool}: {l}");
+        assert!(l["judged"].as_u64().unwrap() >= whole, "{tool}: {l}");
+        assert_eq!(v["totals"]["captured_requests"], l["judged"], "{v}");
+    }
 }

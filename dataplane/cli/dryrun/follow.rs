@@ -23,6 +23,10 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
         bail!("--follow follows one --log (a file or -)");
     };
     let mut ended = None;
+    // Set at the first signal from here on, waiting for a first line too.
+    let stop = Arc::new(AtomicBool::new(false));
+    on_signal(stop.clone());
+    let poll = Duration::from_millis(50);
     let (name, reader): (String, Box<dyn Read + Send>) = if path == Path::new("-") {
         // Read on a thread of its own: a quiet pipe neither holds the
         // screen back nor keeps a signal from being seen.
@@ -30,15 +34,25 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
         ended = Some(pipe.closed());
         ("-".into(), Box::new(pipe))
     } else {
-        let f = Follow::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let mut f =
+            Follow::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        if opts.format.is_none() {
+            // Its format is found in its first lines: an empty file (one
+            // just rotated) is waited on until it has some.
+            if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+                crate::common::warn(&format!(
+                    "{} is empty: waiting for its first lines, to detect its format (--log-format names it)",
+                    path.display()
+                ));
+            }
+            f = f.wait_for_first_byte(stop.clone(), poll);
+        }
         (path.display().to_string(), Box::new(f))
     };
     let src = Source::from_reader(run, &name, reader, opts).map_err(anyhow::Error::msg)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    on_signal(stop.clone());
     let fo = FollowOptions {
         every: Duration::from_secs(args.every),
-        poll: Duration::from_millis(50),
+        poll,
         stop: &stop,
         ended: ended.as_deref(),
     };

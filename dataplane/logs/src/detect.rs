@@ -47,6 +47,20 @@ pub fn by_name(name: &str, spec: &Spec) -> Result<Format, String> {
     }
 }
 
+/// The format of an input with no bytes at all (a log just rotated, a
+/// day's empty file among others): it has no line to read, and lacks
+/// nothing, so it adds no field to what a run cannot judge.
+pub fn empty() -> Format {
+    Format {
+        name: EMPTY.into(),
+        known: rctl_dataplane::partial::Known::all(),
+        ..webrequest::format()
+    }
+}
+
+/// The name of [`empty`]'s format.
+pub const EMPTY: &str = "empty";
+
 /// The predefined format every one of `lines` fits, if exactly one
 /// does (nginx's combined and varnishncsa's default differ in the
 /// request line: varnishncsa writes an absolute URL).

@@ -11,8 +11,9 @@
 //!   in neither file: that is copytruncate's own loss, documented by
 //!   logrotate.)
 //!
-//! A [`Follow`] never blocks: at the end of what is there it returns 0,
-//! and [`follow`] polls, judges new lines as they come and calls back
+//! A [`Follow`] never blocks once it has read a byte (before, it may be
+//! told to wait for one: a format is detected from the first lines): at
+//! the end of what is there it returns 0, and [`follow`] polls, judges new lines as they come and calls back
 //! every interval with what the last one held.
 
 use crate::record::HeaderBuf;
@@ -41,6 +42,9 @@ pub struct Follow {
     new_seen: Option<Instant>,
     /// Rotations seen: (renamed, truncated).
     pub rotations: (u64, u64),
+    /// Until the first byte: wait for one, polling at this interval,
+    /// unless the flag is set.
+    first: Option<(std::sync::Arc<AtomicBool>, Duration)>,
 }
 
 fn id(m: &std::fs::Metadata) -> (u64, u64) {
@@ -59,7 +63,17 @@ impl Follow {
             id: id(&m),
             new_seen: None,
             rotations: (0, 0),
+            first: None,
         })
+    }
+
+    /// Makes reads wait for the file's first byte (through rotations),
+    /// polling every `poll`, until `stop` is set: an empty log (one just
+    /// rotated) is followed until it has a line to detect its format
+    /// from.
+    pub fn wait_for_first_byte(mut self, stop: std::sync::Arc<AtomicBool>, poll: Duration) -> Self {
+        self.first = Some((stop, poll));
+        self
     }
 
     /// At the end of the open file: whether to go on with another (a
@@ -100,11 +114,20 @@ impl Read for Follow {
             let n = self.file.read(buf)?;
             if n > 0 || buf.is_empty() {
                 self.pos += n as u64;
+                if n > 0 {
+                    self.first = None;
+                }
                 return Ok(n);
             }
             // Whatever the old file still had is read before switching.
             if !self.rotated()? {
-                return Ok(0);
+                match &self.first {
+                    Some((stop, poll)) if !stop.load(Ordering::Relaxed) => {
+                        std::thread::sleep(*poll);
+                        continue;
+                    }
+                    _ => return Ok(0),
+                }
             }
         }
     }

@@ -56,6 +56,8 @@ pub struct LineReader<R> {
     /// Whether a partial last line (no newline yet) waits for more input
     /// instead of being a line (following a growing file).
     pub wait_for_newline: bool,
+    /// The source's error, held while the line it cut is handed out.
+    failed: Option<io::Error>,
 }
 
 impl<R: Read> LineReader<R> {
@@ -75,6 +77,7 @@ impl<R: Read> LineReader<R> {
             base: 0,
             line_offset: 0,
             wait_for_newline: false,
+            failed: None,
         }
     }
 
@@ -138,8 +141,12 @@ impl<R: Read> LineReader<R> {
         }
     }
 
-    /// Moves to the next line.
+    /// Moves to the next line. When the source fails, the line it was
+    /// in the middle of comes first, as it is, then the error.
     pub fn advance(&mut self) -> io::Result<Next> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         loop {
             if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
                 let (s, e) = (self.start, self.start + i);
@@ -164,7 +171,15 @@ impl<R: Read> LineReader<R> {
                 self.start = e;
                 return Ok(self.found(s, e));
             }
-            self.fill()?;
+            if let Err(err) = self.fill() {
+                if self.start == self.end {
+                    return Err(err);
+                }
+                self.failed = Some(err);
+                let (s, e) = (self.start, self.end);
+                self.start = e;
+                return Ok(self.found(s, e));
+            }
         }
     }
 
@@ -266,5 +281,41 @@ mod tests {
         assert_eq!(r.advance().unwrap(), Next::TooLong { len: 256 << 20 });
         assert!(r.buf.len() <= 4096 + CHUNK);
         assert_eq!(r.advance().unwrap(), Next::End);
+    }
+
+    /// A source that fails in the middle of a line: the lines before it,
+    /// then that line as far as it came, then the error, once.
+    #[test]
+    fn the_line_a_failure_cuts_comes_before_the_error() {
+        struct Fails;
+        impl Read for Fails {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+        }
+        let data: &[u8] = b"one\ntwo\nthr";
+        let src = data.chain(Fails);
+        let mut r = LineReader::new(src, 100);
+        let mut got = Vec::new();
+        while let Ok(Next::Line) = r.advance() {
+            got.push(format!(
+                "{}@{}",
+                String::from_utf8_lossy(r.line()),
+                r.offset()
+            ));
+        }
+        assert_eq!(got, ["one@0", "two@4", "thr@8"]);
+        let mut r = LineReader::new(data.chain(Fails), 100);
+        for _ in 0..3 {
+            assert_eq!(r.advance().unwrap(), Next::Line);
+        }
+        assert_eq!(
+            r.advance().unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        // At a line's end, the error comes alone.
+        let mut r = LineReader::new(b"one\n".chain(Fails), 100);
+        assert_eq!(r.advance().unwrap(), Next::Line);
+        assert!(r.advance().is_err());
     }
 }

@@ -160,29 +160,6 @@ pub struct Source {
     deferred: bool,
 }
 
-/// Reads the first lines of a stream without losing them: the stream
-/// that follows still starts at its first byte.
-fn peek(mut r: Box<dyn Read + Send>) -> io::Result<(Vec<u8>, Box<dyn Read + Send>)> {
-    let mut head = vec![0u8; 64 << 10];
-    let mut n = 0;
-    while n < head.len() {
-        match r.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => {
-                n += k;
-                if memchr::memchr_iter(b'\n', &head[..n]).count() >= 20 {
-                    break;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    head.truncate(n);
-    let rest: Box<dyn Read + Send> = Box::new(io::Cursor::new(head.clone()).chain(r));
-    Ok((head, rest))
-}
-
 /// The format of an input: named, or detected from its first lines.
 pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, LogError> {
     let given = opts
@@ -198,6 +175,8 @@ pub fn format_for(opts: &Options, head: &[u8], name: &str) -> Result<Format, Log
     }
     let mut f = match &opts.format {
         Some(n) => detect::by_name(n, &opts.spec),
+        // Nothing to judge (a log just rotated): no format to find.
+        None if head.is_empty() => return Ok(detect::empty()),
         None => {
             let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').take(20).collect();
             // The last piece may be cut short.
@@ -343,7 +322,7 @@ impl Source {
         r: Box<dyn Read + Send>,
         opts: &Options,
     ) -> Result<Source, LogError> {
-        let (head, r) = peek(r).map_err(|e| LogError::Open(name.into(), e))?;
+        let (head, r) = input::peek(r).map_err(|e| LogError::Open(name.into(), e))?;
         if head.starts_with(b"PAR1") {
             return Err(LogError::Format(
                 name.to_string(),
