@@ -228,3 +228,47 @@ fn follow_on_a_quiet_stdin_shows_its_screens_and_stops_at_a_signal() {
     assert_eq!(v["totals"]["captured_requests"], 5, "{v}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// What cannot grow as a log does is refused with what to do instead: a
+/// compressed file (rotated, and read whole without `--follow`), and a
+/// directory.
+#[test]
+fn follow_refuses_compressed_files_and_directories() {
+    let dir = tempdir("logs-follow-refused");
+    let log = dir.join("access.log");
+    std::fs::write(
+        &log,
+        "192.0.2.1 - - [13/May/2026:12:00:00 +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\"\n",
+    )
+    .unwrap();
+    rctl_testkit::proc::must("gzip", &["-k", log.to_str().unwrap()]);
+    rctl_testkit::proc::must("zstd", &["-q", "-k", log.to_str().unwrap()]);
+    for (input, says) in [
+        ("access.log.gz", "is a gzip file: --follow reads a plain log as it grows; read this one without --follow"),
+        ("access.log.zst", "is a zstd file: --follow reads a plain log as it grows"),
+        (".", "--follow follows one log file (or -); . is a directory"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
+            .current_dir(&dir)
+            .arg("dry-run")
+            .arg(root().join("rules"))
+            .args(["--log", input, "--follow"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{input}: {err}");
+        assert!(err.contains(says), "{input}: {err}");
+        // Read whole, the compressed file is judged.
+        if input != "." {
+            let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
+                .current_dir(&dir)
+                .arg("dry-run")
+                .arg(root().join("rules"))
+                .args(["--log", input, "--format", "json"])
+                .output()
+                .unwrap();
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["totals"]["captured_requests"], 1, "{input}: {v}");
+        }
+    }
+}

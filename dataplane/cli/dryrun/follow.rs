@@ -34,6 +34,29 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
         ended = Some(pipe.closed());
         ("-".into(), Box::new(pipe))
     } else {
+        if path.is_dir() {
+            bail!(
+                "--follow follows one log file (or -); {} is a directory",
+                path.display()
+            );
+        }
+        let mut head = [0u8; 4];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut head))
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let compressed = match rctl_logs::input::sniff(&head[..n]) {
+            rctl_logs::input::Compression::Gzip => Some("gzip"),
+            rctl_logs::input::Compression::Zstd => Some("zstd"),
+            rctl_logs::input::Compression::None => {
+                head[..n].starts_with(b"PAR1").then_some("Parquet")
+            }
+        };
+        if let Some(c) = compressed {
+            bail!(
+                "{} is a {c} file: --follow reads a plain log as it grows; read this one without --follow",
+                path.display()
+            );
+        }
         let mut f =
             Follow::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         if opts.format.is_none() {
