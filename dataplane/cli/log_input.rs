@@ -161,8 +161,9 @@ impl LogInputArgs {
         Ok(Some(spool))
     }
 
-    /// Reports what stopped the read of `summary` on stderr; true when it
-    /// must fail: a read error, an input with no line of its format,
+    /// Reports what stopped the read of `summary` on stderr, and captured
+    /// headers left unread for want of their names; true when it must
+    /// fail: a read error, an input with no line of its format,
     /// more bad lines than `--max-bad-lines`.
     pub fn failed(&self, summary: &Summary) -> bool {
         let bad = summary.bad_lines();
@@ -171,6 +172,12 @@ impl LogInputArgs {
             eprintln!("rctl: error: {e}; the report covers everything before it");
         }
         for (name, l) in &summary.inputs {
+            if l.unnamed_captures > 0 {
+                crate::common::warn(&format!(
+                    "{name}: {} lines hold captured request headers {{…}} whose names were not given, so they were not read: name them with --haproxy-config (and --haproxy-frontend) or --capture-request-header",
+                    l.unnamed_captures
+                ));
+            }
             if l.lines > 0 && l.judged == 0 {
                 eprintln!(
                     "rctl: error: {name}: none of its {} lines is a {} line",

@@ -284,7 +284,21 @@ fn a_capture_cut_at_its_len_is_judged_only_as_far_as_its_start_tells() {
         assert_eq!(r("curl")["requests"]["allow"], 3, "{how:?}: {v}");
         assert_eq!(v["totals"]["unknown_requests"], 6, "{how:?}: {v}");
         assert_eq!(v["inputs"][0]["log"]["cut_lines"], 11, "{how:?}: {v}");
+        assert!(v["inputs"][0]["log"]["unnamed_captures"].is_null(), "{v}");
     }
+    // Without the names the values are not read, and both the report and
+    // stderr say so and what to give.
+    let o = crate::util::rctl(&["dry-run", rules, "--log", file, "--format", "json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("16 lines hold captured request headers {…} whose names were not given, so they were not read: name them with --haproxy-config"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["inputs"][0]["log"]["unnamed_captures"], 16, "{v}");
+    // No User-Agent: the first rule, on it, leaves every verdict unknown.
+    assert_eq!(v["totals"]["unknown_requests"], 16, "{v}");
     // Without the length, the cut values are taken as they are logged.
     let v = run(&["--capture-request-header", "User-Agent"]);
     assert_eq!(v["rules"][2]["name"], "zgrab");

@@ -270,6 +270,13 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
                 l.cut_lines
             );
         }
+        if l.unnamed_captures > 0 {
+            let _ = writeln!(
+                o,
+                "      {} lines hold captured request headers {{…}} whose names were not given, so they were not read: name them with --haproxy-config (and --haproxy-frontend) or --capture-request-header",
+                l.unnamed_captures
+            );
+        }
     }
     if s.resolution_ns() >= 1_000_000_000 {
         let _ = writeln!(

@@ -472,6 +472,9 @@ impl Format {
                     // (Without names the format carries no header, and
                     // the values are not read.)
                     let values = memchr::memchr_iter(b'|', inner).count() + 1;
+                    if hs.is_empty() && !inner.is_empty() {
+                        rec.unnamed_captures = true;
+                    }
                     if !hs.is_empty() && values != hs.len() {
                         return Err(Mismatch::Value(
                             p,

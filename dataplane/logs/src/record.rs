@@ -46,6 +46,9 @@ pub struct Record {
     pub cut: Vec<u16>,
     /// Milliseconds to add (HAProxy's `%Ts.%ms`).
     pub millis: Option<u64>,
+    /// The line holds captured request headers (HAProxy's `{…}`) whose
+    /// names were not given, so their values were not read.
+    pub unnamed_captures: bool,
     /// The last time field parsed and what it gave, kept across lines
     /// (not cleared): a log writes the same second on many lines in a
     /// row, which then cost a comparison instead of a parse.
@@ -92,6 +95,7 @@ impl Record {
         self.headers.clear();
         self.cut.clear();
         self.millis = None;
+        self.unnamed_captures = false;
     }
 }
 

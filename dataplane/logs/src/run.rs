@@ -550,6 +550,9 @@ impl Source {
         if !self.rec.cut.is_empty() {
             self.stats.cut_lines += 1;
         }
+        if self.rec.unnamed_captures {
+            self.stats.unnamed_captures += 1;
+        }
         if self.rec.resolution_ns >= 1_000_000_000 {
             self.whole_seconds += 1;
         } else {

@@ -274,6 +274,17 @@ fn log_input(i: usize, l: &rctl_dataplane::dryrun::LogInput) -> String {
             )
         );
     }
+    if l.unnamed_captures > 0 {
+        let _ = write!(
+            s,
+            ", <span class=fig>{} with captured request headers whose names were not given</span> (not read: name them with <code>--haproxy-config</code> or <code>--capture-request-header</code>)",
+            fig(
+                &format!("/inputs/{i}/log/unnamed_captures"),
+                l.unnamed_captures,
+                "lines with unnamed captured headers"
+            )
+        );
+    }
     if l.resolution_ns >= 1_000_000_000 {
         s.push_str("; times to the second: limiters ran on 1 s timestamps, lines within a second in file order");
     }

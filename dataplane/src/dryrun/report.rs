@@ -297,6 +297,11 @@ pub struct LogInput {
     /// reading it were judged only as far as that start tells.
     #[serde(skip_serializing_if = "is_zero")]
     pub cut_lines: u64,
+    /// Lines holding captured request headers (HAProxy's `{…}`) whose
+    /// names were not given: their values were not read, and rules on
+    /// those headers not judged.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unnamed_captures: u64,
     /// For a columnar table: the columns decoded (what the ruleset and
     /// the report read), in the table's order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
