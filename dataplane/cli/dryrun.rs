@@ -111,7 +111,9 @@ pub fn run(mut a: Args) -> Result<ExitCode> {
     }
     let out = match (a.format, &from_logs) {
         (Format::Text, None) => text(&report),
-        (Format::Text, Some(s)) => text(&report) + "\n" + &logs::text(&report, s, sampled),
+        (Format::Text, Some(s)) => {
+            text(&report) + "\n" + &logs::text(&report, s, sampled, a.logs.input.reorder_window)
+        }
         (Format::Json, _) => logs::json(&report, sampled)?,
     };
     print(&out, a.format)?;

@@ -70,6 +70,12 @@ pub struct LogInputArgs {
     /// With --agent: for how long, like 60s or 5m (at most 1h).
     #[arg(long = "for", value_name = "DURATION", requires = "agent", value_parser = crate::top::seconds)]
     pub tap_for: Option<u64>,
+    /// Judge each log's lines in time order within this window, like 60s
+    /// or 5m (at most 1h): a server that writes a request's line when it
+    /// ends, with the time it began (HAProxy's %tr), writes a slow request
+    /// after later ones. Lines are held a window long (at most 256 MiB).
+    #[arg(long, value_name = "DURATION", value_parser = crate::top::seconds)]
+    pub reorder_window: Option<u64>,
     /// Inputs whose format is given whole (a tap's spool).
     #[arg(skip)]
     pub formats: Vec<(PathBuf, rctl_logs::Format)>,
@@ -141,6 +147,7 @@ impl LogInputArgs {
             max_line: self.max_line,
             sampled: None,
             formats: self.formats.clone(),
+            reorder_window_ns: self.reorder_window.map(|s| s * 1_000_000_000),
         })
     }
 

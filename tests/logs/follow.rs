@@ -271,4 +271,18 @@ fn follow_refuses_compressed_files_and_directories() {
             assert_eq!(v["totals"]["captured_requests"], 1, "{input}: {v}");
         }
     }
+    // A window of lines held back cannot be had from a log followed live.
+    let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .current_dir(&dir)
+        .arg("dry-run")
+        .arg(root().join("rules"))
+        .args(["--log", "access.log", "--follow", "--reorder-window", "30s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--reorder-window holds lines until later ones come"),
+        "{err}"
+    );
 }

@@ -8,6 +8,7 @@ use crate::util::{rctl, root, tempdir};
 mod follow;
 mod formats;
 mod inputs;
+mod order;
 mod parquet;
 mod test_blocks;
 

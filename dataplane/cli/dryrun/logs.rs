@@ -239,8 +239,9 @@ pub fn missed(requests: f64, n: u64) -> f64 {
 }
 
 /// What the text report says about logs: inputs, rules not judged,
-/// time resolution, sampling. `r` is the (scaled) report.
-pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
+/// time resolution, sampling, lines out of time order (`reorder`: the
+/// `--reorder-window` in seconds). `r` is the (scaled) report.
+pub fn text(r: &Report, s: &Summary, sampled: Option<u64>, reorder: Option<u64>) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "logs:");
     for (name, l) in &s.inputs {
@@ -268,6 +269,21 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>) -> String {
                 o,
                 "      {} lines have a captured header as long as its capture's len: it may have been cut, and rules reading it were judged only as far as its start tells",
                 l.cut_lines
+            );
+        }
+        if l.late_lines > 0 {
+            let _ = writeln!(
+                o,
+                "      {} lines came after a later one (by up to {:.1} s): the server writes a request's line when it ends, with the time it began, and throttles judged them in file order{}",
+                l.late_lines,
+                l.max_late_ns as f64 / 1e9,
+                match reorder {
+                    Some(_) => " (these were later than --reorder-window)".to_string(),
+                    None => format!(
+                        "; --reorder-window {}s judges them in time order",
+                        l.max_late_ns.div_ceil(1_000_000_000).max(1)
+                    ),
+                }
             );
         }
         if l.unnamed_captures > 0 {

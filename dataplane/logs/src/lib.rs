@@ -26,6 +26,7 @@ pub mod nginx;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod record;
+pub mod reorder;
 pub mod run;
 pub mod template;
 pub mod time;

@@ -6,6 +6,7 @@ use crate::format::Format;
 use crate::input;
 use crate::lines::{LineReader, Next, MAX_LINE};
 use crate::record::{HeaderBuf, Record};
+use crate::reorder::{Reorder, MAX_HELD_BYTES};
 use crate::template::Mismatch;
 use rctl_dataplane::dryrun::{BadLine, DryRun, LogInput};
 use rctl_dataplane::partial::Known;
@@ -37,6 +38,10 @@ pub struct Options {
     /// `format` nor `client_ip_field` applies to them (a tap's `ip` is
     /// the client as the agent judged it).
     pub formats: Vec<(PathBuf, Format)>,
+    /// `--reorder-window`: a text log's lines are held this long (of
+    /// their time) and judged in time order within it (see
+    /// [`crate::reorder`]); `None`, in file order.
+    pub reorder_window_ns: Option<u64>,
 }
 
 impl Default for Options {
@@ -48,6 +53,7 @@ impl Default for Options {
             max_line: MAX_LINE,
             sampled: None,
             formats: Vec::new(),
+            reorder_window_ns: None,
         }
     }
 }
@@ -152,6 +158,14 @@ pub struct Source {
     max_line: usize,
     /// The read error that stopped it.
     pub error: Option<String>,
+    /// Lines held to be judged in time order (`--reorder-window`), the
+    /// line handed out (what `rec` points into), and whether the reader
+    /// has ended.
+    reorder: Option<Reorder>,
+    released: Vec<u8>,
+    read_all: bool,
+    /// The latest time judged so far.
+    latest_ns: u64,
     /// A Parquet table's rows, read instead of lines.
     #[cfg(feature = "parquet")]
     rows: Option<crate::parquet::Rows>,
@@ -245,6 +259,10 @@ impl Source {
             ..LogInput::default()
         };
         (self.whole_seconds, self.finer_ns) = (0, 0);
+        (self.read_all, self.latest_ns) = (false, 0);
+        if let Some(r) = &mut self.reorder {
+            r.clear();
+        }
         self.reader = LineReader::new(Box::new(io::empty()), 0);
         self.rec.clear();
         self.rec.time_ns = t;
@@ -330,11 +348,11 @@ impl Source {
             ));
         }
         let format = format_for(opts, &head, name)?;
-        Ok(Source::with_format(
-            name,
-            LineReader::new(r, opts.max_line),
-            format,
-        ))
+        let mut s = Source::with_format(name, LineReader::new(r, opts.max_line), format);
+        s.reorder = opts
+            .reorder_window_ns
+            .map(|w| Reorder::new(w, MAX_HELD_BYTES));
+        Ok(s)
     }
 
     /// A source of `format` reading `reader`, registered with no run.
@@ -359,6 +377,10 @@ impl Source {
             primed: None,
             max_line: crate::lines::MAX_LINE,
             error: None,
+            reorder: None,
+            released: Vec::new(),
+            read_all: false,
+            latest_ns: 0,
             #[cfg(feature = "parquet")]
             rows: None,
             #[cfg(feature = "parquet")]
@@ -399,6 +421,24 @@ impl Source {
             return self.fill_row();
         }
         loop {
+            if let Some(r) = &mut self.reorder {
+                if let Some(line) = r.pop_due(self.read_all) {
+                    r.recycle(std::mem::replace(&mut self.released, line));
+                    // It parsed when it was read.
+                    if self
+                        .format
+                        .parse(&self.released, &mut self.rec, &mut self.arena)
+                        .is_ok()
+                    {
+                        self.ready = true;
+                        return true;
+                    }
+                    continue;
+                }
+                if self.read_all {
+                    return false;
+                }
+            }
             match self.reader.advance() {
                 Ok(Next::Line) => {
                     self.stats.lines += 1;
@@ -409,6 +449,10 @@ impl Source {
                     }
                     match self.format.parse(line, &mut self.rec, &mut self.arena) {
                         Ok(()) => {
+                            if let Some(r) = &mut self.reorder {
+                                r.push(self.rec.time_ns, line);
+                                continue;
+                            }
                             self.ready = true;
                             return true;
                         }
@@ -425,10 +469,15 @@ impl Source {
                         String::new(),
                     );
                 }
+                Ok(Next::End) if self.reorder.is_some() => self.read_all = true,
                 Ok(Next::End) => return false,
                 Err(e) => {
                     self.error = Some(format!("{}: {e}", self.name));
-                    return false;
+                    if self.reorder.is_none() {
+                        return false;
+                    }
+                    // What was held before the error is judged.
+                    self.read_all = true;
                 }
             }
         }
@@ -553,18 +602,24 @@ impl Source {
         if self.rec.unnamed_captures {
             self.stats.unnamed_captures += 1;
         }
+        // Judged after a later request: the log is not in time order.
+        let t = self.rec.time_ns;
+        if t < self.latest_ns {
+            self.stats.late_lines += 1;
+            self.stats.max_late_ns = self.stats.max_late_ns.max(self.latest_ns - t);
+        }
+        self.latest_ns = self.latest_ns.max(t);
         if self.rec.resolution_ns >= 1_000_000_000 {
             self.whole_seconds += 1;
         } else {
             self.finer_ns = self.finer_ns.max(self.rec.resolution_ns);
         }
-        headers.with_request(
-            &self.rec,
-            self.reader.line(),
-            &self.arena,
-            &self.format.header_names,
-            f,
-        );
+        let line = if self.reorder.is_some() {
+            &self.released[..]
+        } else {
+            self.reader.line()
+        };
+        headers.with_request(&self.rec, line, &self.arena, &self.format.header_names, f);
     }
 
     /// The resolution the requests' times were written with: 1 s if most

@@ -274,6 +274,18 @@ fn log_input(i: usize, l: &rctl_dataplane::dryrun::LogInput) -> String {
             )
         );
     }
+    if l.late_lines > 0 {
+        let _ = write!(
+            s,
+            ", <span class=fig>{} judged after a later one</span> (by up to {:.1} s: the server writes a request's line when it ends; <code>--reorder-window</code> judges them in time order)",
+            fig(
+                &format!("/inputs/{i}/log/late_lines"),
+                l.late_lines,
+                "lines judged after a later one"
+            ),
+            l.max_late_ns as f64 / 1e9
+        );
+    }
     if l.unnamed_captures > 0 {
         let _ = write!(
             s,

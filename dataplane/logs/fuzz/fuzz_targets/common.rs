@@ -75,6 +75,20 @@ pub fn run(data: &[u8], predefined: &str, kind: Option<&str>) {
         let summary = replay_sources(&mut run, vec![src]);
         let (_, l) = &summary.inputs[0];
         assert_eq!(l.judged + l.bad_lines, l.lines, "{name}: every line judged or bad");
+        // Held and judged in time order: the same lines, judged or bad,
+        // and no line judged late that file order did not judge late.
+        let mut again = DryRun::new(ruleset().clone(), None).expect("engine");
+        let window = Options {
+            reorder_window_ns: Some(2_000_000_000),
+            ..opts.clone()
+        };
+        let r: Box<dyn std::io::Read + Send> = Box::new(std::io::Cursor::new(log.to_vec()));
+        if let Ok(src) = Source::from_reader(&mut again, "fuzz", r, &window) {
+            let s = replay_sources(&mut again, vec![src]);
+            let (_, o) = &s.inputs[0];
+            assert_eq!((o.lines, o.judged, o.bad_lines), (l.lines, l.judged, l.bad_lines), "{name}: reordered");
+            assert!(o.late_lines <= l.late_lines, "{name}: reordering adds no late line");
+        }
         let report = run.finish();
         assert!(report.totals.unknown_requests <= report.totals.captured_requests);
         let cut = report.inputs[0].log.as_ref().map_or(0, |l| l.cut_lines);
