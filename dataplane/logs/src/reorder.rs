@@ -14,7 +14,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// Most bytes of lines held at once (past it the earliest goes out).
+/// Most bytes held at once, lines and their entries (past it the
+/// earliest line goes out).
 pub const MAX_HELD_BYTES: usize = 256 << 20;
 
 /// Lines held back for up to a window of time.
@@ -28,6 +29,11 @@ pub struct Reorder {
     seq: u64,
     /// Buffers of lines handed out, for the next lines held.
     spare: Vec<Vec<u8>>,
+}
+
+/// The memory a held line takes: its buffer and its entry.
+fn cost(line: &Vec<u8>) -> usize {
+    line.capacity() + std::mem::size_of::<Held>()
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -57,7 +63,7 @@ impl Reorder {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(line);
-        self.bytes += buf.len();
+        self.bytes += cost(&buf);
         self.latest_ns = self.latest_ns.max(time_ns);
         self.seq += 1;
         self.held.push(Reverse(Held {
@@ -79,7 +85,7 @@ impl Reorder {
             return None;
         }
         let Reverse(h) = self.held.pop()?;
-        self.bytes -= h.line.len();
+        self.bytes -= cost(&h.line);
         Some(h.line)
     }
 
@@ -134,13 +140,15 @@ mod tests {
     /// Over its bound, the earliest line goes out before its window.
     #[test]
     fn held_bytes_are_bounded() {
-        let mut r = Reorder::new(u64::MAX, 10);
+        let mut r = Reorder::new(u64::MAX, usize::MAX);
         r.push(3, b"xxxx");
         r.push(1, b"yyyy");
+        // Two lines' buffers and entries fit, not three.
+        r.max_bytes = r.bytes;
         assert!(r.pop_due(false).is_none());
         r.push(2, b"zzzz");
         assert_eq!(r.pop_due(false).as_deref(), Some(&b"yyyy"[..]));
-        assert!(r.pop_due(false).is_none(), "8 bytes held: within");
+        assert!(r.pop_due(false).is_none(), "two lines held: within");
         r.clear();
         assert!(r.pop_due(true).is_none());
     }
