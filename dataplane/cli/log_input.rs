@@ -27,7 +27,7 @@ pub struct LogInputArgs {
     /// zstd read as they are), merged in time order.
     #[arg(long)]
     pub log: Vec<PathBuf>,
-    /// The logs' format: haproxy-httplog, nginx-combined, nginx-main,
+    /// The logs' format: haproxy-httplog, haproxy-clf, nginx-combined, nginx-main,
     /// varnishncsa, webrequest, or a custom one as haproxy:FORMAT, nginx:FORMAT,
     /// varnishncsa:FORMAT; detected from the first lines if left out.
     /// Parquet files are recognised as such and read as

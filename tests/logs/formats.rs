@@ -189,6 +189,99 @@ fn haproxy_httplog_behind_its_own_syslog_headers() {
     }
 }
 
+/// `option httplog clf`, as a real HAProxy writes it: named
+/// `haproxy-clf` or detected, its captured headers (`%hrl`, one quoted
+/// value each) read when named and skipped whole when not. A custom
+/// format with `%o` is refused with what to write instead.
+#[test]
+fn haproxy_httplog_clf_against_its_own_output() {
+    if !require("haproxy") {
+        return;
+    }
+    let dir = crate::util::tempdir("logs-haproxy-clf");
+    let at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = format!(
+        "{}frontend edge\n    option httplog clf\n    bind {at}\n    capture request header User-Agent len 200\n    capture request header Referer len 100\n    http-request return status 200 content-type text/plain string ok\n",
+        base(&dir)
+    );
+    let server = Haproxy::start(&dir, &cfg, &[], &[at]);
+    let sent = [
+        ("/a?b=1", "plain/1.0", ""),
+        (
+            "/w/index.php?title=X&action=raw",
+            "Mozilla/5.0 (X11; Linux) \"quoted\" #1",
+            "https://en.wikipedia.org/",
+        ),
+        (
+            "/sparql?query=SELECT",
+            "sqlmap/1.7.2#stable (https://sqlmap.org)",
+            "",
+        ),
+    ];
+    for (t, ua, r) in sent {
+        send(at, t, ua, r);
+    }
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("\"edge\"")).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    let spec = Spec {
+        captures: vec!["user-agent".into(), "referer".into()],
+    };
+    let f = by_name("haproxy-clf", &spec).unwrap();
+    for (l, (t, ua, r)) in lines.iter().zip(sent) {
+        let rec = parse_owned(&f, l.as_bytes()).unwrap_or_else(|e| panic!("{e:?}: {l}"));
+        assert_eq!(String::from_utf8_lossy(&rec.target), t, "{l}");
+        assert_eq!(rec.header("user-agent").as_deref(), Some(ua), "{l}");
+        let want = (!r.is_empty()).then_some(r);
+        assert_eq!(rec.header("referer").as_deref(), want, "{l}");
+        assert_eq!(rec.ip.to_string(), "127.0.0.1");
+        // `%trg` has whole seconds; `%ms` is the accept date's, not added.
+        assert_eq!(rec.time_ns % 1_000_000_000, 0, "{l}");
+    }
+    let file = dir.join("clf.log");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    // From loopback, which the shipped rules drop as a bogon: a rule of
+    // its own on the User-Agent.
+    let rules = dir.join("r.rctl");
+    std::fs::write(
+        &rules,
+        "rule attack_tools {\n  when header(\"user-agent\") ~* \"sqlmap|nikto\"\n  deny 403 \"no\"\n}\n",
+    )
+    .unwrap();
+    let (rules, file) = (rules.to_str().unwrap(), file.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut a = vec!["dry-run", rules, "--log", file, "--format", "json"];
+        a.extend_from_slice(extra);
+        let o = crate::util::rctl(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    // Detected; with the names, the scanner's User-Agent is denied.
+    let v = run(&["--capture-request-header", "User-Agent,Referer"]);
+    let l = &v["inputs"][0]["log"];
+    assert_eq!(l["format"], "haproxy-clf", "{l}");
+    assert_eq!(
+        (l["lines"].as_u64(), l["judged"].as_u64()),
+        (Some(3), Some(3)),
+        "{l}"
+    );
+    assert_eq!(
+        super::rule(&v, "attack_tools")["requests"]["deny"],
+        1,
+        "{v}"
+    );
+    // Without them, every line is still read, the headers skipped.
+    let v = run(&[]);
+    let l = &v["inputs"][0]["log"];
+    assert_eq!(
+        (l["format"].as_str(), l["judged"].as_u64()),
+        (Some("haproxy-clf"), Some(3)),
+        "{l}"
+    );
+    let e = by_name("haproxy:%{+Q}o %ci %r", &spec).unwrap_err();
+    assert!(e.contains("%o") && e.contains("haproxy-clf"), "{e}");
+}
+
 /// HAProxy keeps `len` bytes of a captured header: a value that long may
 /// be the start of a longer one. A rule the kept start decides is judged
 /// (`starts_with "sqlmap"`); one it leaves open (`contains "zgrab"` on

@@ -7,8 +7,9 @@ use crate::record::Record;
 use crate::{haproxy, nginx, varnish, webrequest};
 
 /// The predefined formats, by name.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
     "haproxy-httplog",
+    "haproxy-clf",
     "nginx-combined",
     "nginx-main",
     "varnishncsa",
@@ -32,6 +33,7 @@ pub fn by_name(name: &str, spec: &Spec) -> Result<Format, String> {
     };
     match (kind, custom) {
         ("haproxy-httplog" | "haproxy", None) => haproxy::compile(name, haproxy::HTTPLOG, &spec.captures),
+        ("haproxy-clf", None) => haproxy::compile(name, haproxy::CLF, &spec.captures),
         ("haproxy", Some(f)) => haproxy::compile(name, f, &spec.captures),
         ("nginx-combined" | "nginx" | "combined", None) => nginx::compile(name, nginx::COMBINED),
         ("nginx-main", None) => nginx::compile(name, nginx::MAIN),
@@ -80,6 +82,7 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
     let mut best = 0;
     for name in [
         "haproxy-httplog",
+        "haproxy-clf",
         "nginx-combined",
         "nginx-main",
         "webrequest",

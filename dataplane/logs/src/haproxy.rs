@@ -10,6 +10,12 @@ use crate::time::TimeFormat;
 /// `option httplog`'s format (HAProxy 2.6).
 pub const HTTPLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
 
+/// `option httplog clf`'s format (HAProxy 2.6), its quotes written on
+/// the variables HAProxy quotes (`%{+Q}o` quotes every string variable
+/// after it; the request date, `%trg`, has whole seconds, and `%ms` is
+/// the accept date's).
+pub const CLF: &str = r#"%ci - - [%trg] %{+Q}r %ST %B "" "" %cp %ms %{+Q}ft %{+Q}b %{+Q}s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %{+Q}CC %{+Q}CS %{+Q}hrl %{+Q}hsl"#;
+
 /// What a `%` variable is (`r`, `ci`, `tr`…); `captures` names `%hr`'s.
 fn variable(v: &str, captures: &[Capture]) -> (Field, Escape) {
     let f = match v {
@@ -86,6 +92,20 @@ fn unquote(s: &str) -> String {
     out
 }
 
+/// The names of a `log-format`'s `%` variables (not its `%[…]` samples).
+fn names(spec: &str) -> impl Iterator<Item = &str> {
+    spec.split('%').skip(1).filter_map(|v| {
+        let v = match v.strip_prefix('{') {
+            Some(r) => &r[r.find('}')? + 1..],
+            None => v,
+        };
+        let len = v
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(v.len());
+        (len > 0).then(|| &v[..len])
+    })
+}
+
 /// Compiles a `log-format` string; `captures` are the captured request
 /// headers' names in the frontend's order.
 pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, String> {
@@ -100,6 +120,9 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut tokens = Vec::new();
     let mut lit = Vec::new();
     let mut rest = spec.as_str();
+    // `%ms` is the accept date's: it refines only an accept date written
+    // to the second (`%T`, `%Tl`, `%Ts`), not the request's (`%trg`).
+    let accept_seconds = names(&spec).any(|v| matches!(v, "T" | "Tl" | "Ts"));
     while let Some(i) = rest.find('%') {
         lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
@@ -137,7 +160,50 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             }
             let v = &rest[..len];
             rest = &rest[len..];
-            variable(v, &captures)
+            match v {
+                "o" => {
+                    return Err(
+                        "%o (flags for every variable after it) is not read: write the flags on each variable, or name haproxy-clf for `option httplog clf`".into(),
+                    )
+                }
+                "hrl" => {
+                    // The captures as a list: each value in its own
+                    // quotes (or `-` when absent, unquoted), spaces
+                    // between; without their names, skipped whole.
+                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
+                    if captures.is_empty() {
+                        tokens.push(Token::Field(Field::Skip, Escape::None));
+                        continue;
+                    }
+                    for (k, c) in captures.iter().enumerate() {
+                        if k > 0 {
+                            lit.push(b' ');
+                        }
+                        if quoted {
+                            lit.push(b'"');
+                        }
+                        let f = if c.name.is_empty() {
+                            Field::Skip
+                        } else {
+                            Field::Captured(c.clone())
+                        };
+                        tokens.push(Token::Lit(std::mem::take(&mut lit)));
+                        tokens.push(Token::Field(f, Escape::Hash));
+                        if quoted {
+                            lit.push(b'"');
+                        }
+                    }
+                    continue;
+                }
+                "hsl" => {
+                    // Never named: skipped whole, quotes and all.
+                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
+                    tokens.push(Token::Field(Field::Skip, Escape::None));
+                    continue;
+                }
+                "ms" if !accept_seconds => (Field::Skip, Escape::None),
+                _ => variable(v, &captures),
+            }
         };
         if esc_flag {
             esc = Escape::Backslash;
