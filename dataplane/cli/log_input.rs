@@ -73,7 +73,8 @@ pub struct LogInputArgs {
     /// Judge each log's lines in time order within this window, like 60s
     /// or 5m (at most 1h): a server that writes a request's line when it
     /// ends, with the time it began (HAProxy's %tr), writes a slow request
-    /// after later ones. Lines are held a window long (at most 256 MiB).
+    /// after later ones. Lines are held a window long (at most 256 MiB
+    /// for each input open at once).
     #[arg(long, value_name = "DURATION", value_parser = crate::top::seconds)]
     pub reorder_window: Option<u64>,
     /// Inputs whose format is given whole (a tap's spool).

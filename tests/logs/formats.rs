@@ -200,11 +200,15 @@ fn haproxy_httplog_clf_against_its_own_output() {
     }
     let dir = crate::util::tempdir("logs-haproxy-clf");
     let at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // And a frontend without captures, for which HAProxy writes nothing
+    // where they would be.
+    let bare: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let cfg = format!(
-        "{}frontend edge\n    option httplog clf\n    bind {at}\n    capture request header User-Agent len 200\n    capture request header Referer len 100\n    http-request return status 200 content-type text/plain string ok\n",
+        "{}frontend edge\n    option httplog clf\n    bind {at}\n    capture request header User-Agent len 200\n    capture request header Referer len 100\n    http-request return status 200 content-type text/plain string ok\n\
+         frontend bare\n    option httplog clf\n    bind {bare}\n    http-request return status 200 content-type text/plain string ok\n",
         base(&dir)
     );
-    let server = Haproxy::start(&dir, &cfg, &[], &[at]);
+    let server = Haproxy::start(&dir, &cfg, &[], &[at, bare]);
     let sent = [
         ("/a?b=1", "plain/1.0", ""),
         (
@@ -270,7 +274,8 @@ fn haproxy_httplog_clf_against_its_own_output() {
         1,
         "{v}"
     );
-    // Without them, every line is still read, the headers skipped.
+    // Without them, every line is still read, the headers skipped and
+    // counted as unnamed.
     let v = run(&[]);
     let l = &v["inputs"][0]["log"];
     assert_eq!(
@@ -278,6 +283,23 @@ fn haproxy_httplog_clf_against_its_own_output() {
         (Some("haproxy-clf"), Some(3)),
         "{l}"
     );
+    assert_eq!(l["unnamed_captures"], 3, "{l}");
+    // Without captures: every line read, detected, nothing unnamed.
+    for (t, ua, r) in sent {
+        send(bare, t, ua, r);
+    }
+    let log = server.log();
+    let bare_lines: Vec<&str> = log.lines().filter(|l| l.contains("\"bare\"")).collect();
+    assert_eq!(bare_lines.len(), 3, "{log}");
+    std::fs::write(file, bare_lines.join("\n") + "\n").unwrap();
+    let v = run(&[]);
+    let l = &v["inputs"][0]["log"];
+    assert_eq!(
+        (l["format"].as_str(), l["judged"].as_u64()),
+        (Some("haproxy-clf"), Some(3)),
+        "{l}"
+    );
+    assert!(l["unnamed_captures"].is_null(), "{l}");
     let e = by_name("haproxy:%{+Q}o %ci %r", &spec).unwrap_err();
     assert!(e.contains("%o") && e.contains("haproxy-clf"), "{e}");
 }

@@ -278,7 +278,7 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>, reorder: Option<u64>)
                 l.late_lines,
                 l.max_late_ns as f64 / 1e9,
                 match reorder {
-                    Some(_) => " (these were later than --reorder-window)".to_string(),
+                    Some(_) => " (these were later than --reorder-window, or went out early at its memory bound)".to_string(),
                     None => format!(
                         "; --reorder-window {}s judges them in time order",
                         l.max_late_ns.div_ceil(1_000_000_000).max(1)

@@ -248,6 +248,7 @@ impl Format {
                 | Field::ClientIpPort
                 | Field::IsArgs
                 | Field::Skip
+                | Field::UnnamedCaptureList
                 | Field::ResponseCaptures => {}
             }
         }
@@ -497,6 +498,12 @@ impl Format {
                             continue;
                         }
                         captured(rec, h, header(&h.name), value);
+                    }
+                }
+                Field::UnnamedCaptureList => {
+                    // `"" "-"`: every slot empty; anything else a value.
+                    if v.iter().any(|b| !matches!(b, b'"' | b' ' | b'-')) {
+                        rec.unnamed_captures = true;
                     }
                 }
                 Field::IsArgs | Field::Skip | Field::ResponseCaptures => {}

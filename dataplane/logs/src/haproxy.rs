@@ -92,18 +92,33 @@ fn unquote(s: &str) -> String {
     out
 }
 
-/// The names of a `log-format`'s `%` variables (not its `%[…]` samples).
-fn names(spec: &str) -> impl Iterator<Item = &str> {
-    spec.split('%').skip(1).filter_map(|v| {
-        let v = match v.strip_prefix('{') {
-            Some(r) => &r[r.find('}')? + 1..],
-            None => v,
-        };
-        let len = v
+/// The names of a `log-format`'s `%` variables, read as [`compile`]
+/// reads them: `%%` is a `%`, and `%[…]` a sample, not a variable.
+fn names(spec: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = spec;
+    while let Some(i) = rest.find('%') {
+        rest = &rest[i + 1..];
+        if let Some(r) = rest.strip_prefix('%') {
+            rest = r;
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix('{') {
+            let Some(end) = r.find('}') else { break };
+            rest = &r[end + 1..];
+        }
+        if let Some(r) = rest.strip_prefix('[') {
+            let Some(end) = r.find(']') else { break };
+            rest = &r[end + 1..];
+            continue;
+        }
+        let len = rest
             .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(v.len());
-        (len > 0).then(|| &v[..len])
-    })
+            .unwrap_or(rest.len());
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    out
 }
 
 /// Compiles a `log-format` string; `captures` are the captured request
@@ -122,7 +137,9 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut rest = spec.as_str();
     // `%ms` is the accept date's: it refines only an accept date written
     // to the second (`%T`, `%Tl`, `%Ts`), not the request's (`%trg`).
-    let accept_seconds = names(&spec).any(|v| matches!(v, "T" | "Tl" | "Ts"));
+    let accept_seconds = names(&spec)
+        .into_iter()
+        .any(|v| matches!(v, "T" | "Tl" | "Ts"));
     while let Some(i) = rest.find('%') {
         lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
@@ -170,11 +187,23 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
                     // The captures as a list: each value in its own
                     // quotes (or `-` when absent, unquoted), spaces
                     // between; without their names, skipped whole.
-                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
                     if captures.is_empty() {
-                        tokens.push(Token::Field(Field::Skip, Escape::None));
+                        // With `%hsl` after it and nothing else, both
+                        // are the line's rest: HAProxy writes nothing for
+                        // a frontend without captures, and one space
+                        // where two fields would be.
+                        let tail = rest.trim_start_matches(' ');
+                        let hsl = tail
+                            .strip_prefix("%{+Q}hsl")
+                            .or_else(|| tail.strip_prefix("%hsl"));
+                        if let Some(after) = hsl.filter(|a| a.trim().is_empty()) {
+                            rest = after;
+                        }
+                        tokens.push(Token::Lit(std::mem::take(&mut lit)));
+                        tokens.push(Token::Field(Field::UnnamedCaptureList, Escape::None));
                         continue;
                     }
+                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
                     for (k, c) in captures.iter().enumerate() {
                         if k > 0 {
                             lit.push(b' ');
@@ -349,5 +378,44 @@ mod tests {
         let lens: Vec<Option<usize>> = got[0].1.iter().map(|c| c.len).collect();
         let l = Some;
         assert_eq!(lens, [l(100), l(50), l(20), l(10), l(40), l(40)]);
+    }
+
+    /// Variables as `compile` reads them: `%%` is text, `%[…]` a sample
+    /// whose own `%` are not variables, flags before a name.
+    #[test]
+    fn variable_names() {
+        assert_eq!(
+            names("%{+Q}hrl %%Ts %[date,ltime(%FT%T)] %ci:%cp"),
+            ["hrl", "ci", "cp"]
+        );
+        assert_eq!(names("%T %ms"), ["T", "ms"]);
+    }
+
+    /// `option httplog clf` as HAProxy 2.6 writes it for a frontend
+    /// without captures (nothing for `%hrl` and `%hsl`, one space left)
+    /// and with one; unnamed, a captured value is noted, not read.
+    #[test]
+    fn clf_with_and_without_captures() {
+        let head = r#"127.0.0.1 - - [07/Dec/2026:16:17:52 +0000] "GET /x HTTP/1.1" 200 73 "" "" 59376 727 "edge" "edge" "<NOSRV>" 0 -1 -1 -1 0 LR-- 1 1 0 0 0 0 0 "" "" "#;
+        let (mut rec, mut arena) = (crate::record::Record::default(), Vec::new());
+        let mut unnamed = |f: &Format, line: &str| {
+            f.parse(line.as_bytes(), &mut rec, &mut arena).unwrap();
+            rec.unnamed_captures
+        };
+        let none = compile("haproxy-clf", CLF, &[]).unwrap();
+        assert!(!unnamed(&none, head));
+        let one = format!("{head}\"curl/8.0\" ");
+        assert!(unnamed(&none, &one));
+        // An absent value, quoted empty: nothing unnamed.
+        assert!(!unnamed(&none, &format!("{head}\"\" ")));
+        let rec = crate::record::parse_owned(&none, head.as_bytes()).unwrap();
+        assert_eq!(String::from_utf8_lossy(&rec.target), "/x");
+        // `%ms` is the accept date's: the request's stays whole seconds.
+        assert_eq!(rec.time_ns % 1_000_000_000, 0);
+        assert!(rec.header("user-agent").is_none());
+        let named = compile("haproxy-clf", CLF, &["User-Agent".into()]).unwrap();
+        assert!(!unnamed(&named, &one));
+        let rec = crate::record::parse_owned(&named, one.as_bytes()).unwrap();
+        assert_eq!(rec.header("user-agent").as_deref(), Some("curl/8.0"));
     }
 }

@@ -14,9 +14,14 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// Most bytes held at once, lines and their entries (past it the
-/// earliest line goes out).
+/// Most bytes held at once by one input, lines and their entries (past
+/// it the earliest line goes out).
 pub const MAX_HELD_BYTES: usize = 256 << 20;
+
+/// Buffers of lines handed out kept for the next lines, and the largest
+/// kept.
+const SPARE: usize = 64;
+const SPARE_BYTES: usize = 4096;
 
 /// Lines held back for up to a window of time.
 #[derive(Debug)]
@@ -89,18 +94,18 @@ impl Reorder {
         Some(h.line)
     }
 
-    /// Takes back the buffer of a line handed out.
+    /// Takes back the buffer of a line handed out (a few small ones are
+    /// kept for the next lines).
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.spare.len() < 64 {
+        if self.spare.len() < SPARE && buf.capacity() <= SPARE_BYTES {
             self.spare.push(buf);
         }
     }
 
-    /// Drops every line held (the input is read again from its start).
+    /// Drops every line held, and the memory that held them (the input
+    /// is closed, to be read again from its start, or has ended).
     pub fn clear(&mut self) {
-        self.held.clear();
-        self.bytes = 0;
-        self.latest_ns = 0;
+        *self = Reorder::new(self.window_ns, self.max_bytes);
     }
 }
 

@@ -436,6 +436,8 @@ impl Source {
                     continue;
                 }
                 if self.read_all {
+                    // Done: its memory is let go now, not at the end.
+                    r.clear();
                     return false;
                 }
             }

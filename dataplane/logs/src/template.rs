@@ -54,6 +54,10 @@ pub enum Field {
     /// HAProxy's `%hs`: captured response headers, skipped (and left out
     /// when there are none).
     ResponseCaptures,
+    /// HAProxy's `%hrl` whose slots were not named, and what follows it
+    /// to the end of the line (`%hsl`): skipped, and noted when it holds
+    /// a value.
+    UnnamedCaptureList,
     /// Anything else (status, sizes, timers): skipped.
     Skip,
 }

@@ -303,12 +303,12 @@ pub struct LogInput {
     #[serde(skip_serializing_if = "is_zero")]
     pub unnamed_captures: u64,
     /// Lines judged after a line of a later time (a server that writes a
-    /// request's line when it ends, with the time it began), and by how
-    /// much the latest of them was late, ns: throttles judged them in
-    /// that order, not in the order the requests came.
+    /// request's line when it ends, with the time it began): throttles
+    /// judged them in that order, not in the order the requests came.
     #[serde(skip_serializing_if = "is_zero")]
     pub late_lines: u64,
-    /// See `late_lines`.
+    /// The largest lag of `late_lines`, ns: how much earlier than the
+    /// latest time judged before it a line's time was.
     #[serde(skip_serializing_if = "is_zero")]
     pub max_late_ns: u64,
     /// For a columnar table: the columns decoded (what the ruleset and
