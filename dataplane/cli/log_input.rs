@@ -181,10 +181,7 @@ impl LogInputArgs {
         }
         for (name, l) in &summary.inputs {
             if l.unnamed_captures > 0 {
-                crate::common::warn(&format!(
-                    "{name}: {} lines hold captured request headers {{…}} whose names were not given, so they were not read: name them with --haproxy-config (and --haproxy-frontend) or --capture-request-header",
-                    l.unnamed_captures
-                ));
+                crate::common::warn(&format!("{name}: {}", unnamed_captures(l.unnamed_captures)));
             }
             if l.lines > 0 && l.judged == 0 {
                 eprintln!(
@@ -202,4 +199,12 @@ impl LogInputArgs {
         }
         failed
     }
+}
+
+/// What to say of `n` lines whose captured request headers were not read
+/// for want of their names.
+pub fn unnamed_captures(n: u64) -> String {
+    format!(
+        "{n} lines hold captured request headers {{…}} whose names were not given, so they were not read: name them with --haproxy-config (and --haproxy-frontend) or --capture-request-header"
+    )
 }

@@ -287,11 +287,8 @@ pub fn text(r: &Report, s: &Summary, sampled: Option<u64>, reorder: Option<u64>)
             );
         }
         if l.unnamed_captures > 0 {
-            let _ = writeln!(
-                o,
-                "      {} lines hold captured request headers {{…}} whose names were not given, so they were not read: name them with --haproxy-config (and --haproxy-frontend) or --capture-request-header",
-                l.unnamed_captures
-            );
+            let note = crate::log_input::unnamed_captures(l.unnamed_captures);
+            let _ = writeln!(o, "      {note}");
         }
     }
     if s.resolution_ns() >= 1_000_000_000 {

@@ -13,8 +13,9 @@
 //!
 //! A [`Follow`] never blocks once it has read a byte (before, it may be
 //! told to wait for one: a format is detected from the first lines): at
-//! the end of what is there it returns 0, and [`follow`] polls, judges new lines as they come and calls back
-//! every interval with what the last one held.
+//! the end of what is there it returns 0, and [`follow`] polls, judges
+//! new lines as they come and calls back every interval with what the
+//! last one held.
 
 use crate::record::HeaderBuf;
 use crate::run::{Source, Summary};

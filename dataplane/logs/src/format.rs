@@ -473,7 +473,7 @@ impl Format {
                     // (Without names the format carries no header, and
                     // the values are not read.)
                     let values = memchr::memchr_iter(b'|', inner).count() + 1;
-                    if hs.is_empty() && !inner.is_empty() {
+                    if hs.is_empty() && inner.iter().any(|&b| b != b'|') {
                         rec.unnamed_captures = true;
                     }
                     if !hs.is_empty() && values != hs.len() {

@@ -92,35 +92,6 @@ fn unquote(s: &str) -> String {
     out
 }
 
-/// The names of a `log-format`'s `%` variables, read as [`compile`]
-/// reads them: `%%` is a `%`, and `%[…]` a sample, not a variable.
-fn names(spec: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = spec;
-    while let Some(i) = rest.find('%') {
-        rest = &rest[i + 1..];
-        if let Some(r) = rest.strip_prefix('%') {
-            rest = r;
-            continue;
-        }
-        if let Some(r) = rest.strip_prefix('{') {
-            let Some(end) = r.find('}') else { break };
-            rest = &r[end + 1..];
-        }
-        if let Some(r) = rest.strip_prefix('[') {
-            let Some(end) = r.find(']') else { break };
-            rest = &r[end + 1..];
-            continue;
-        }
-        let len = rest
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(rest.len());
-        out.push(&rest[..len]);
-        rest = &rest[len..];
-    }
-    out
-}
-
 /// Compiles a `log-format` string; `captures` are the captured request
 /// headers' names in the frontend's order.
 pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, String> {
@@ -135,11 +106,8 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut tokens = Vec::new();
     let mut lit = Vec::new();
     let mut rest = spec.as_str();
-    // `%ms` is the accept date's: it refines only an accept date written
-    // to the second (`%T`, `%Tl`, `%Ts`), not the request's (`%trg`).
-    let accept_seconds = names(&spec)
-        .into_iter()
-        .any(|v| matches!(v, "T" | "Tl" | "Ts"));
+    // Whether an accept date is written to the second (see below).
+    let mut accept_seconds = false;
     while let Some(i) = rest.find('%') {
         lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
@@ -184,44 +152,8 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
                     )
                 }
                 "hrl" => {
-                    // The captures as a list: each value in its own
-                    // quotes (or `-` when absent, unquoted), spaces
-                    // between; without their names, skipped whole.
-                    if captures.is_empty() {
-                        // With `%hsl` after it and nothing else, both
-                        // are the line's rest: HAProxy writes nothing for
-                        // a frontend without captures, and one space
-                        // where two fields would be.
-                        let tail = rest.trim_start_matches(' ');
-                        let hsl = tail
-                            .strip_prefix("%{+Q}hsl")
-                            .or_else(|| tail.strip_prefix("%hsl"));
-                        if let Some(after) = hsl.filter(|a| a.trim().is_empty()) {
-                            rest = after;
-                        }
-                        tokens.push(Token::Lit(std::mem::take(&mut lit)));
-                        tokens.push(Token::Field(Field::UnnamedCaptureList, Escape::None));
-                        continue;
-                    }
                     tokens.push(Token::Lit(std::mem::take(&mut lit)));
-                    for (k, c) in captures.iter().enumerate() {
-                        if k > 0 {
-                            lit.push(b' ');
-                        }
-                        if quoted {
-                            lit.push(b'"');
-                        }
-                        let f = if c.name.is_empty() {
-                            Field::Skip
-                        } else {
-                            Field::Captured(c.clone())
-                        };
-                        tokens.push(Token::Lit(std::mem::take(&mut lit)));
-                        tokens.push(Token::Field(f, Escape::Hash));
-                        if quoted {
-                            lit.push(b'"');
-                        }
-                    }
+                    rest = capture_list(&mut tokens, &mut lit, &captures, quoted, rest);
                     continue;
                 }
                 "hsl" => {
@@ -230,7 +162,10 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
                     tokens.push(Token::Field(Field::Skip, Escape::None));
                     continue;
                 }
-                "ms" if !accept_seconds => (Field::Skip, Escape::None),
+                "T" | "Tl" | "Ts" => {
+                    accept_seconds = true;
+                    variable(v, &captures)
+                }
                 _ => variable(v, &captures),
             }
         };
@@ -256,7 +191,60 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     }
     lit.extend_from_slice(rest.as_bytes());
     tokens.push(Token::Lit(lit));
+    // `%ms` is the accept date's milliseconds: it refines only an accept
+    // date written to the second (`%T`, `%Tl`, `%Ts`), not the request's
+    // (`%trg`), and is skipped without one.
+    if !accept_seconds {
+        for t in &mut tokens {
+            if let Token::Field(f @ Field::Millis, _) = t {
+                *f = Field::Skip;
+            }
+        }
+    }
     Ok(Format::from_template(name, Template::new(tokens), true))
+}
+
+/// HAProxy's `%hrl`, the captures as a list: each value in its own
+/// quotes when `quoted` (or `-` when absent, unquoted), spaces between,
+/// pushed as one field a slot. Without the slots' names, one field of
+/// unnamed captures; with `%hsl` after it and nothing else, that field
+/// takes the line's rest (HAProxy writes nothing for a frontend without
+/// captures, and one space where the two fields would be). Returns the
+/// format left to compile.
+fn capture_list<'a>(
+    tokens: &mut Vec<Token>,
+    lit: &mut Vec<u8>,
+    captures: &[Capture],
+    quoted: bool,
+    rest: &'a str,
+) -> &'a str {
+    if captures.is_empty() {
+        tokens.push(Token::Field(Field::UnnamedCaptureList, Escape::None));
+        let tail = rest.trim_start_matches(' ');
+        let hsl = tail
+            .strip_prefix("%{+Q}hsl")
+            .or_else(|| tail.strip_prefix("%hsl"));
+        return hsl.filter(|a| a.trim().is_empty()).unwrap_or(rest);
+    }
+    for (k, c) in captures.iter().enumerate() {
+        if k > 0 {
+            lit.push(b' ');
+        }
+        if quoted {
+            lit.push(b'"');
+        }
+        let f = if c.name.is_empty() {
+            Field::Skip
+        } else {
+            Field::Captured(c.clone())
+        };
+        tokens.push(Token::Lit(std::mem::take(lit)));
+        tokens.push(Token::Field(f, Escape::Hash));
+        if quoted {
+            lit.push(b'"');
+        }
+    }
+    rest
 }
 
 /// The request capture slots of a HAProxy configuration, per frontend or
@@ -380,15 +368,23 @@ mod tests {
         assert_eq!(lens, [l(100), l(50), l(20), l(10), l(40), l(40)]);
     }
 
-    /// Variables as `compile` reads them: `%%` is text, `%[…]` a sample
-    /// whose own `%` are not variables, flags before a name.
+    /// `%ms` refines an accept date written to the second, and nothing
+    /// else: not the request's date, nor a `%%Ts` that is text, nor a
+    /// `%T` inside a sample's argument.
     #[test]
-    fn variable_names() {
-        assert_eq!(
-            names("%{+Q}hrl %%Ts %[date,ltime(%FT%T)] %ci:%cp"),
-            ["hrl", "ci", "cp"]
-        );
-        assert_eq!(names("%T %ms"), ["T", "ms"]);
+    fn milliseconds_refine_only_an_accept_date_to_the_second() {
+        let ms = |spec: &str, line: &str| {
+            let f = compile("x", spec, &[]).unwrap();
+            crate::record::parse_owned(&f, line.as_bytes())
+                .unwrap()
+                .time_ns
+                % 1_000_000_000
+        };
+        assert_eq!(ms("%ci %Ts.%ms", "192.0.2.1 1778673600.250"), 250_000_000);
+        let d = "192.0.2.1 [13/May/2026:12:00:00 +0000] 250";
+        assert_eq!(ms("%ci [%trg] %ms", d), 0);
+        assert_eq!(ms("%ci [%trg] %ms %%Ts", &format!("{d} %Ts")), 0);
+        assert_eq!(ms("%ci [%trg] %ms %[date,ltime(%T)]", &format!("{d} x")), 0);
     }
 
     /// `option httplog clf` as HAProxy 2.6 writes it for a frontend

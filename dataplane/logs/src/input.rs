@@ -107,12 +107,28 @@ pub fn decompress(raw: Box<dyn Read + Send>) -> io::Result<(Box<dyn Read + Send>
         Compression::None => (Box::new(r.inner), c),
         Compression::Gzip => {
             let d = flate2::bufread::MultiGzDecoder::new(r);
-            (Box::new(Located::new("gzip", d, |d| d.get_ref().n)), c)
+            let consumed = |d: &flate2::bufread::MultiGzDecoder<Consumed<_>>| d.get_ref().n;
+            (
+                Box::new(Located {
+                    what: "gzip",
+                    inner: d,
+                    consumed,
+                }),
+                c,
+            )
         }
         Compression::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(r)
                 .map_err(|e| io::Error::new(e.kind(), format!("zstd: {e}")))?;
-            (Box::new(Located::new("zstd", d, |d| d.get_ref().n)), c)
+            let consumed = |d: &zstd::stream::read::Decoder<'static, Consumed<_>>| d.get_ref().n;
+            (
+                Box::new(Located {
+                    what: "zstd",
+                    inner: d,
+                    consumed,
+                }),
+                c,
+            )
         }
     })
 }
@@ -147,16 +163,6 @@ struct Located<D> {
     what: &'static str,
     inner: D,
     consumed: fn(&D) -> u64,
-}
-
-impl<D> Located<D> {
-    fn new(what: &'static str, inner: D, consumed: fn(&D) -> u64) -> Self {
-        Located {
-            what,
-            inner,
-            consumed,
-        }
-    }
 }
 
 impl<D: Read> Read for Located<D> {

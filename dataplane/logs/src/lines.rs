@@ -167,20 +167,23 @@ impl<R: Read> LineReader<R> {
                 if self.start == self.end || self.wait_for_newline {
                     return Ok(Next::End);
                 }
-                let (s, e) = (self.start, self.end);
-                self.start = e;
-                return Ok(self.found(s, e));
+                return Ok(self.rest());
             }
             if let Err(err) = self.fill() {
                 if self.start == self.end {
                     return Err(err);
                 }
                 self.failed = Some(err);
-                let (s, e) = (self.start, self.end);
-                self.start = e;
-                return Ok(self.found(s, e));
+                return Ok(self.rest());
             }
         }
+    }
+
+    /// What is held, without a newline, as the current line.
+    fn rest(&mut self) -> Next {
+        let (s, e) = (self.start, self.end);
+        self.start = e;
+        self.found(s, e)
     }
 
     fn found(&mut self, s: usize, mut e: usize) -> Next {
