@@ -530,17 +530,26 @@ fn nginx_and_varnishncsa_formats_against_their_own_output() {
     }
     check("ncsa.log", "varnishncsa", true);
     check("ncsa-f.log", &format!("varnishncsa:{vf}"), true);
-    // Detection names the predefined ones.
+    // Detection names the predefined ones, and the same logs with CRLF
+    // line ends are detected and judged alike.
     for (file, name) in [
         ("combined.log", "nginx-combined"),
         ("main.log", "nginx-main"),
         ("ncsa.log", "varnishncsa"),
     ] {
-        let (v, err) = dry_run(
-            &root().join("rules"),
-            &["--log", dir.join(file).to_str().unwrap()],
-        );
+        let lf = dir.join(file);
+        let crlf = dir.join(format!("{file}.crlf"));
+        let text = std::fs::read_to_string(&lf).unwrap();
+        std::fs::write(&crlf, text.replace('\n', "\r\n")).unwrap();
+        let (v, err) = dry_run(&root().join("rules"), &["--log", lf.to_str().unwrap()]);
         assert_eq!(v["inputs"][0]["log"]["format"], name, "{err}");
+        let (w, err) = dry_run(&root().join("rules"), &["--log", crlf.to_str().unwrap()]);
+        assert_eq!(w["inputs"][0]["log"]["format"], name, "CRLF: {err}");
+        assert_eq!(
+            w["inputs"][0]["log"]["judged"], v["inputs"][0]["log"]["judged"],
+            "{err}"
+        );
+        assert_eq!(per_rule(&w), per_rule(&v), "CRLF: {err}");
     }
     drop(ncsa);
     drop(varnish);

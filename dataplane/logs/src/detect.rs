@@ -67,9 +67,11 @@ pub const EMPTY: &str = "empty";
 /// does (nginx's combined and varnishncsa's default differ in the
 /// request line: varnishncsa writes an absolute URL).
 pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
+    // A log with CRLF line ends (copied through Windows, or a syslog
+    // relay that writes them) is read without the `\r`, as here.
     let lines: Vec<&[u8]> = lines
         .iter()
-        .copied()
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
         .filter(|l| !l.trim_ascii().is_empty())
         .collect();
     if lines.is_empty() {
@@ -118,5 +120,27 @@ pub fn detect(lines: &[&[u8]], spec: &Spec) -> Result<Format, String> {
             NAMES[..NAMES.len() - 1].join(", ")
         )),
         _ => Err("the first lines fit several formats: name one with --log-format".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines ending in CRLF are detected as the same lines ending in LF.
+    #[test]
+    fn crlf_lines_detect_as_lf_lines() {
+        let nginx = b"198.51.100.7 - - [13/May/2026:12:00:01 +0000] \"GET /w/x HTTP/1.1\" 200 1 \"-\" \"ua/1\"";
+        let haproxy = b"127.0.0.1:40000 [13/May/2026:12:00:01.123] edge origin/o 0/0/0/1/1 200 2 - - ---- 1/1/0/0/0 0/0 \"GET /x HTTP/1.1\"";
+        for (line, name) in [
+            (&nginx[..], "nginx-combined"),
+            (&haproxy[..], "haproxy-httplog"),
+        ] {
+            let lf = detect(&[line, line], &Spec::default()).unwrap();
+            assert_eq!(lf.name, name);
+            let crlf = [line, b"\r"].concat();
+            let f = detect(&[&crlf, &crlf, b"\r"], &Spec::default()).unwrap();
+            assert_eq!(f.name, name);
+        }
     }
 }
