@@ -74,7 +74,8 @@ pub struct LogInputArgs {
     /// or 5m (at most 1h): a server that writes a request's line when it
     /// ends, with the time it began (HAProxy's %tr), writes a slow request
     /// after later ones. Lines are held a window long (at most 256 MiB
-    /// for each input open at once).
+    /// for each input open at once); with --follow, also at most a window
+    /// of wall time after they came.
     #[arg(long, value_name = "DURATION", value_parser = crate::top::seconds)]
     pub reorder_window: Option<u64>,
     /// Inputs whose format is given whole (a tap's spool).

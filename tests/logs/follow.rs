@@ -271,18 +271,36 @@ fn follow_refuses_compressed_files_and_directories() {
             assert_eq!(v["totals"]["captured_requests"], 1, "{input}: {v}");
         }
     }
-    // A window of lines held back cannot be had from a log followed live.
-    let o = Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .current_dir(&dir)
-        .arg("dry-run")
-        .arg(root().join("rules"))
-        .args(["--log", "access.log", "--follow", "--reorder-window", "30s"])
-        .output()
-        .unwrap();
+}
+
+/// Followed on stdin with a reorder window, lines out of order are
+/// judged in time order, and those still held when the writer closes the
+/// pipe are judged before the report.
+#[test]
+fn follow_on_stdin_with_a_reorder_window_judges_in_time_order() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+    cmd.arg("dry-run").arg(root().join("rules")).args([
+        "--log",
+        "-",
+        "--follow",
+        "--reorder-window",
+        "60s",
+        "--format",
+        "json",
+    ]);
+    let o = super::piped(cmd, |stdin| {
+        for s in [5, 1, 3] {
+            writeln!(
+                stdin,
+                "192.0.2.{s} - - [13/May/2026:12:00:0{s} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
+            )
+            .unwrap();
+        }
+    });
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--reorder-window holds lines until later ones come"),
-        "{err}"
-    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let l = &v["inputs"][0]["log"];
+    assert_eq!(l["judged"], 3, "{v}");
+    assert!(l["late_lines"].is_null(), "{l}");
+    assert_eq!(v["totals"]["captured_requests"], 3, "{v}");
 }

@@ -22,9 +22,6 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
     let [path] = args.input.log.as_slice() else {
         bail!("--follow follows one --log (a file or -)");
     };
-    if opts.reorder_window_ns.is_some() {
-        bail!("--reorder-window holds lines until later ones come: it reads a whole log, not one followed live");
-    }
     let mut ended = None;
     // Set at the first signal from here on, waiting for a first line too.
     let stop = Arc::new(AtomicBool::new(false));

@@ -300,6 +300,7 @@ pub fn follow(
     let mut talkers = Talkers::default();
     let mut next = Instant::now() + opts.every;
     src.reader_mut().wait_for_newline = true;
+    src.set_live(true);
     loop {
         if src.fill() {
             src.judge_with(run, &mut headers, |r| talkers.add(r));
@@ -308,7 +309,9 @@ pub fn follow(
                 break;
             }
             if opts.ended.is_some_and(|e| e.load(Ordering::Relaxed)) {
-                // The rest, and a last line without its newline.
+                // The rest, and a last line without its newline, and
+                // the lines held for a reorder window.
+                src.set_live(false);
                 src.reader_mut().wait_for_newline = false;
                 src.reader_mut().resume();
                 while src.fill() {
@@ -317,7 +320,9 @@ pub fn follow(
                 break;
             }
             if opts.stop.load(Ordering::Relaxed) {
-                // One last look: what was written before the signal.
+                // One last look: what was written before the signal,
+                // then the lines held for a reorder window.
+                src.set_live(false);
                 src.reader_mut().resume();
                 if !src.fill() {
                     break;

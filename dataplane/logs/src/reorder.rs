@@ -10,9 +10,19 @@
 //! order), so that within the window the dry run sees the requests as the
 //! agent did. Memory is the lines of one window, bounded in bytes: past
 //! the bound the earliest line goes out early.
+//!
+//! A log followed live ([`Reorder::live`]) may go quiet with lines held
+//! that no later line will push out. There the window is also waited in
+//! wall time: a line of time `t` read at wall time `a` (a server writes
+//! it once its request has ended, so `a` is at or after `t`) is followed
+//! by every line of an earlier time by `a` + window, if requests take
+//! less than a window, as the window assumes. So once a window of wall
+//! time has passed since a line was read, every line up to its time is
+//! due, as if a line a window later had come.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
 
 /// Most bytes held at once by one input, lines and their entries (past
 /// it the earliest line goes out).
@@ -22,6 +32,19 @@ pub const MAX_HELD_BYTES: usize = 256 << 20;
 /// kept.
 const SPARE: usize = 64;
 const SPARE_BYTES: usize = 4096;
+
+/// Lines read within this much wall time of each other share one mark
+/// (a followed log keeps a few hundred marks a window, not one a line).
+const MARK: Duration = Duration::from_millis(10);
+
+/// When lines were read, in a followed log: the latest time read by the
+/// last of them.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    first_read: Instant,
+    last_read: Instant,
+    latest_ns: u64,
+}
 
 /// Lines held back for up to a window of time.
 #[derive(Debug)]
@@ -34,6 +57,9 @@ pub struct Reorder {
     seq: u64,
     /// Buffers of lines handed out, for the next lines held.
     spare: Vec<Vec<u8>>,
+    /// In a followed log, when lines were read, oldest first (`None`:
+    /// a whole log, read as fast as it can be).
+    marks: Option<VecDeque<Mark>>,
 }
 
 /// The memory a held line takes: its buffer and its entry.
@@ -60,6 +86,64 @@ impl Reorder {
             latest_ns: 0,
             seq: 0,
             spare: Vec::new(),
+            marks: None,
+        }
+    }
+
+    /// As [`Reorder::new`], for a log followed live: [`Reorder::wait`]
+    /// also makes lines due once a window of wall time has passed since
+    /// they were read.
+    pub fn live(window_ns: u64, max_bytes: usize) -> Self {
+        Reorder {
+            marks: Some(VecDeque::new()),
+            ..Reorder::new(window_ns, max_bytes)
+        }
+    }
+
+    /// Makes it wait as for a followed log ([`Reorder::live`]), or, at
+    /// the end of following, as for a whole log again.
+    pub fn set_live(&mut self, live: bool) {
+        match (live, &self.marks) {
+            (true, None) => self.marks = Some(VecDeque::new()),
+            (false, Some(_)) => self.marks = None,
+            _ => {}
+        }
+    }
+
+    /// Whether it is waiting as for a followed log.
+    pub fn is_live(&self) -> bool {
+        self.marks.is_some()
+    }
+
+    /// Whether the earliest line held is due (see [`Reorder::pop_due`]).
+    pub fn is_due(&self, all: bool) -> bool {
+        self.held.peek().is_some_and(|Reverse(first)| {
+            all || first.time_ns.saturating_add(self.window_ns) <= self.latest_ns
+                || self.bytes > self.max_bytes
+        })
+    }
+
+    /// Whether it holds any line.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// In a followed log, at `now`: the lines read a window of wall time
+    /// ago or earlier make every line up to their time due (see the
+    /// module's documentation). Nothing in a whole log.
+    pub fn wait(&mut self, now: Instant) {
+        let Some(marks) = &mut self.marks else {
+            return;
+        };
+        let window = Duration::from_nanos(self.window_ns);
+        while let Some(m) = marks.front() {
+            if now.saturating_duration_since(m.last_read) < window {
+                break;
+            }
+            self.latest_ns = self
+                .latest_ns
+                .max(m.latest_ns.saturating_add(self.window_ns));
+            marks.pop_front();
         }
     }
 
@@ -70,6 +154,20 @@ impl Reorder {
         buf.extend_from_slice(line);
         self.bytes += cost(&buf);
         self.latest_ns = self.latest_ns.max(time_ns);
+        if let Some(marks) = &mut self.marks {
+            let now = Instant::now();
+            match marks.back_mut() {
+                Some(m) if now.saturating_duration_since(m.first_read) < MARK => {
+                    m.last_read = now;
+                    m.latest_ns = self.latest_ns;
+                }
+                _ => marks.push_back(Mark {
+                    first_read: now,
+                    last_read: now,
+                    latest_ns: self.latest_ns,
+                }),
+            }
+        }
         self.seq += 1;
         self.held.push(Reverse(Held {
             time_ns,
@@ -82,11 +180,7 @@ impl Reorder {
     /// read, or the held lines are over their bound, or `all` (the input
     /// has ended). Hand its buffer back with [`Reorder::recycle`].
     pub fn pop_due(&mut self, all: bool) -> Option<Vec<u8>> {
-        let Reverse(first) = self.held.peek()?;
-        let due = all
-            || first.time_ns.saturating_add(self.window_ns) <= self.latest_ns
-            || self.bytes > self.max_bytes;
-        if !due {
+        if !self.is_due(all) {
             return None;
         }
         let Reverse(h) = self.held.pop()?;
@@ -105,7 +199,11 @@ impl Reorder {
     /// Drops every line held, and the memory that held them (the input
     /// is closed, to be read again from its start, or has ended).
     pub fn clear(&mut self) {
+        let live = self.marks.is_some();
         *self = Reorder::new(self.window_ns, self.max_bytes);
+        if live {
+            self.marks = Some(VecDeque::new());
+        }
     }
 }
 
@@ -156,5 +254,39 @@ mod tests {
         assert!(r.pop_due(false).is_none(), "two lines held: within");
         r.clear();
         assert!(r.pop_due(true).is_none());
+    }
+
+    /// Followed live, a quiet log's held lines go out once a window of
+    /// wall time has passed since they were read, up to their time; a
+    /// whole log's wait nothing.
+    #[test]
+    fn a_quiet_followed_log_lets_its_lines_go_after_a_window_of_wall_time() {
+        let s = 1_000_000_000;
+        let mut r = Reorder::live(10 * s, MAX_HELD_BYTES);
+        r.push(100 * s, b"b@100");
+        r.push(95 * s, b"a@95");
+        let read = Instant::now();
+        // Read later (a mark of its own): due only a window after that.
+        std::thread::sleep(MARK * 2);
+        r.push(104 * s, b"c@104");
+        r.wait(read + Duration::from_secs(9));
+        assert!(drain(&mut r, false).is_empty(), "within the window");
+        // A window after the first two were read: up to their latest
+        // time (100), not c@104, read later.
+        r.wait(read + Duration::from_millis(10_005));
+        assert_eq!(drain(&mut r, false), ["a@95", "b@100"]);
+        r.wait(Instant::now() + Duration::from_secs(10));
+        assert_eq!(drain(&mut r, false), ["c@104"]);
+        assert!(r.is_empty() && r.marks.as_ref().is_some_and(|m| m.is_empty()));
+        // Cleared, it stays live.
+        r.clear();
+        r.push(1, b"x");
+        r.wait(Instant::now() + Duration::from_secs(10));
+        assert_eq!(drain(&mut r, false), ["x"]);
+        // A whole log's lines wait for later lines, whatever the clock.
+        let mut w = Reorder::new(10 * s, MAX_HELD_BYTES);
+        w.push(5 * s, b"y");
+        w.wait(Instant::now() + Duration::from_secs(60));
+        assert!(drain(&mut w, false).is_empty());
     }
 }

@@ -388,6 +388,17 @@ impl Source {
         }
     }
 
+    /// Followed live (or no longer, `false`): lines held for
+    /// `--reorder-window` also go out once a window of wall time has
+    /// passed since they were read, and the end of what has come is not
+    /// the end of the input (see [`crate::reorder`]). At the end of
+    /// following, what is held is judged at the end of what has come.
+    pub fn set_live(&mut self, live: bool) {
+        if let Some(r) = &mut self.reorder {
+            r.set_live(live);
+        }
+    }
+
     /// The reader, for a follower.
     pub fn reader_mut(&mut self) -> &mut LineReader<Box<dyn Read + Send>> {
         &mut self.reader
@@ -471,8 +482,17 @@ impl Source {
                         String::new(),
                     );
                 }
-                Ok(Next::End) if self.reorder.is_some() => self.read_all = true,
-                Ok(Next::End) => return false,
+                Ok(Next::End) => match &mut self.reorder {
+                    // Followed live: the end of what has come so far.
+                    Some(r) if r.is_live() => {
+                        r.wait(std::time::Instant::now());
+                        if !r.is_due(false) {
+                            return false;
+                        }
+                    }
+                    Some(_) => self.read_all = true,
+                    None => return false,
+                },
                 Err(e) => {
                     self.error = Some(format!("{}: {e}", self.name));
                     if self.reorder.is_none() {
