@@ -304,3 +304,52 @@ fn follow_on_stdin_with_a_reorder_window_judges_in_time_order() {
     assert!(l["late_lines"].is_null(), "{l}");
     assert_eq!(v["totals"]["captured_requests"], 3, "{v}");
 }
+
+/// A gzip or zstd stream on stdin (`ssh edge 'tail -F … | zstd'`) is
+/// decoded as it comes, by the tools' own files; one cut short gives its
+/// lines, then the error.
+#[test]
+fn follow_on_stdin_decodes_gzip_and_zstd_streams() {
+    let dir = tempdir("logs-follow-compressed-stdin");
+    let log = dir.join("access.log");
+    // More than one zstd block (128 KiB), so that one cut short has
+    // blocks to give before the cut.
+    let text: String = (0..4000)
+        .map(|i| format!("192.0.2.{} - - [13/May/2026:12:{:02}:{:02} +0000] \"GET /x/{i} HTTP/1.1\" 200 1 \"-\" \"ua\"\n", i % 256, i / 100, i % 100 * 6 / 10))
+        .collect();
+    std::fs::write(&log, &text).unwrap();
+    rctl_testkit::proc::must("gzip", &["-k", log.to_str().unwrap()]);
+    rctl_testkit::proc::must("zstd", &["-q", "-k", log.to_str().unwrap()]);
+    for (file, cut) in [
+        ("access.log.gz", false),
+        ("access.log.zst", false),
+        ("access.log.zst", true),
+    ] {
+        let mut bytes = std::fs::read(dir.join(file)).unwrap();
+        if cut {
+            bytes.truncate(bytes.len() - 8);
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rctl"));
+        cmd.arg("dry-run")
+            .arg(root().join("rules"))
+            .args(["--log", "-", "--follow", "--format", "json"]);
+        let o = super::piped(cmd, move |stdin| stdin.write_all(&bytes).unwrap());
+        let err = String::from_utf8_lossy(&o.stderr);
+        let v: Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{file}: {e}: {err}"));
+        let l = &v["inputs"][0]["log"];
+        assert_eq!(l["format"], "nginx-combined", "{file}: {v}");
+        if cut {
+            // The line the cut ends, as far as it came.
+            assert!(l["bad_lines"].as_u64() <= Some(1), "{l}");
+            let judged = l["judged"].as_u64().unwrap();
+            assert!(judged > 1000 && judged < 4000, "{l}");
+            assert!(err.contains("zstd: incomplete frame"), "{err}");
+            assert_eq!(o.status.code(), Some(1), "{err}");
+        } else {
+            assert_eq!(l["bad_lines"], 0, "{file}: {l}");
+            assert_eq!(l["judged"], 4000, "{file}: {l}");
+            assert!(o.status.success(), "{file}: {err}");
+        }
+    }
+}

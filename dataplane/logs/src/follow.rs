@@ -139,7 +139,7 @@ impl Read for Follow {
 /// and a signal is seen. Like a [`Follow`], it returns 0 at the end of
 /// what has come; [`Pipe::closed`] says whether the writer has gone.
 /// The first read waits for the first bytes (a format is detected from
-/// them).
+/// them). A gzip or zstd stream is decoded as it comes, on that thread.
 pub struct Pipe {
     rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
     chunk: Vec<u8>,
@@ -149,10 +149,32 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    /// Starts reading `src` on a thread (at most a few chunks ahead).
-    pub fn spawn(mut src: impl Read + Send + 'static) -> Pipe {
+    /// Starts reading `src` on a thread (at most a few chunks ahead),
+    /// decoded if its first bytes are gzip's or zstd's.
+    pub fn spawn(src: impl Read + Send + 'static) -> Pipe {
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
-        std::thread::spawn(move || loop {
+        std::thread::spawn(move || {
+            let mut src = match crate::input::decompress(Box::new(src)) {
+                Ok((r, _)) => r,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            Pipe::pump(&mut src, &tx);
+        });
+        Pipe {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+            started: false,
+            closed: std::sync::Arc::default(),
+        }
+    }
+
+    /// Sends what `src` gives, chunk by chunk, until its end or an error.
+    fn pump(src: &mut dyn Read, tx: &std::sync::mpsc::SyncSender<io::Result<Vec<u8>>>) {
+        loop {
             let mut b = vec![0u8; 64 << 10];
             match src.read(&mut b) {
                 Ok(0) => return,
@@ -168,13 +190,6 @@ impl Pipe {
                     return;
                 }
             }
-        });
-        Pipe {
-            rx,
-            chunk: Vec::new(),
-            at: 0,
-            started: false,
-            closed: std::sync::Arc::default(),
         }
     }
 
