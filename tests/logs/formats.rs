@@ -1,6 +1,7 @@
 //! HAProxy's formats against what a real HAProxy writes: `option
-//! httplog` without and with captured headers, and a custom `log-format`
-//! with every variable the reader takes, escapes included.
+//! httplog` without and with captured headers, and custom `log-format`s
+//! with every variable the reader takes, escapes included, and flags set
+//! for the variables after them (`%o`).
 
 use rctl_logs::detect::{by_name, Spec};
 use rctl_logs::haproxy::captures_in_config;
@@ -12,6 +13,11 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 
 const CUSTOM: &str = r#""%ci %fi:%fp [%tr] %{+Q}HM %{+Q}HU %HP %HQ %ST %[capture.req.hdr(0)] %{+Q}[capture.req.hdr(1)] %Ts.%ms %{+Q,+E}[capture.req.hdr(0)] %hr %{+Q}r %T %t %[src] %[dst] %[dst_port] %[method]""#;
+
+/// `%o` sets the flags of every variable after it: HAProxy then quotes
+/// only the variables it writes as text (not `%ST` or `%Ts`), and writes
+/// nothing for `%o`, nor a second space after it.
+const CUSTOM_O: &str = r#""%{+Q}o %ci:%cp [%tr] %{+Q}ST %B %{-Q}HM %HU %hr %[capture.req.hdr(1)] %{+Q}Ts %ft %{-Q}o %b %HV %fi:%fp""#;
 
 fn send(to: SocketAddr, target: &str, ua: &str, referer: &str) {
     let mut s = TcpStream::connect(to).unwrap();
@@ -36,18 +42,19 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
         return;
     }
     let dir = crate::util::tempdir("logs-haproxy-formats");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let at: Vec<SocketAddr> = ports
         .iter()
         .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
         .collect();
     let ok = "    http-request return status 200 content-type text/plain string ok\n";
     let cfg = format!(
-        "{}frontend f1\n    bind {}\n{ok}frontend f2\n    bind {}\n    capture request header User-Agent len 200\n    capture request header Host len 100\n{ok}frontend f3\n    bind {}\n    log-format {CUSTOM}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}",
+        "{}frontend f1\n    bind {}\n{ok}frontend f2\n    bind {}\n    capture request header User-Agent len 200\n    capture request header Host len 100\n{ok}frontend f3\n    bind {}\n    log-format {CUSTOM}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}frontend f4\n    bind {}\n    log-format {CUSTOM_O}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}",
         base(&dir),
         at[0],
         at[1],
-        at[2]
+        at[2],
+        at[3]
     );
     let server = Haproxy::start(&dir, &cfg, &[], &at);
     let sent = [
@@ -62,7 +69,7 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
     }
     let log = server.log();
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 9, "{log}");
+    assert_eq!(lines.len(), 12, "{log}");
     let caps = captures_in_config(&cfg);
     let caps_of = |f: &str| caps.iter().find(|(n, _)| n == f).unwrap().1.clone();
     let formats = [
@@ -81,13 +88,24 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
             },
         )
         .unwrap(),
+        by_name(
+            &format!("haproxy:{CUSTOM_O}"),
+            &Spec {
+                captures: caps_of("f4"),
+            },
+        )
+        .unwrap(),
     ];
     for (i, f) in formats.iter().enumerate() {
         let port = ports[i].to_string();
         let mine: Vec<&str> = lines
             .iter()
             .copied()
-            .filter(|l| l.contains(&format!(" f{} ", i + 1)) || l.contains(&format!(":{port} [")))
+            .filter(|l| {
+                l.contains(&format!(" f{} ", i + 1))
+                    || l.contains(&format!(":{port} ["))
+                    || l.contains(&format!(" \"f{}\" ", i + 1))
+            })
             .collect();
         assert_eq!(mine.len(), 3, "f{}: {log}", i + 1);
         for (l, (t, ua, r)) in mine.iter().zip(sent) {
@@ -108,15 +126,17 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
                         Some(r.to_string())
                     };
                     assert_eq!(rec.header("referer"), want, "{l}");
-                    assert_eq!(rec.port, Some(ports[2]));
+                    assert_eq!(rec.port, Some(ports[i]));
                     assert_eq!(rec.dst.unwrap().to_string(), "127.0.0.1");
                 }
             }
         }
-        // Millisecond time on all three.
+        // Millisecond time on all of them.
         assert!(f.resolution_ns <= 1_000_000, "f{}", i + 1);
     }
-    assert!(formats[2].known.port && formats[2].known.dst_ip && formats[2].known.url);
+    for f in &formats[2..] {
+        assert!(f.known.port && f.known.dst_ip && f.known.url, "{}", f.name);
+    }
 }
 
 /// HAProxy's own syslog headers (RFC 3164, and RFC 5424 as HAProxyKafka
@@ -191,8 +211,8 @@ fn haproxy_httplog_behind_its_own_syslog_headers() {
 
 /// `option httplog clf`, as a real HAProxy writes it: named
 /// `haproxy-clf` or detected, its captured headers (`%hrl`, one quoted
-/// value each) read when named and skipped whole when not. A custom
-/// format with `%o` is refused with what to write instead.
+/// value each) read when named and skipped whole when not. Its format is
+/// HAProxy's own string, flags set by `%o`.
 #[test]
 fn haproxy_httplog_clf_against_its_own_output() {
     if !require("haproxy") {
@@ -300,8 +320,6 @@ fn haproxy_httplog_clf_against_its_own_output() {
         "{l}"
     );
     assert!(l["unnamed_captures"].is_null(), "{l}");
-    let e = by_name("haproxy:%{+Q}o %ci %r", &spec).unwrap_err();
-    assert!(e.contains("%o") && e.contains("haproxy-clf"), "{e}");
 }
 
 /// HAProxy keeps `len` bytes of a captured header: a value that long may

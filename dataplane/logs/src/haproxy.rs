@@ -10,11 +10,46 @@ use crate::time::TimeFormat;
 /// `option httplog`'s format (HAProxy 2.6).
 pub const HTTPLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
 
-/// `option httplog clf`'s format (HAProxy 2.6), its quotes written on
-/// the variables HAProxy quotes (`%{+Q}o` quotes every string variable
-/// after it; the request date, `%trg`, has whole seconds, and `%ms` is
-/// the accept date's).
-pub const CLF: &str = r#"%ci - - [%trg] %{+Q}r %ST %B "" "" %cp %ms %{+Q}ft %{+Q}b %{+Q}s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %{+Q}CC %{+Q}CS %{+Q}hrl %{+Q}hsl"#;
+/// `option httplog clf`'s format (HAProxy 2.6): `%{+Q}o` quotes every
+/// variable after it that HAProxy quotes (see [`quotable`]), but the
+/// client address; the request date, `%trg`, has whole seconds, and
+/// `%ms` is the accept date's.
+pub const CLF: &str = r#"%{+Q}o %{-Q}ci - - [%trg] %r %ST %B "" "" %cp %ms %ft %b %s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %CC %CS %hrl %hsl"#;
+
+/// Whether HAProxy writes variable `v` in quotes when its `Q` flag is
+/// set (HAProxy 2.6's `sess_build_logline`): addresses, names, cookies,
+/// captures and the request's parts, which it writes as text. Numbers,
+/// ports, dates, timers and termination states it writes as they are,
+/// whatever the flag. Sample expressions (`%[…]`) are text: quoted.
+fn quotable(v: &str) -> bool {
+    matches!(
+        v,
+        "ci" | "fi"
+            | "bi"
+            | "si"
+            | "f"
+            | "ft"
+            | "b"
+            | "s"
+            | "CC"
+            | "CS"
+            | "H"
+            | "ID"
+            | "sslc"
+            | "sslv"
+            | "hr"
+            | "hs"
+            | "hrl"
+            | "hsl"
+            | "r"
+            | "HM"
+            | "HP"
+            | "HPO"
+            | "HQ"
+            | "HU"
+            | "HV"
+    )
+}
 
 /// What a `%` variable is (`r`, `ci`, `tr`…); `captures` names `%hr`'s.
 fn variable(v: &str, captures: &[Capture]) -> (Field, Escape) {
@@ -108,6 +143,8 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut rest = spec.as_str();
     // Whether an accept date is written to the second (see below).
     let mut accept_seconds = false;
+    // The flags `%o` sets for every variable after it: quoted, escaped.
+    let mut defaults = (false, false);
     while let Some(i) = rest.find('%') {
         lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
@@ -116,14 +153,15 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             rest = r;
             continue;
         }
-        let mut quoted = false;
-        let mut esc_flag = false;
+        let (mut quoted, mut esc_flag) = defaults;
         if let Some(r) = rest.strip_prefix('{') {
             let end = r.find('}').ok_or("an unclosed %{ in the log-format")?;
             for flag in r[..end].split(',') {
                 match flag.trim() {
                     "+Q" => quoted = true,
+                    "-Q" => quoted = false,
                     "+E" => esc_flag = true,
+                    "-E" => esc_flag = false,
                     _ => {}
                 }
             }
@@ -145,11 +183,18 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             }
             let v = &rest[..len];
             rest = &rest[len..];
+            // A variable HAProxy writes as it is, quoted or not.
+            quoted &= v == "o" || quotable(v);
             match v {
                 "o" => {
-                    return Err(
-                        "%o (flags for every variable after it) is not read: write the flags on each variable, or name haproxy-clf for `option httplog clf`".into(),
-                    )
+                    // Writes nothing: the flags hold for what follows.
+                    // HAProxy writes a run of spaces as one, and none at
+                    // the start of the line or after another.
+                    defaults = (quoted, esc_flag);
+                    if (tokens.is_empty() && lit.is_empty()) || lit.ends_with(b" ") {
+                        rest = rest.trim_start_matches(' ');
+                    }
+                    continue;
                 }
                 "hrl" => {
                     tokens.push(Token::Lit(std::mem::take(&mut lit)));
@@ -174,7 +219,7 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
         }
         // `%ci:%cp`: the address and its port together, as the last
         // colon splits an unbracketed IPv6 address from its port.
-        if field == Field::ClientIp && rest.starts_with(":%cp") {
+        if field == Field::ClientIp && !quoted && rest.starts_with(":%cp") {
             rest = &rest[4..];
             tokens.push(Token::Lit(std::mem::take(&mut lit)));
             tokens.push(Token::Field(Field::ClientIpPort, esc));
@@ -323,6 +368,39 @@ fn captured_header(sample: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tokens(spec: &str, captures: &[Capture]) -> Vec<Token> {
+        match compile("t", spec, captures).unwrap().kind {
+            crate::format::Kind::Template(t) => t.tokens,
+            k => panic!("{k:?}"),
+        }
+    }
+
+    /// `%o` sets the flags of what follows, which a variable's own flags
+    /// change; only variables HAProxy writes as text are quoted; `%o`
+    /// writes nothing, nor a space at the start or after another.
+    #[test]
+    fn flags_for_every_later_variable() {
+        let caps = [Capture {
+            name: "user-agent".into(),
+            len: None,
+        }];
+        // HAProxy's `option httplog clf` string, and the same with the
+        // flags written on each variable it quotes.
+        let by_hand = r#"%ci - - [%trg] %{+Q}r %ST %B "" "" %cp %ms %{+Q}ft %{+Q}b %{+Q}s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %{+Q}CC %{+Q}CS %{+Q}hrl %{+Q}hsl"#;
+        assert_eq!(tokens(CLF, &caps), tokens(by_hand, &caps));
+        assert_eq!(tokens(CLF, &[]), tokens(by_hand, &[]));
+        for (with_o, by_hand) in [
+            ("%{+Q}o %ST %HM %{-Q}HU %Ts", "%ST %{+Q}HM %HU %Ts"),
+            ("%HM %{+Q}o %HU", r#"%HM "%HU""#),
+            ("%HM %{+Q}o  %{-Q}o %HU", "%HM %HU"),
+            ("%HM%{+Q}o %HU", r#"%HM "%HU""#),
+            ("%{+Q}o %ci:%cp %[src]", "%{+Q}ci:%cp %{+Q}[src]"),
+            ("%{+Q,+E}o %HU %{-E}HM", r#"%{+Q,+E}HU "%HM""#),
+        ] {
+            assert_eq!(tokens(with_o, &caps), tokens(by_hand, &caps), "{with_o}");
+        }
+    }
 
     #[test]
     fn configuration_captures() {
