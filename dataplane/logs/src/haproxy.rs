@@ -143,8 +143,9 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut rest = spec.as_str();
     // Whether an accept date is written to the second (see below).
     let mut accept_seconds = false;
-    // The flags `%o` sets for every variable after it: quoted, escaped.
-    let mut defaults = (false, false);
+    // The flags `%o` sets for every variable after it: quoted, escaped,
+    // hexadecimal.
+    let mut defaults = (false, false, false);
     while let Some(i) = rest.find('%') {
         lit.extend_from_slice(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
@@ -153,7 +154,7 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             rest = r;
             continue;
         }
-        let (mut quoted, mut esc_flag) = defaults;
+        let (mut quoted, mut esc_flag, mut hex) = defaults;
         if let Some(r) = rest.strip_prefix('{') {
             let end = r.find('}').ok_or("an unclosed %{ in the log-format")?;
             for flag in r[..end].split(',') {
@@ -162,6 +163,8 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
                     "-Q" => quoted = false,
                     "+E" => esc_flag = true,
                     "-E" => esc_flag = false,
+                    "+X" => hex = true,
+                    "-X" => hex = false,
                     _ => {}
                 }
             }
@@ -185,12 +188,19 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             rest = &rest[len..];
             // A variable HAProxy writes as it is, quoted or not.
             quoted &= v == "o" || quotable(v);
+            // With `X`, HAProxy writes addresses, ports and numbers in
+            // hexadecimal: not what these fields read.
+            if hex && matches!(v, "ci" | "fi" | "fp" | "Ts" | "ms") {
+                return Err(format!(
+                    "%{v} with the X flag is written in hexadecimal, which is not read: leave the flag out (%{{-X}}{v} after a %{{+X}}o)"
+                ));
+            }
             match v {
                 "o" => {
                     // Writes nothing: the flags hold for what follows.
                     // HAProxy writes a run of spaces as one, and none at
                     // the start of the line or after another.
-                    defaults = (quoted, esc_flag);
+                    defaults = (quoted, esc_flag, hex);
                     if (tokens.is_empty() && lit.is_empty()) || lit.ends_with(b" ") {
                         rest = rest.trim_start_matches(' ');
                     }
@@ -400,6 +410,16 @@ mod tests {
         ] {
             assert_eq!(tokens(with_o, &caps), tokens(by_hand, &caps), "{with_o}");
         }
+        // Hexadecimal addresses and numbers are refused where read, and
+        // the flag taken off again is not.
+        for spec in ["%{+X}ci %HU", "%{+X}o %HM %fp", "%{+X,+Q}o %Ts"] {
+            let e = compile("t", spec, &[]).unwrap_err();
+            assert!(e.contains("hexadecimal"), "{spec}: {e}");
+        }
+        assert_eq!(
+            tokens("%{+X}o %{-X}ci %HU %ST", &[]),
+            tokens("%ci %HU %ST", &[])
+        );
     }
 
     #[test]
