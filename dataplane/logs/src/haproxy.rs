@@ -139,7 +139,7 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
         })
         .collect();
     let mut tokens = Vec::new();
-    let mut lit = Vec::new();
+    let mut text = Text::default();
     let mut rest = spec.as_str();
     // Whether an accept date is written to the second (see below).
     let mut accept_seconds = false;
@@ -147,10 +147,10 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     // hexadecimal.
     let mut defaults = (false, false, false);
     while let Some(i) = rest.find('%') {
-        lit.extend_from_slice(&rest.as_bytes()[..i]);
+        text.push(&rest.as_bytes()[..i]);
         rest = &rest[i + 1..];
         if let Some(r) = rest.strip_prefix('%') {
-            lit.push(b'%');
+            text.push(b"%");
             rest = r;
             continue;
         }
@@ -198,23 +198,20 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             match v {
                 "o" => {
                     // Writes nothing: the flags hold for what follows.
-                    // HAProxy writes a run of spaces as one, and none at
-                    // the start of the line or after another.
                     defaults = (quoted, esc_flag, hex);
-                    if (tokens.is_empty() && lit.is_empty()) || lit.ends_with(b" ") {
-                        rest = rest.trim_start_matches(' ');
-                    }
                     continue;
                 }
                 "hrl" => {
-                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
-                    rest = capture_list(&mut tokens, &mut lit, &captures, quoted, rest);
+                    tokens.push(Token::Lit(text.take()));
+                    rest = capture_list(&mut tokens, &mut text.lit, &captures, quoted, rest);
+                    text.wrote();
                     continue;
                 }
                 "hsl" => {
                     // Never named: skipped whole, quotes and all.
-                    tokens.push(Token::Lit(std::mem::take(&mut lit)));
+                    tokens.push(Token::Lit(text.take()));
                     tokens.push(Token::Field(Field::Skip, Escape::None));
+                    text.wrote();
                     continue;
                 }
                 "T" | "Tl" | "Ts" => {
@@ -231,21 +228,23 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
         // colon splits an unbracketed IPv6 address from its port.
         if field == Field::ClientIp && !quoted && rest.starts_with(":%cp") {
             rest = &rest[4..];
-            tokens.push(Token::Lit(std::mem::take(&mut lit)));
+            tokens.push(Token::Lit(text.take()));
             tokens.push(Token::Field(Field::ClientIpPort, esc));
+            text.wrote();
             continue;
         }
         if quoted {
-            lit.push(b'"');
+            text.push(b"\"");
         }
-        tokens.push(Token::Lit(std::mem::take(&mut lit)));
+        tokens.push(Token::Lit(text.take()));
         tokens.push(Token::Field(field, esc));
+        text.wrote();
         if quoted {
-            lit.push(b'"');
+            text.push(b"\"");
         }
     }
-    lit.extend_from_slice(rest.as_bytes());
-    tokens.push(Token::Lit(lit));
+    text.push(rest.as_bytes());
+    tokens.push(Token::Lit(text.lit));
     // `%ms` is the accept date's milliseconds: it refines only an accept
     // date written to the second (`%T`, `%Tl`, `%Ts`), not the request's
     // (`%trg`), and is skipped without one.
@@ -257,6 +256,49 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
         }
     }
     Ok(Format::from_template(name, Template::new(tokens), true))
+}
+
+/// A `log-format`'s literal text, as HAProxy writes it: a run of spaces
+/// is one separator, written only after something that is not a space
+/// (so none at the start of the line).
+struct Text {
+    lit: Vec<u8>,
+    last_space: bool,
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Text {
+            lit: Vec::new(),
+            last_space: true,
+        }
+    }
+}
+
+impl Text {
+    fn push(&mut self, s: &[u8]) {
+        for &b in s {
+            if b == b' ' {
+                if self.last_space {
+                    continue;
+                }
+                self.last_space = true;
+            } else {
+                self.last_space = false;
+            }
+            self.lit.push(b);
+        }
+    }
+
+    /// The text before a variable.
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.lit)
+    }
+
+    /// A variable was written (not a space).
+    fn wrote(&mut self) {
+        self.last_space = false;
+    }
 }
 
 /// HAProxy's `%hrl`, the captures as a list: each value in its own
@@ -407,6 +449,8 @@ mod tests {
             ("%HM%{+Q}o %HU", r#"%HM "%HU""#),
             ("%{+Q}o %ci:%cp %[src]", "%{+Q}ci:%cp %{+Q}[src]"),
             ("%{+Q,+E}o %HU %{-E}HM", r#"%{+Q,+E}HU "%HM""#),
+            // Runs of spaces are one; none at the start.
+            ("  %HM   %HU  [%tr] ", "%HM %HU [%tr] "),
         ] {
             assert_eq!(tokens(with_o, &caps), tokens(by_hand, &caps), "{with_o}");
         }
