@@ -18,7 +18,7 @@ const CUSTOM: &str = r#""%ci %fi:%fp [%tr] %{+Q}HM %{+Q}HU %HP %HQ %ST %[capture
 /// only the variables it writes as text (not `%ST` or `%Ts`), and writes
 /// nothing for `%o`. A run of spaces it writes as one, and none at the
 /// start of the line or after another.
-const CUSTOM_O: &str = r#""  %{+Q}o %ci:%cp  [%tr] %{+Q}ST %B   %{-Q}HM %HU %hr %[capture.req.hdr(1)] %{+Q}Ts %ft %{-Q}o %b %HV %fi:%fp""#;
+const CUSTOM_O: &str = r#""  %{+Q}o %ci:%cp  [%tr] %{+Q}ST %B   %{-Q}HM %hr %[capture.req.hdr(1)] %{+Q}Ts %ft %{-Q}o %b %HV %HPO%HQ %fi:%fp""#;
 
 fn send(to: SocketAddr, target: &str, ua: &str, referer: &str) {
     let mut s = TcpStream::connect(to).unwrap();

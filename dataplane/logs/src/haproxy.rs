@@ -63,7 +63,7 @@ fn variable(v: &str, captures: &[Capture]) -> (Field, Escape) {
         "ms" => Field::Millis,
         "HM" => Field::Method,
         "HU" => Field::Target,
-        "HP" => Field::Path,
+        "HP" | "HPO" => Field::Path,
         "HQ" => Field::Query,
         "r" => Field::RequestLine,
         "hr" => Field::Captures(captures.to_vec()),
@@ -72,7 +72,7 @@ fn variable(v: &str, captures: &[Capture]) -> (Field, Escape) {
     };
     // HAProxy writes the request line and captures with `#HH` escapes.
     let esc = match v {
-        "r" | "hr" | "HU" | "HP" | "HQ" => Escape::Hash,
+        "r" | "hr" | "HU" | "HP" | "HPO" | "HQ" => Escape::Hash,
         _ => Escape::None,
     };
     (f, esc)
