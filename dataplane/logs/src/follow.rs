@@ -239,6 +239,8 @@ pub struct Talkers {
     pub user_agents: TopK,
     /// By path.
     pub paths: TopK,
+    /// An address or prefix written out, kept for the next.
+    key: String,
 }
 
 /// Counters kept per interval and table: Space-Saving keeps every key
@@ -254,30 +256,46 @@ impl Default for Talkers {
             prefixes: TopK::new(KEYS),
             user_agents: TopK::new(KEYS),
             paths: TopK::new(KEYS),
+            key: String::new(),
         }
     }
 }
 
 /// The /24 or /48 an address is in.
 pub fn prefix(ip: IpAddr) -> String {
-    match ip {
+    let mut s = String::new();
+    write_prefix(&mut s, ip);
+    s
+}
+
+/// Writes the /24 or /48 `ip` is in to `out`.
+fn write_prefix(out: &mut String, ip: IpAddr) {
+    use std::fmt::Write as _;
+    let _ = match ip {
         IpAddr::V4(a) => {
             let o = a.octets();
-            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+            write!(out, "{}.{}.{}.0/24", o[0], o[1], o[2])
         }
         IpAddr::V6(a) => {
             let s = a.segments();
-            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+            write!(out, "{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
         }
-    }
+    };
 }
 
 impl Talkers {
     /// Counts one request.
     pub fn add(&mut self, r: &Request<'_>) {
+        use std::fmt::Write as _;
         self.requests += 1;
-        self.ips.add(r.ip.to_string().as_bytes());
-        self.prefixes.add(prefix(r.ip).as_bytes());
+        // Written into one buffer kept for the next request: no
+        // allocation a line.
+        self.key.clear();
+        let _ = write!(self.key, "{}", r.ip);
+        self.ips.add(self.key.as_bytes());
+        self.key.clear();
+        write_prefix(&mut self.key, r.ip);
+        self.prefixes.add(self.key.as_bytes());
         let ua = r
             .headers
             .iter()
