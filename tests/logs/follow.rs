@@ -181,6 +181,40 @@ fn follow_on_stdin_ends_with_it() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A signal before anything came on stdin (`ssh edge 'tail -F …' | rctl`
+/// on a quiet log) ends the run with its (empty) report.
+#[test]
+fn follow_on_stdin_stops_at_a_signal_before_its_first_line() {
+    let dir = tempdir("logs-follow-nothing");
+    let (out, err) = (dir.join("out"), dir.join("err"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
+        .arg("dry-run")
+        .arg(root().join("rules"))
+        .args(["--log", "-", "--follow", "--format", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    until("rctl reports at the signal", || {
+        child.try_wait().unwrap().is_some()
+    });
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&err).unwrap()));
+    assert_eq!(v["totals"]["captured_requests"], 0, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `--follow` on a pipe that stays open and quiet (`tail -F … | rctl`):
 /// the screens go on, and SIGINT prints the report, without waiting for
 /// another line or the pipe's end.

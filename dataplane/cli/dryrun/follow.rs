@@ -30,7 +30,7 @@ pub fn run(run: &mut DryRun, args: &LogArgs, opts: &Options) -> Result<Summary> 
     let (name, reader): (String, Box<dyn Read + Send>) = if path == Path::new("-") {
         // Read on a thread of its own: a quiet pipe neither holds the
         // screen back nor keeps a signal from being seen.
-        let pipe = Pipe::spawn(std::io::stdin());
+        let pipe = Pipe::spawn(std::io::stdin()).stop_waiting_on(stop.clone());
         ended = Some(pipe.closed());
         ("-".into(), Box::new(pipe))
     } else {

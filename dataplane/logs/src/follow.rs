@@ -146,6 +146,8 @@ pub struct Pipe {
     at: usize,
     started: bool,
     closed: std::sync::Arc<AtomicBool>,
+    /// Set to stop waiting for the first bytes.
+    stop: Option<std::sync::Arc<AtomicBool>>,
 }
 
 impl Pipe {
@@ -169,6 +171,34 @@ impl Pipe {
             at: 0,
             started: false,
             closed: std::sync::Arc::default(),
+            stop: None,
+        }
+    }
+
+    /// Stops waiting for the first bytes once `stop` is set (a signal
+    /// before anything came): the first read then returns 0.
+    pub fn stop_waiting_on(mut self, stop: std::sync::Arc<AtomicBool>) -> Pipe {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// The first chunk: waited for, until `stop` is set.
+    fn first(&self) -> Result<io::Result<Vec<u8>>, std::sync::mpsc::TryRecvError> {
+        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        loop {
+            match self.rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(c) => return Ok(c),
+                Err(RecvTimeoutError::Disconnected) => return Err(TryRecvError::Disconnected),
+                Err(RecvTimeoutError::Timeout) => {
+                    if self
+                        .stop
+                        .as_ref()
+                        .is_some_and(|s| s.load(Ordering::Relaxed))
+                    {
+                        return Err(TryRecvError::Empty);
+                    }
+                }
+            }
         }
     }
 
@@ -206,7 +236,7 @@ impl Read for Pipe {
             let next = if self.started {
                 self.rx.try_recv()
             } else {
-                self.rx.recv().map_err(|_| TryRecvError::Disconnected)
+                self.first()
             };
             self.started = true;
             match next {

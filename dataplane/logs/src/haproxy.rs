@@ -233,6 +233,9 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             text.wrote();
             continue;
         }
+        // `%hr` and `%hs` are read with or without their quotes (HAProxy
+        // writes neither without captures).
+        let quoted = quoted && !matches!(field, Field::Captures(_) | Field::ResponseCaptures);
         if quoted {
             text.push(b"\"");
         }
@@ -317,10 +320,17 @@ fn capture_list<'a>(
 ) -> &'a str {
     if captures.is_empty() {
         tokens.push(Token::Field(Field::UnnamedCaptureList, Escape::None));
-        let tail = rest.trim_start_matches(' ');
-        let hsl = tail
-            .strip_prefix("%{+Q}hsl")
-            .or_else(|| tail.strip_prefix("%hsl"));
+        // `%hsl`, with any flags.
+        let hsl = rest
+            .trim_start_matches(' ')
+            .strip_prefix('%')
+            .and_then(|t| {
+                let t = match t.strip_prefix('{') {
+                    Some(r) => &r[r.find('}')? + 1..],
+                    None => t,
+                };
+                t.strip_prefix("hsl")
+            });
         return hsl.filter(|a| a.trim().is_empty()).unwrap_or(rest);
     }
     for (k, c) in captures.iter().enumerate() {
@@ -464,6 +474,71 @@ mod tests {
             tokens("%{+X}o %{-X}ci %HU %ST", &[]),
             tokens("%ci %HU %ST", &[])
         );
+    }
+
+    /// `%hr` and `%hs`, quoted by `%o` or not: read with their quotes, or
+    /// absent (HAProxy writes nothing for them without captures, quotes
+    /// included, and the space after them only if none came before).
+    #[test]
+    fn captures_quoted_or_absent() {
+        let caps = [Capture {
+            name: "user-agent".into(),
+            len: None,
+        }];
+        let parse = |spec: &str, line: &str| {
+            let f = compile("t", spec, &caps).unwrap();
+            crate::record::parse_owned(&f, line.as_bytes()).map(|r| {
+                (
+                    String::from_utf8_lossy(&r.target).into_owned(),
+                    r.header("user-agent"),
+                )
+            })
+        };
+        let ua = Some("ua/1".to_string());
+        let spec = "%{+Q}o %{-Q}ci [%tr] %hr %hs %r";
+        for (line, want) in [
+            (
+                r#"192.0.2.1 [13/May/2026:12:00:00.123] "{ua/1}" "{x}" "GET /a HTTP/1.1""#,
+                ua.clone(),
+            ),
+            (
+                r#"192.0.2.1 [13/May/2026:12:00:00.123] "{ua/1}" "GET /a HTTP/1.1""#,
+                ua.clone(),
+            ),
+            (
+                r#"192.0.2.1 [13/May/2026:12:00:00.123] "GET /a HTTP/1.1""#,
+                None,
+            ),
+        ] {
+            assert_eq!(parse(spec, line), Ok(("/a".into(), want)), "{line}");
+        }
+        // After something else than a space, the space after an absent
+        // %hr is written.
+        let spec = "%ci [%tr] %ST|%hr %{+Q}r";
+        for (line, want) in [
+            (
+                r#"192.0.2.1 [13/May/2026:12:00:00.123] 200| "GET /a HTTP/1.1""#,
+                None,
+            ),
+            (
+                r#"192.0.2.1 [13/May/2026:12:00:00.123] 200|{ua/1} "GET /a HTTP/1.1""#,
+                ua,
+            ),
+        ] {
+            assert_eq!(parse(spec, line), Ok(("/a".into(), want)), "{line}");
+        }
+        // %hsl with any flags after an unnamed %hrl.
+        for spec in [
+            "%ci [%tr] %{+Q}r %{+Q}hrl %{-Q}hsl",
+            "%ci [%tr] %{+Q}r %hrl %{+Q,+E}hsl",
+        ] {
+            let f = compile("t", spec, &[]).unwrap();
+            let line = r#"192.0.2.1 [13/May/2026:12:00:00.123] "GET /a HTTP/1.1" "ua/1" "r""#;
+            assert!(
+                crate::record::parse_owned(&f, line.as_bytes()).is_ok(),
+                "{spec}"
+            );
+        }
     }
 
     #[test]

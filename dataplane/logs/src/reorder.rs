@@ -33,8 +33,11 @@ pub const MAX_HELD_BYTES: usize = 256 << 20;
 const SPARE: usize = 64;
 const SPARE_BYTES: usize = 4096;
 
-/// Lines read within this much wall time of each other share one mark
-/// (a followed log keeps a few hundred marks a window, not one a line).
+/// Lines read within this much wall time of each other share one mark,
+/// or within a thousandth of the window if that is longer: a followed
+/// log keeps at most about a thousand marks a window, not one a line.
+/// (A mark lets its lines go a window after the last of them was read:
+/// sharing one only waits longer.)
 const MARK: Duration = Duration::from_millis(10);
 
 /// When lines were read, in a followed log: the latest time read by the
@@ -157,7 +160,10 @@ impl Reorder {
         if let Some(marks) = &mut self.marks {
             let now = Instant::now();
             match marks.back_mut() {
-                Some(m) if now.saturating_duration_since(m.first_read) < MARK => {
+                Some(m)
+                    if now.saturating_duration_since(m.first_read)
+                        < MARK.max(Duration::from_nanos(self.window_ns / 1000)) =>
+                {
                     m.last_read = now;
                     m.latest_ns = self.latest_ns;
                 }

@@ -424,7 +424,8 @@ impl Source {
     }
 
     /// Reads on to the next line that parses; false at the end (or at a
-    /// read error, kept in `error`).
+    /// read error, kept in `error`; followed live, at the end of what
+    /// has come, with no held line due yet).
     pub fn fill(&mut self) -> bool {
         self.ready = false;
         #[cfg(feature = "parquet")]

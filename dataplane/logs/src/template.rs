@@ -402,30 +402,45 @@ impl Template {
                     }
                     p += l.len();
                 }
-                Token::Field(Field::Captures(_) | Field::ResponseCaptures, _)
-                    if line.get(p) != Some(&b'{') =>
-                {
-                    // HAProxy leaves out `%hr` and `%hs` without captures,
-                    // and the space after them.
-                    if let Some(Token::Lit(l)) = self.tokens.get(i + 1) {
-                        let l = l.strip_prefix(b" ").unwrap_or(l);
-                        if !starts(&line[p..], l) {
-                            return Err(Mismatch::Literal(p));
+                Token::Field(field @ (Field::Captures(_) | Field::ResponseCaptures), esc) => {
+                    // `{…|…}`, or `"{…|…}"` with HAProxy's Q flag.
+                    let quoted = line[p..].starts_with(b"\"{");
+                    if !quoted && line.get(p) != Some(&b'{') {
+                        // HAProxy writes nothing, quotes included, for
+                        // `%hr` and `%hs` without captures, nor the space
+                        // after them if a space came before (it writes a
+                        // space only after something else).
+                        if let Some(Token::Lit(l)) = self.tokens.get(i + 1) {
+                            let after_space = i == 0
+                                || matches!(&self.tokens[i - 1], Token::Lit(b) if b.ends_with(b" "));
+                            let l = match l.strip_prefix(b" ") {
+                                Some(rest) if after_space => rest,
+                                _ => l,
+                            };
+                            if !starts(&line[p..], l) {
+                                return Err(Mismatch::Literal(p));
+                            }
+                            p += l.len();
+                            i += 1;
                         }
-                        p += l.len();
-                        i += 1;
+                    } else {
+                        let start = p + usize::from(quoted);
+                        let end = match memchr::memchr(b'}', &line[start..]) {
+                            Some(a) => start + a + 1,
+                            None => return Err(Mismatch::Unterminated(p)),
+                        };
+                        f(field, *esc, &line[start..end], start)?;
+                        p = end;
+                        if quoted {
+                            if line.get(p) != Some(&b'"') {
+                                return Err(Mismatch::Literal(p));
+                            }
+                            p += 1;
+                        }
                     }
                 }
                 Token::Field(field, esc) => {
                     let end = match self.tokens.get(i + 1) {
-                        Some(_)
-                            if matches!(field, Field::Captures(_) | Field::ResponseCaptures) =>
-                        {
-                            match memchr::memchr(b'}', &line[p..]) {
-                                Some(a) => p + a + 1,
-                                None => return Err(Mismatch::Unterminated(p)),
-                            }
-                        }
                         None => line.len(),
                         Some(Token::Lit(l)) => {
                             let last = i + 2 >= n;
