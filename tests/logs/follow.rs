@@ -181,23 +181,29 @@ fn follow_on_stdin_ends_with_it() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A signal before anything came on stdin (`ssh edge 'tail -F …' | rctl`
-/// on a quiet log) ends the run with its (empty) report.
-#[test]
-fn follow_on_stdin_stops_at_a_signal_before_its_first_line() {
-    let dir = tempdir("logs-follow-nothing");
+/// Follows stdin with the shipped rules (`--every 1`), writes `lines`
+/// to it, waits until `ready` holds of what it wrote on stderr, then
+/// sends SIGINT with the pipe still open: the report it prints.
+fn interrupted_on_stdin(name: &str, lines: &[String], ready: impl Fn(&str) -> bool) -> Value {
+    let dir = tempdir(name);
     let (out, err) = (dir.join("out"), dir.join("err"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
         .arg("dry-run")
         .arg(root().join("rules"))
-        .args(["--log", "-", "--follow", "--format", "json"])
+        .args(["--log", "-", "--follow", "--every", "1", "--format", "json"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
-    let stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    until("rctl is ready", || {
+        ready(&std::fs::read_to_string(&err).unwrap_or_default())
+    });
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
@@ -211,8 +217,20 @@ fn follow_on_stdin_stops_at_a_signal_before_its_first_line() {
     assert!(child.wait().unwrap().success());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap())
         .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&err).unwrap()));
-    assert_eq!(v["totals"]["captured_requests"], 0, "{v}");
     let _ = std::fs::remove_dir_all(dir);
+    v
+}
+
+/// A signal before anything came on stdin (`ssh edge 'tail -F …' | rctl`
+/// on a quiet log) ends the run with its (empty) report.
+#[test]
+fn follow_on_stdin_stops_at_a_signal_before_its_first_line() {
+    let t0 = Instant::now();
+    let v = interrupted_on_stdin("logs-follow-nothing", &[], |_| {
+        // Time to set its signal handlers up (nothing is written).
+        t0.elapsed() > Duration::from_secs(2)
+    });
+    assert_eq!(v["totals"]["captured_requests"], 0, "{v}");
 }
 
 /// `--follow` on a pipe that stays open and quiet (`tail -F … | rctl`):
@@ -220,47 +238,15 @@ fn follow_on_stdin_stops_at_a_signal_before_its_first_line() {
 /// another line or the pipe's end.
 #[test]
 fn follow_on_a_quiet_stdin_shows_its_screens_and_stops_at_a_signal() {
-    let dir = tempdir("logs-follow-quiet");
-    let (out, err) = (dir.join("out"), dir.join("err"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rctl"))
-        .arg("dry-run")
-        .arg(root().join("rules"))
-        .args(["--log", "-", "--follow", "--every", "1", "--format", "json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for i in 0..5 {
-        writeln!(
-            stdin,
-            "192.0.2.{i} - - [13/May/2026:12:00:0{i} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\""
-        )
-        .unwrap();
-    }
-    stdin.flush().unwrap();
-    let screens = || {
-        std::fs::read_to_string(&err)
-            .unwrap_or_default()
-            .matches("--- last 1 s")
-            .count()
-    };
-    until("screens while stdin is quiet", || screens() >= 2);
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
-    until("rctl reports at the signal", || {
-        child.try_wait().unwrap().is_some()
+    let lines: Vec<String> = (0..5)
+        .map(|i| {
+            format!("192.0.2.{i} - - [13/May/2026:12:00:0{i} +0000] \"GET /x HTTP/1.1\" 200 1 \"-\" \"ua\"")
+        })
+        .collect();
+    let v = interrupted_on_stdin("logs-follow-quiet", &lines, |err| {
+        err.matches("--- last 1 s").count() >= 2
     });
-    drop(stdin);
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&err).unwrap()));
     assert_eq!(v["totals"]["captured_requests"], 5, "{v}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// What cannot grow as a log does is refused with what to do instead: a
