@@ -60,7 +60,7 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
     let server = Haproxy::start(&dir, &cfg, &[], &at);
     let sent = [
         ("/a?b=1", "plain/1.0", "http://r/1"),
-        ("/p%20q?x=%22y%22", "Mo\"z|i{l}la #x\\", "http://r/\"q\""),
+        ("/p%20q?x=%22y%22", "Mo\"z|i{l}la [#x]\\", "http://r/\"q\""),
         ("/w/index.php", "tab\tua", ""),
     ];
     for to in &at {
@@ -212,43 +212,48 @@ fn haproxy_httplog_behind_its_own_syslog_headers() {
 
 /// `%hr` and `%hs` quoted by `%o` (`"{…}"`) or left out whole, quotes
 /// and all, by a frontend without captures; the space after an absent
-/// `%hr` written only after something else than a space: read as a real
-/// HAProxy writes them.
+/// `%hr` written only after something else than a space; a capture with
+/// the E flag (`\"`, `\\` and `\]`): read as a real HAProxy writes them.
 #[test]
 fn haproxy_captures_quoted_or_absent_against_its_own_output() {
     if !require("haproxy") {
         return;
     }
     let dir = crate::util::tempdir("logs-haproxy-absent");
-    let at: Vec<SocketAddr> = (0..3)
+    let at: Vec<SocketAddr> = (0..4)
         .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
         .collect();
     let quoted = r#""%{+Q}o %{-Q}ci [%tr] %hr %hs %r""#;
     let after = r#""%ci [%tr] %ST|%hr %{+Q}r""#;
+    let escaped = r#""%ci [%tr] %{+Q,+E}[capture.req.hdr(0)] %{+Q}r""#;
     let ok = "    http-request return status 200 content-type text/plain string ok\n";
     let cap = "    capture request header User-Agent len 200\n";
     let cfg = format!(
-        "{}frontend a\n    bind {}\n    log-format {quoted}\n{ok}frontend b\n    bind {}\n    log-format {quoted}\n{cap}{ok}frontend c\n    bind {}\n    log-format {after}\n{ok}",
+        "{}frontend a\n    bind {}\n    log-format {quoted}\n{ok}frontend b\n    bind {}\n    log-format {quoted}\n{cap}{ok}frontend c\n    bind {}\n    log-format {after}\n{ok}frontend d\n    bind {}\n    log-format {escaped}\n{cap}{ok}",
         base(&dir),
         at[0],
         at[1],
-        at[2]
+        at[2],
+        at[3]
     );
     let server = Haproxy::start(&dir, &cfg, &[], &at);
-    for to in &at {
-        send(*to, "/a?b=1", "ua/1", "");
+    let odd = r#"Mo"z [#x]\ ok"#;
+    for (to, ua) in at.iter().zip(["ua/1", "ua/1", "ua/1", odd]) {
+        send(*to, "/a?b=1", ua, "");
     }
     let log = server.log();
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 3, "{log}");
+    assert_eq!(lines.len(), 4, "{log}");
+    assert!(lines[3].contains(r#""Mo\"z [#x\]\\ ok""#), "{log}");
     let spec = Spec {
         captures: vec!["user-agent".into()],
     };
-    for (l, (format, ua)) in
-        lines
-            .iter()
-            .zip([(quoted, None), (quoted, Some("ua/1")), (after, None)])
-    {
+    for (l, (format, ua)) in lines.iter().zip([
+        (quoted, None),
+        (quoted, Some("ua/1")),
+        (after, None),
+        (escaped, Some(odd)),
+    ]) {
         let f = by_name(&format!("haproxy:{format}"), &spec).unwrap();
         let rec = parse_owned(&f, l.as_bytes()).unwrap_or_else(|e| panic!("{e:?}: {l}"));
         assert_eq!(String::from_utf8_lossy(&rec.target), "/a?b=1", "{l}");

@@ -274,6 +274,8 @@ pub fn unescape(v: &[u8], at: usize, esc: Escape, arena: &mut Vec<u8>) -> Span {
                 };
                 let simple = match c {
                     b'"' | b'\\' | b'/' => Some(c),
+                    // HAProxy's E flag escapes `]` too.
+                    b']' if esc == Escape::Backslash => Some(c),
                     b'n' if esc != Escape::NginxHex => Some(b'\n'),
                     b'r' if esc != Escape::NginxHex => Some(b'\r'),
                     b't' if esc != Escape::NginxHex => Some(b'\t'),
@@ -577,6 +579,8 @@ mod tests {
         let s = unescape(b"plain", 5, Escape::Json, &mut a);
         assert_eq!(s, Span::line(5, 10));
         // Dangling escapes stay as they are.
+        let s = unescape(br#"[a\]\"\\"#, 0, Escape::Backslash, &mut a);
+        assert_eq!(s.get(b"", &a), br#"[a]"\"#);
         let s = unescape(b"end\\", 0, Escape::Backslash, &mut a);
         assert_eq!(s.get(b"", &a), b"end\\");
     }
