@@ -11,6 +11,7 @@ use rctl_testkit::servers::haproxy::{base, Haproxy};
 use rctl_testkit::skip::require;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 
 const CUSTOM: &str = r#""%ci %fi:%fp [%tr] %{+Q}HM %{+Q}HU %HP %HQ %ST %[capture.req.hdr(0)] %{+Q}[capture.req.hdr(1)] %Ts.%ms %{+Q,+E}[capture.req.hdr(0)] %hr %{+Q}r %T %t %[src] %[dst] %[dst_port] %[method]""#;
 
@@ -19,6 +20,21 @@ const CUSTOM: &str = r#""%ci %fi:%fp [%tr] %{+Q}HM %{+Q}HU %HP %HQ %ST %[capture
 /// nothing for `%o`. A run of spaces it writes as one, and none at the
 /// start of the line or after another.
 const CUSTOM_O: &str = r#""  %{+Q}o %ci:%cp  [%tr] %{+Q}ST %B   %{-Q}HM %hr %[capture.req.hdr(1)] %{+Q}Ts %ft %{-Q}o %b %HV %HPO%HQ %fi:%fp""#;
+
+/// A real HAProxy with a frontend for each of `frontends` (its name and
+/// the lines after its `bind`), on a free port, answering 200 itself:
+/// the server, the frontends' addresses and the configuration.
+fn answering(dir: &Path, frontends: &[(&str, String)]) -> (Haproxy, Vec<SocketAddr>, String) {
+    let at: Vec<SocketAddr> = frontends
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
+        .collect();
+    let mut cfg = base(dir);
+    for ((name, lines), a) in frontends.iter().zip(&at) {
+        cfg += &format!("frontend {name}\n    bind {a}\n{lines}    http-request return status 200 content-type text/plain string ok\n");
+    }
+    (Haproxy::start(dir, &cfg, &[], &at), at, cfg)
+}
 
 fn send(to: SocketAddr, target: &str, ua: &str, referer: &str) {
     let mut s = TcpStream::connect(to).unwrap();
@@ -43,21 +59,18 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
         return;
     }
     let dir = crate::util::tempdir("logs-haproxy-formats");
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let at: Vec<SocketAddr> = ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
-        .collect();
-    let ok = "    http-request return status 200 content-type text/plain string ok\n";
-    let cfg = format!(
-        "{}frontend f1\n    bind {}\n{ok}frontend f2\n    bind {}\n    capture request header User-Agent len 200\n    capture request header Host len 100\n{ok}frontend f3\n    bind {}\n    log-format {CUSTOM}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}frontend f4\n    bind {}\n    log-format {CUSTOM_O}\n    capture request header User-Agent len 200\n    capture request header Referer len 200\n{ok}",
-        base(&dir),
-        at[0],
-        at[1],
-        at[2],
-        at[3]
+    let ua_host =
+        "    capture request header User-Agent len 200\n    capture request header Host len 100\n";
+    let ua_referer = "    capture request header User-Agent len 200\n    capture request header Referer len 200\n";
+    let (server, at, cfg) = answering(
+        &dir,
+        &[
+            ("f1", String::new()),
+            ("f2", ua_host.into()),
+            ("f3", format!("    log-format {CUSTOM}\n{ua_referer}")),
+            ("f4", format!("    log-format {CUSTOM_O}\n{ua_referer}")),
+        ],
     );
-    let server = Haproxy::start(&dir, &cfg, &[], &at);
     let sent = [
         ("/a?b=1", "plain/1.0", "http://r/1"),
         ("/p%20q?x=%22y%22", "Mo\"z|i{l}la [#x]\\", "http://r/\"q\""),
@@ -98,7 +111,7 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
         .unwrap(),
     ];
     for (i, f) in formats.iter().enumerate() {
-        let port = ports[i].to_string();
+        let port = at[i].port().to_string();
         let mine: Vec<&str> = lines
             .iter()
             .copied()
@@ -127,7 +140,7 @@ fn haproxy_httplog_and_custom_log_format_against_its_own_output() {
                         Some(r.to_string())
                     };
                     assert_eq!(rec.header("referer"), want, "{l}");
-                    assert_eq!(rec.port, Some(ports[i]));
+                    assert_eq!(rec.port, Some(at[i].port()));
                     assert_eq!(rec.dst.unwrap().to_string(), "127.0.0.1");
                 }
             }
@@ -220,23 +233,19 @@ fn haproxy_captures_quoted_or_absent_against_its_own_output() {
         return;
     }
     let dir = crate::util::tempdir("logs-haproxy-absent");
-    let at: Vec<SocketAddr> = (0..4)
-        .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
-        .collect();
     let quoted = r#""%{+Q}o %{-Q}ci [%tr] %hr %hs %r""#;
     let after = r#""%ci [%tr] %ST|%hr %{+Q}r""#;
     let escaped = r#""%ci [%tr] %{+Q,+E}[capture.req.hdr(0)] %{+Q}r""#;
-    let ok = "    http-request return status 200 content-type text/plain string ok\n";
     let cap = "    capture request header User-Agent len 200\n";
-    let cfg = format!(
-        "{}frontend a\n    bind {}\n    log-format {quoted}\n{ok}frontend b\n    bind {}\n    log-format {quoted}\n{cap}{ok}frontend c\n    bind {}\n    log-format {after}\n{ok}frontend d\n    bind {}\n    log-format {escaped}\n{cap}{ok}",
-        base(&dir),
-        at[0],
-        at[1],
-        at[2],
-        at[3]
+    let (server, at, _) = answering(
+        &dir,
+        &[
+            ("a", format!("    log-format {quoted}\n")),
+            ("b", format!("    log-format {quoted}\n{cap}")),
+            ("c", format!("    log-format {after}\n")),
+            ("d", format!("    log-format {escaped}\n{cap}")),
+        ],
     );
-    let server = Haproxy::start(&dir, &cfg, &[], &at);
     let odd = r#"Mo"z [#x]\ ok"#;
     for (to, ua) in at.iter().zip(["ua/1", "ua/1", "ua/1", odd]) {
         send(*to, "/a?b=1", ua, "");

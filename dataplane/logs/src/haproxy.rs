@@ -143,6 +143,8 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     let mut rest = spec.as_str();
     // Whether an accept date is written to the second (see below).
     let mut accept_seconds = false;
+    // Whether a `%ms` is written in hexadecimal (refused if it is read).
+    let mut hex_ms = false;
     // The flags `%o` sets for every variable after it: quoted, escaped,
     // hexadecimal.
     let mut defaults = (false, false, false);
@@ -190,11 +192,10 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
             quoted &= v == "o" || quotable(v);
             // With `X`, HAProxy writes addresses, ports and numbers in
             // hexadecimal: not what these fields read.
-            if hex && matches!(v, "ci" | "fi" | "fp" | "Ts" | "ms") {
-                return Err(format!(
-                    "%{v} with the X flag is written in hexadecimal, which is not read: leave the flag out (%{{-X}}{v} after a %{{+X}}o)"
-                ));
+            if hex && matches!(v, "ci" | "fi" | "fp" | "Ts") {
+                return Err(hexadecimal(v));
             }
+            hex_ms |= hex && v == "ms";
             match v {
                 "o" => {
                     // Writes nothing: the flags hold for what follows.
@@ -251,6 +252,9 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
     // `%ms` is the accept date's milliseconds: it refines only an accept
     // date written to the second (`%T`, `%Tl`, `%Ts`), not the request's
     // (`%trg`), and is skipped without one.
+    if accept_seconds && hex_ms {
+        return Err(hexadecimal("ms"));
+    }
     if !accept_seconds {
         for t in &mut tokens {
             if let Token::Field(f @ Field::Millis, _) = t {
@@ -259,6 +263,13 @@ pub fn compile(name: &str, spec: &str, captures: &[Capture]) -> Result<Format, S
         }
     }
     Ok(Format::from_template(name, Template::new(tokens), true))
+}
+
+/// Why variable `v` with HAProxy's `X` flag cannot be read.
+fn hexadecimal(v: &str) -> String {
+    format!(
+        "%{v} with the X flag is written in hexadecimal, which is not read: leave the flag out (%{{-X}}{v} after a %{{+X}}o)"
+    )
 }
 
 /// A `log-format`'s literal text, as HAProxy writes it: a run of spaces
@@ -466,10 +477,17 @@ mod tests {
         }
         // Hexadecimal addresses and numbers are refused where read, and
         // the flag taken off again is not.
-        for spec in ["%{+X}ci %HU", "%{+X}o %HM %fp", "%{+X,+Q}o %Ts"] {
+        for spec in [
+            "%{+X}ci %HU",
+            "%{+X}o %HM %fp",
+            "%{+X,+Q}o %Ts",
+            "%{+X}ms %{-X}Ts",
+        ] {
             let e = compile("t", spec, &[]).unwrap_err();
             assert!(e.contains("hexadecimal"), "{spec}: {e}");
         }
+        // A %ms that is skipped (no accept date to the second) may be.
+        assert!(compile("t", "%ci [%trg] %{+X}ms %HU", &[]).is_ok());
         assert_eq!(
             tokens("%{+X}o %{-X}ci %HU %ST", &[]),
             tokens("%ci %HU %ST", &[])

@@ -107,28 +107,12 @@ pub fn decompress(raw: Box<dyn Read + Send>) -> io::Result<(Box<dyn Read + Send>
         Compression::None => (Box::new(r.inner), c),
         Compression::Gzip => {
             let d = flate2::bufread::MultiGzDecoder::new(r);
-            let consumed = |d: &flate2::bufread::MultiGzDecoder<Consumed<_>>| d.get_ref().n;
-            (
-                Box::new(Located {
-                    what: "gzip",
-                    inner: d,
-                    consumed,
-                }),
-                c,
-            )
+            (Box::new(Located::new("gzip", d, |d| d.get_ref().n)), c)
         }
         Compression::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(r)
                 .map_err(|e| io::Error::new(e.kind(), format!("zstd: {e}")))?;
-            let consumed = |d: &zstd::stream::read::Decoder<'static, Consumed<_>>| d.get_ref().n;
-            (
-                Box::new(Located {
-                    what: "zstd",
-                    inner: d,
-                    consumed,
-                }),
-                c,
-            )
+            (Box::new(Located::new("zstd", d, |d| d.get_ref().n)), c)
         }
     })
 }
@@ -163,6 +147,16 @@ struct Located<D> {
     what: &'static str,
     inner: D,
     consumed: fn(&D) -> u64,
+}
+
+impl<D> Located<D> {
+    fn new(what: &'static str, inner: D, consumed: fn(&D) -> u64) -> Self {
+        Located {
+            what,
+            inner,
+            consumed,
+        }
+    }
 }
 
 impl<D: Read> Read for Located<D> {

@@ -11,7 +11,7 @@
 //! agent did. Memory is the lines of one window, bounded in bytes: past
 //! the bound the earliest line goes out early.
 //!
-//! A log followed live ([`Reorder::live`]) may go quiet with lines held
+//! A log followed live ([`Reorder::set_live`]) may go quiet with lines held
 //! that no later line will push out. There the window is also waited in
 //! wall time: a line of time `t` read at wall time `a` (a server writes
 //! it once its request has ended, so `a` is at or after `t`) is followed
@@ -93,18 +93,9 @@ impl Reorder {
         }
     }
 
-    /// As [`Reorder::new`], for a log followed live: [`Reorder::wait`]
-    /// also makes lines due once a window of wall time has passed since
-    /// they were read.
-    pub fn live(window_ns: u64, max_bytes: usize) -> Self {
-        Reorder {
-            marks: Some(VecDeque::new()),
-            ..Reorder::new(window_ns, max_bytes)
-        }
-    }
-
-    /// Makes it wait as for a followed log ([`Reorder::live`]), or, at
-    /// the end of following, as for a whole log again.
+    /// Makes it wait as for a followed log (then [`Reorder::wait`] also
+    /// makes lines due once a window of wall time has passed since they
+    /// were read), or, at the end of following, as for a whole log again.
     pub fn set_live(&mut self, live: bool) {
         match (live, &self.marks) {
             (true, None) => self.marks = Some(VecDeque::new()),
@@ -124,11 +115,6 @@ impl Reorder {
             all || first.time_ns.saturating_add(self.window_ns) <= self.latest_ns
                 || self.bytes > self.max_bytes
         })
-    }
-
-    /// Whether it holds any line.
-    pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
     }
 
     /// In a followed log, at `now`: the lines read a window of wall time
@@ -205,11 +191,9 @@ impl Reorder {
     /// Drops every line held, and the memory that held them (the input
     /// is closed, to be read again from its start, or has ended).
     pub fn clear(&mut self) {
-        let live = self.marks.is_some();
+        let live = self.is_live();
         *self = Reorder::new(self.window_ns, self.max_bytes);
-        if live {
-            self.marks = Some(VecDeque::new());
-        }
+        self.set_live(live);
     }
 }
 
@@ -268,7 +252,8 @@ mod tests {
     #[test]
     fn a_quiet_followed_log_lets_its_lines_go_after_a_window_of_wall_time() {
         let s = 1_000_000_000;
-        let mut r = Reorder::live(10 * s, MAX_HELD_BYTES);
+        let mut r = Reorder::new(10 * s, MAX_HELD_BYTES);
+        r.set_live(true);
         r.push(100 * s, b"b@100");
         r.push(95 * s, b"a@95");
         let read = Instant::now();
@@ -283,7 +268,7 @@ mod tests {
         assert_eq!(drain(&mut r, false), ["a@95", "b@100"]);
         r.wait(Instant::now() + Duration::from_secs(10));
         assert_eq!(drain(&mut r, false), ["c@104"]);
-        assert!(r.is_empty() && r.marks.as_ref().is_some_and(|m| m.is_empty()));
+        assert!(r.held.is_empty() && r.marks.as_ref().is_some_and(|m| m.is_empty()));
         // Cleared, it stays live.
         r.clear();
         r.push(1, b"x");
