@@ -36,6 +36,7 @@ pub mod request;
 pub mod snapshot;
 pub mod testing;
 pub mod topk;
+pub mod topkey;
 pub mod xdp;
 
 pub use crate::core::{Decision, EngineConfig, IndexError, Replay, Step, Verdict};

@@ -8,6 +8,7 @@ use super::logs::LogArgs;
 use anyhow::{bail, Context, Result};
 use rctl_dataplane::dryrun::{DryRun, RuleSoFar};
 use rctl_dataplane::topk::TopK;
+use rctl_dataplane::topkey::{show_ip, show_prefix};
 use rctl_logs::follow::{follow, Follow, FollowOptions, Pipe, Talkers};
 use rctl_logs::run::{Options, Source, Summary};
 use std::fmt::Write as _;
@@ -153,21 +154,22 @@ fn screen(now: &[RuleSoFar], last: &[RuleSoFar], t: &Talkers, total: u64, every:
         let _ = writeln!(o, "(no rule matched in the interval)");
     }
     // A count that may overestimate says by how much (`880±12`).
-    let line = |o: &mut String, what: &str, top: &TopK, n: usize| {
-        let show = |b: &[u8]| crate::term::text(&String::from_utf8_lossy(b)).into_owned();
-        let items: Vec<String> = top
-            .top_with(n, show)
-            .iter()
-            .map(|h| match h.error {
-                0 => format!("{} {}", h.key, h.count),
-                e => format!("{} {}±{e}", h.key, h.count),
-            })
-            .collect();
-        let _ = writeln!(o, "{what:<14} {}", items.join(", "));
-    };
-    line(&mut o, "addresses", &t.ips, 5);
-    line(&mut o, "/24 and /48", &t.prefixes, 5);
-    line(&mut o, "user agents", &t.user_agents, 3);
-    line(&mut o, "paths", &t.paths, 3);
+    let text = |b: &[u8]| crate::term::text(&String::from_utf8_lossy(b)).into_owned();
+    let line =
+        |o: &mut String, what: &str, top: &TopK, n: usize, show: &dyn Fn(&[u8]) -> String| {
+            let items: Vec<String> = top
+                .top_with(n, show)
+                .iter()
+                .map(|h| match h.error {
+                    0 => format!("{} {}", h.key, h.count),
+                    e => format!("{} {}±{e}", h.key, h.count),
+                })
+                .collect();
+            let _ = writeln!(o, "{what:<14} {}", items.join(", "));
+        };
+    line(&mut o, "addresses", &t.ips, 5, &show_ip);
+    line(&mut o, "/24 and /48", &t.prefixes, 5, &show_prefix);
+    line(&mut o, "user agents", &t.user_agents, 3, &text);
+    line(&mut o, "paths", &t.paths, 3, &text);
     o
 }

@@ -21,14 +21,19 @@ use crate::record::HeaderBuf;
 use crate::run::{Source, Summary};
 use rctl_dataplane::dryrun::DryRun;
 use rctl_dataplane::topk::TopK;
+use rctl_dataplane::topkey::{ip_key, prefix_key};
 use rctl_dataplane::Request;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Lines judged between two readings of the clock while lines keep
+/// coming (a busy edge writes thousands a second; a slow one goes idle
+/// between them, and the clock is read then).
+const CLOCK_EVERY: u32 = 256;
 
 /// How long a renamed file is still read after a new one appeared empty.
 const GRACE: Duration = Duration::from_secs(2);
@@ -261,16 +266,16 @@ impl Read for Pipe {
 pub struct Talkers {
     /// Requests in the interval.
     pub requests: u64,
-    /// By client address.
+    /// By client address, keyed by its bytes
+    /// ([`rctl_dataplane::topkey::ip_key`]; shown by `show_ip`).
     pub ips: TopK,
-    /// By /24 (IPv4) or /48 (IPv6).
+    /// By /24 (IPv4) or /48 (IPv6), keyed by the network's bytes
+    /// ([`rctl_dataplane::topkey::prefix_key`]; shown by `show_prefix`).
     pub prefixes: TopK,
     /// By User-Agent.
     pub user_agents: TopK,
     /// By path.
     pub paths: TopK,
-    /// An address or prefix written out, kept for the next.
-    key: String,
 }
 
 /// Counters kept per interval and table: Space-Saving keeps every key
@@ -286,54 +291,41 @@ impl Default for Talkers {
             prefixes: TopK::new(KEYS),
             user_agents: TopK::new(KEYS),
             paths: TopK::new(KEYS),
-            key: String::new(),
         }
     }
-}
-
-/// The /24 or /48 an address is in.
-pub fn prefix(ip: IpAddr) -> String {
-    let mut s = String::new();
-    write_prefix(&mut s, ip);
-    s
-}
-
-/// Writes the /24 or /48 `ip` is in to `out`.
-fn write_prefix(out: &mut String, ip: IpAddr) {
-    use std::fmt::Write as _;
-    let _ = match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            write!(out, "{}.{}.{}.0/24", o[0], o[1], o[2])
-        }
-        IpAddr::V6(a) => {
-            let s = a.segments();
-            write!(out, "{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
-        }
-    };
 }
 
 impl Talkers {
     /// Counts one request.
     pub fn add(&mut self, r: &Request<'_>) {
-        use std::fmt::Write as _;
         self.requests += 1;
-        // Written into one buffer kept for the next request: no
-        // allocation a line.
-        self.key.clear();
-        let _ = write!(self.key, "{}", r.ip);
-        self.ips.add(self.key.as_bytes());
-        self.key.clear();
-        write_prefix(&mut self.key, r.ip);
-        self.prefixes.add(self.key.as_bytes());
+        // Counted by their bytes, written out only on the screen.
+        let (ip, n) = ip_key(r.ip);
+        let ip = &ip[..n];
+        let (net, n) = prefix_key(r.ip);
+        let net = &net[..n];
         let ua = r
             .headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(b"user-agent"))
             .map_or(&b"-"[..], |(_, v)| v);
-        self.user_agents.add(ua);
-        let path = r.target.split(|&b| b == b'?').next().unwrap_or(r.target);
-        self.paths.add(path);
+        let path = memchr::memchr(b'?', r.target).map_or(r.target, |q| &r.target[..q]);
+        // The four counters' memory is asked for before any is counted,
+        // so that their cache misses overlap.
+        let fps = [
+            self.ips.fingerprint(ip),
+            self.prefixes.fingerprint(net),
+            self.user_agents.fingerprint(ua),
+            self.paths.fingerprint(path),
+        ];
+        self.ips.prefetch(fps[0]);
+        self.prefixes.prefetch(fps[1]);
+        self.user_agents.prefetch(fps[2]);
+        self.paths.prefetch(fps[3]);
+        self.ips.add_hashed(fps[0], ip);
+        self.prefixes.add_hashed(fps[1], net);
+        self.user_agents.add_hashed(fps[2], ua);
+        self.paths.add_hashed(fps[3], path);
     }
 }
 
@@ -364,9 +356,17 @@ pub fn follow(
     let mut next = Instant::now() + opts.every;
     src.reader_mut().wait_for_newline = true;
     src.set_live(true);
+    // Lines judged since the clock was last read: while lines keep
+    // coming it is read every [`CLOCK_EVERY`] of them, and whenever the
+    // input is idle.
+    let mut unclocked = 0u32;
     loop {
         if src.fill() {
             src.judge_with(run, &mut headers, |r| talkers.add(r));
+            unclocked += 1;
+            if unclocked < CLOCK_EVERY {
+                continue;
+            }
         } else {
             if src.error.is_some() {
                 break;
@@ -396,6 +396,7 @@ pub fn follow(
             std::thread::sleep(opts.poll);
             src.reader_mut().resume();
         }
+        unclocked = 0;
         if Instant::now() >= next {
             tick(run, &talkers);
             talkers = Talkers::default();
@@ -413,6 +414,7 @@ pub fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     /// A client that comes after 60,000 others, each seen once, is still
     /// the interval's top address (a map that stops taking keys when full
@@ -438,8 +440,10 @@ mod tests {
         for _ in 0..5_000 {
             t.add(&req(heavy));
         }
-        let top = t.ips.top(1);
+        let top = t.ips.top_with(1, rctl_dataplane::topkey::show_ip);
         assert_eq!(top[0].key, "185.220.101.66");
+        let nets = t.prefixes.top_with(1, rctl_dataplane::topkey::show_prefix);
+        assert_eq!(nets[0].key, "185.220.101.0/24");
         assert!(top[0].count >= 5_000 && top[0].count - top[0].error <= 5_000);
         assert_eq!(t.paths.top(1)[0].key, "/p");
         assert_eq!(t.requests, 65_000);

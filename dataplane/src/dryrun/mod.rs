@@ -17,6 +17,7 @@ pub use affected::{browser_like, Distinct};
 
 pub use crate::partial::Known;
 use crate::topk::TopK;
+use crate::topkey::{ip_key, show_ip};
 use crate::Request;
 use crate::{Engine, EngineConfig, EngineError, Packet, Scratch, Verdict};
 use affected::Stops;
@@ -26,8 +27,7 @@ pub use report::{
     RuleSoFar, RulesetInfo, ThrottleKeys, Totals, Unmatched, DISTINCT_MAX,
 };
 use requests::{
-    change_report, changed, count, describe, ip_key, show_ip, Blinds, Changes, RequestSide,
-    CANDIDATES, TOP,
+    change_report, changed, count, describe, Blinds, Changes, RequestSide, CANDIDATES, TOP,
 };
 use std::io::{BufRead, Read};
 use std::sync::Arc;

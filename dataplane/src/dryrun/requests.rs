@@ -9,10 +9,10 @@ use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
 use crate::request::Fields;
 use crate::topk::TopK;
+use crate::topkey::{ip_key, prefix_key, show_ip, show_prefix};
 use crate::{Decision, Engine, Request, Scratch, Trace, Verdict};
 use rctl_compiler::ir::{Action, Key, Ruleset};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 /// What an input lacks, for the engine and for the `--against` engine.
@@ -137,29 +137,6 @@ pub(super) fn count(c: &mut Counts, v: &Verdict) {
     }
 }
 
-/// An address as a top-talker key: 4 or 16 bytes, shown by [`show_ip`].
-pub(super) fn ip_key(ip: IpAddr) -> ([u8; 16], usize) {
-    let mut k = [0u8; 16];
-    match ip {
-        IpAddr::V4(a) => {
-            k[..4].copy_from_slice(&a.octets());
-            (k, 4)
-        }
-        IpAddr::V6(a) => (a.octets(), 16),
-    }
-}
-
-/// Shows a key made by [`ip_key`].
-pub(super) fn show_ip(k: &[u8]) -> String {
-    if let Ok(a) = <[u8; 4]>::try_from(k) {
-        std::net::Ipv4Addr::from(a).to_string()
-    } else if let Ok(a) = <[u8; 16]>::try_from(k) {
-        std::net::Ipv6Addr::from(a).to_string()
-    } else {
-        String::from_utf8_lossy(k).into_owned()
-    }
-}
-
 fn header<'a>(req: &Request<'a>, lower: &[u8]) -> Option<&'a [u8]> {
     req.headers
         .iter()
@@ -169,35 +146,6 @@ fn header<'a>(req: &Request<'a>, lower: &[u8]) -> Option<&'a [u8]> {
 
 pub(super) fn path_of(target: &[u8]) -> &[u8] {
     memchr::memchr(b'?', target).map_or(target, |i| &target[..i])
-}
-
-/// An address's network as a top-talker key: the IPv4 /24 (3 bytes) or
-/// the IPv6 /48 (6 bytes), shown by [`show_prefix`].
-pub(super) fn prefix_key(ip: IpAddr) -> ([u8; 6], usize) {
-    let mut k = [0u8; 6];
-    match ip {
-        IpAddr::V4(a) => {
-            k[..3].copy_from_slice(&a.octets()[..3]);
-            (k, 3)
-        }
-        IpAddr::V6(a) => {
-            k.copy_from_slice(&a.octets()[..6]);
-            (k, 6)
-        }
-    }
-}
-
-/// Shows a key made by [`prefix_key`].
-pub(super) fn show_prefix(k: &[u8]) -> String {
-    match k.len() {
-        3 => format!("{}.{}.{}.0/24", k[0], k[1], k[2]),
-        6 => {
-            let mut a = [0u8; 16];
-            a[..6].copy_from_slice(k);
-            format!("{}/48", std::net::Ipv6Addr::from(a))
-        }
-        _ => String::from_utf8_lossy(k).into_owned(),
-    }
 }
 
 /// A request's throttle key as a top-key entry: each part as the limiter
