@@ -267,10 +267,12 @@ pub struct Talkers {
     /// Requests in the interval.
     pub requests: u64,
     /// By client address, keyed by its bytes
-    /// ([`rctl_dataplane::topkey::ip_key`]; shown by `show_ip`).
+    /// ([`rctl_dataplane::topkey::ip_key`], shown by
+    /// [`rctl_dataplane::topkey::show_ip`]).
     pub ips: TopK,
     /// By /24 (IPv4) or /48 (IPv6), keyed by the network's bytes
-    /// ([`rctl_dataplane::topkey::prefix_key`]; shown by `show_prefix`).
+    /// ([`rctl_dataplane::topkey::prefix_key`], shown by
+    /// [`rctl_dataplane::topkey::show_prefix`]).
     pub prefixes: TopK,
     /// By User-Agent.
     pub user_agents: TopK,
@@ -357,7 +359,7 @@ pub fn follow(
     src.reader_mut().wait_for_newline = true;
     src.set_live(true);
     // Lines judged since the clock was last read: while lines keep
-    // coming it is read every [`CLOCK_EVERY`] of them, and whenever the
+    // coming it is read every `CLOCK_EVERY` of them, and whenever the
     // input is idle.
     let mut unclocked = 0u32;
     loop {
