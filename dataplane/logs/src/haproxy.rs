@@ -11,7 +11,7 @@ use crate::time::TimeFormat;
 pub const HTTPLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
 
 /// `option httplog clf`'s format (HAProxy 2.6): `%{+Q}o` quotes every
-/// variable after it that HAProxy quotes (see [`quotable`]), but the
+/// variable after it that HAProxy quotes (see `quotable`), but the
 /// client address; the request date, `%trg`, has whole seconds, and
 /// `%ms` is the accept date's.
 pub const CLF: &str = r#"%{+Q}o %{-Q}ci - - [%trg] %r %ST %B "" "" %cp %ms %ft %b %s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %CC %CS %hrl %hsl"#;
