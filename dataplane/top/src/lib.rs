@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 use rctl_dataplane::topk::TopK;
+use rctl_dataplane::topkey::{ip_key, show_ip};
 use rctl_dataplane::Request;
 use rctl_suggest::keys::{is_id, network, prefix, ua_family};
 use serde::{Deserialize, Serialize};
@@ -105,21 +106,11 @@ const FAMILIES: usize = 4096;
 /// requests carry.
 pub const MAX_KEY: usize = 256;
 
-/// An address as its bytes: 4 for IPv4, 16 for IPv6.
+/// An address as its bytes (4 for IPv4, 16 for IPv6), shown by
+/// [`show_ip`].
 fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(a) => buf.extend_from_slice(&a.octets()),
-        IpAddr::V6(a) => buf.extend_from_slice(&a.octets()),
-    }
-}
-
-/// An address written by [`push_ip`], as text.
-fn show_ip(b: &[u8]) -> String {
-    match b.len() {
-        4 => IpAddr::from(<[u8; 4]>::try_from(b).unwrap_or_default()).to_string(),
-        16 => IpAddr::from(<[u8; 16]>::try_from(b).unwrap_or_default()).to_string(),
-        _ => String::from_utf8_lossy(b).into_owned(),
-    }
+    let (k, n) = ip_key(ip);
+    buf.extend_from_slice(&k[..n]);
 }
 
 /// [`path_template`] of `path`, appended to `buf`.
