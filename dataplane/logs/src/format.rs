@@ -2,11 +2,15 @@
 //! carry. Fields a format lacks are never guessed: [`Format::known`] says
 //! what it carries, and the dry run treats everything else as unknown.
 
+use crate::address::{client_hop, parse_port};
+use crate::combined::Combined;
 use crate::record::{HeaderValue, Record};
 use crate::template::{unescape, Escape, Field, Mismatch, Span, Template, Token};
 use crate::webrequest;
 use rctl_dataplane::partial::{Known, KnownHeaders};
 use std::net::IpAddr;
+
+pub use crate::address::parse_ip;
 
 /// How lines are read.
 #[derive(Debug, Clone)]
@@ -40,6 +44,8 @@ pub struct Format {
     pub client_ip: Option<ClientIpField>,
     /// The request line's absolute URL carries the Host (varnishncsa).
     pub host_in_url: bool,
+    /// The reader written for nginx's `combined`, if this is that format.
+    pub(crate) combined: Option<Combined>,
 }
 
 /// `--client-ip-field`: the client address from a header.
@@ -50,119 +56,6 @@ pub struct ClientIpField {
     /// Addresses of proxies that may have appended to it: the client is
     /// the last address that is not one of them.
     pub trusted: Vec<(IpAddr, u8)>,
-}
-
-fn in_prefix(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(len.min(32)))
-            };
-            u32::from(a) & m == u32::from(n) & m
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(len.min(128)))
-            };
-            u128::from(a) & m == u128::from(n) & m
-        }
-        _ => false,
-    }
-}
-
-/// Parses an address written as text (IPv6 perhaps in brackets).
-pub fn parse_ip(v: &[u8]) -> Option<IpAddr> {
-    let v = v
-        .strip_prefix(b"[")
-        .and_then(|v| v.strip_suffix(b"]"))
-        .unwrap_or(v);
-    if v.is_empty() || v.len() > 45 {
-        return None;
-    }
-    if let Some(a) = dotted_quad(v) {
-        return Some(IpAddr::V4(a));
-    }
-    let ip: IpAddr = std::str::from_utf8(v).ok()?.parse().ok()?;
-    // An IPv4-mapped address is the IPv4 client it carries.
-    Some(match ip {
-        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    })
-}
-
-/// The common case of an address, read without the standard parser's
-/// UTF-8 check and generality: four decimal octets of one to three
-/// digits, no leading zero, each at most 255 (what the standard parser
-/// accepts as IPv4). Anything else is `None`, and left to it.
-fn dotted_quad(v: &[u8]) -> Option<std::net::Ipv4Addr> {
-    // One pass: each octet one to three digits, no leading zero, at most
-    // 255, three dots between four octets.
-    if v.len() < 7 || v.len() > 15 {
-        return None;
-    }
-    let mut octets = [0u8; 4];
-    let (mut k, mut n, mut len) = (0usize, 0u32, 0u32);
-    for &b in v {
-        if b == b'.' {
-            if len == 0 || k == 3 {
-                return None;
-            }
-            octets[k] = n as u8;
-            (k, n, len) = (k + 1, 0, 0);
-        } else {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 || (len == 1 && n == 0) {
-                return None;
-            }
-            n = n * 10 + u32::from(d);
-            len += 1;
-            if n > 255 {
-                return None;
-            }
-        }
-    }
-    if len == 0 || k != 3 {
-        return None;
-    }
-    octets[3] = n as u8;
-    Some(octets.into())
-}
-
-/// The client in a list of hops (`X-Forwarded-For: client, proxy1,
-/// proxy2`): from the right, the first address that is not a trusted
-/// proxy. Everything left of that hop was written by whoever sent the
-/// request, so a hop that is not an address (garbage, `unknown`, an
-/// obfuscated name) ends the walk with no client: skipping it would take
-/// an address the client chose. A hop may carry a port (`1.2.3.4:5678`,
-/// `[2001:db8::1]:443`), as some load balancers append it.
-fn client_hop(list: &[u8], trusted: &[(IpAddr, u8)]) -> Option<IpAddr> {
-    for hop in list.rsplit(|&b| b == b',') {
-        let ip = hop_address(hop.trim_ascii())?;
-        if !trusted.iter().any(|&p| in_prefix(ip, p)) {
-            return Some(ip);
-        }
-    }
-    None
-}
-
-/// One hop's address, with or without a port.
-fn hop_address(hop: &[u8]) -> Option<IpAddr> {
-    if let Some(ip) = parse_ip(hop) {
-        return Some(ip);
-    }
-    let i = hop.iter().rposition(|&b| b == b':')?;
-    let (host, port) = (&hop[..i], &hop[i + 1..]);
-    parse_port(port)?;
-    match host.first() {
-        // `[v6]:port`, or `v4:port` (a bare v6 address has several colons
-        // and parsed above).
-        Some(b'[') => parse_ip(host),
-        _ => dotted_quad(host).map(IpAddr::V4),
-    }
 }
 
 /// A captured header's value, named `name` in the record: HAProxy keeps
@@ -176,13 +69,6 @@ fn captured(rec: &mut Record, c: &crate::template::Capture, name: u16, value: Sp
         rec.cut.push(name);
     }
     rec.headers.push(HeaderValue { name, value });
-}
-
-fn parse_port(v: &[u8]) -> Option<u16> {
-    if v.is_empty() || v.len() > 5 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 impl Format {
@@ -256,9 +142,9 @@ impl Format {
         known.query = query;
         known.url = raw || (path && query);
         known.headers = KnownHeaders::Only(names.clone());
+        let combined = Combined::new(&t.tokens, &names);
         Format {
             name: name.to_string(),
-            kind: Kind::Template(t),
             syslog,
             header_names: names,
             known,
@@ -269,6 +155,18 @@ impl Format {
             },
             client_ip: None,
             host_in_url: false,
+            combined,
+            kind: Kind::Template(t),
+        }
+    }
+
+    /// The same format read by its template alone, without a reader
+    /// written for it (nginx's `combined` has one): the reference such a
+    /// reader is checked against.
+    pub fn template_only(&self) -> Format {
+        Format {
+            combined: None,
+            ..self.clone()
         }
     }
 
@@ -359,6 +257,15 @@ impl Format {
         rec: &mut Record,
         arena: &mut Vec<u8>,
     ) -> Result<(), Mismatch> {
+        if let Some(c) = self.combined.filter(|_| !self.host_in_url) {
+            if c.parse(body, at, rec, arena).is_some() {
+                return Ok(());
+            }
+            // Another shape, or a bad line: the template reads it, and
+            // says what is wrong.
+            rec.clear();
+            arena.clear();
+        }
         let names = &self.header_names;
         let header = |n: &str| names.iter().position(|h| h == n).unwrap_or(0) as u16;
         t.split(body, |field, esc, v, p| {
@@ -572,7 +479,7 @@ fn authority(v: &[u8], p: usize) -> Option<Span> {
 
 /// `METHOD TARGET [PROTOCOL]`; an absolute URL's authority is not taken
 /// as the Host (only a format that writes the Host carries it).
-fn request_line(
+pub(crate) fn request_line(
     v: &[u8],
     p: usize,
     esc: Escape,
@@ -649,108 +556,6 @@ pub fn strip_syslog(line: &[u8]) -> (&[u8], usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_client_hop_is_the_first_untrusted_address_from_the_right() {
-        let trusted = [("10.0.0.0".parse().unwrap(), 8)];
-        for (list, client) in [
-            ("198.51.100.7, 10.1.2.3", Some("198.51.100.7")),
-            ("203.0.113.9, 198.51.100.7", Some("198.51.100.7")),
-            // A port on a hop is the hop's, not a reason to skip it:
-            // skipping would take the address the client wrote on its left.
-            (
-                "91.198.174.200, 185.220.101.33:41234, 10.0.0.1",
-                Some("185.220.101.33"),
-            ),
-            ("91.198.174.200, [2001:db8::1]:443", Some("2001:db8::1")),
-            ("2001:db8::2", Some("2001:db8::2")),
-            // A hop that is no address ends the walk: no client, not a
-            // guess.
-            ("91.198.174.200, unknown, 10.0.0.1", None),
-            ("91.198.174.200, 1.2.3.4:99999", None),
-            ("10.0.0.1, 10.0.0.2", None),
-            ("", None),
-        ] {
-            let got = client_hop(list.as_bytes(), &trusted).map(|ip| ip.to_string());
-            assert_eq!(got.as_deref(), client, "{list}");
-        }
-    }
-
-    /// The fast path reads what the standard parser reads, and leaves it
-    /// everything else: checked on tricky forms and on every value of
-    /// one octet in every position, with and without leading zeros.
-    #[test]
-    fn dotted_quads_parse_as_the_standard_parser_does() {
-        let std = |v: &[u8]| {
-            std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<std::net::Ipv4Addr>().ok())
-        };
-        let mut cases: Vec<Vec<u8>> = [
-            "1.2.3.4",
-            "0.0.0.0",
-            "255.255.255.255",
-            "256.1.1.1",
-            "1.2.3",
-            "1.2.3.4.5",
-            "01.2.3.4",
-            "1..2.3",
-            ".1.2.3",
-            "1.2.3.",
-            "1.2.3.4 ",
-            "+1.2.3.4",
-            "1.2.3.-4",
-            "1.2.3.0004",
-            "1.2.3.a",
-            "",
-            "::1",
-            "1.2.3.4\0",
-        ]
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect();
-        for n in 0..1000 {
-            for form in [format!("{n}"), format!("{n:02}"), format!("{n:03}")] {
-                for at in 0..4 {
-                    let mut o = ["9", "9", "9", "9"].map(String::from);
-                    o[at] = form.clone();
-                    cases.push(o.join(".").into_bytes());
-                }
-            }
-        }
-        for n in 0..=255u8 {
-            let c = format!("{n}.1.{n}.0");
-            assert_eq!(dotted_quad(c.as_bytes()), std(c.as_bytes()), "{c}");
-            assert!(dotted_quad(c.as_bytes()).is_some());
-        }
-        for c in &cases {
-            let fast = dotted_quad(c);
-            assert!(
-                fast.is_none() || fast == std(c),
-                "{}",
-                String::from_utf8_lossy(c)
-            );
-            assert_eq!(
-                parse_ip(c),
-                std(c).map(IpAddr::V4).or_else(|| parse_ip_std(c)),
-                "{}",
-                String::from_utf8_lossy(c)
-            );
-        }
-    }
-
-    /// What [`parse_ip`] gave before its fast path, for the test above.
-    fn parse_ip_std(v: &[u8]) -> Option<IpAddr> {
-        let v = v
-            .strip_prefix(b"[")
-            .and_then(|v| v.strip_suffix(b"]"))
-            .unwrap_or(v);
-        let ip: IpAddr = std::str::from_utf8(v).ok()?.parse().ok()?;
-        Some(match ip {
-            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        })
-    }
 
     #[test]
     fn syslog_headers_are_skipped() {

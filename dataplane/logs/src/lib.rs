@@ -15,7 +15,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod address;
 mod bytes;
+mod combined;
 pub mod detect;
 pub mod follow;
 pub mod format;

@@ -38,6 +38,7 @@ pub fn format() -> Format {
         resolution_ns: 1_000_000,
         client_ip: None,
         host_in_url: false,
+        combined: None,
     }
 }
 
