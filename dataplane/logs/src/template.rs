@@ -1,6 +1,8 @@
 //! Log formats as templates: literal text and fields, the way HAProxy,
 //! nginx and varnishncsa write them. Every format of those servers
-//! compiles into one [`Template`]; one matcher reads them all.
+//! compiles into one [`Template`]; one matcher reads them all (nginx's
+//! `combined`, the most common, also has a reader written for its shape,
+//! which gives what this one gives and hands it every other line).
 //!
 //! A field's value runs to the literal text that follows it in the
 //! format (the whole literal, so `" "` ends a quoted field, not a `"`
