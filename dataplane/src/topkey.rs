@@ -1,8 +1,15 @@
 //! Top-talker keys: an address or its network as a few bytes, counted
 //! as they are and shown as text only when a report is made, so that
-//! nothing is formatted per request.
+//! nothing is formatted per request; a path as the target's bytes before
+//! its query.
 
 use std::net::IpAddr;
+
+/// A request target's path as a top-talker key: the target up to its
+/// `?` (the query left out).
+pub fn path_key(target: &[u8]) -> &[u8] {
+    memchr::memchr(b'?', target).map_or(target, |i| &target[..i])
+}
 
 /// An address as a top-talker key: 4 or 16 bytes, shown by [`show_ip`].
 pub fn ip_key(ip: IpAddr) -> ([u8; 16], usize) {
@@ -76,5 +83,18 @@ mod tests {
             assert_eq!(show_prefix(&k[..n]), net);
         }
         assert_eq!(show_ip(b"x"), "x");
+    }
+
+    /// A path key is the target before its first `?`.
+    #[test]
+    fn path_keys_leave_the_query_out() {
+        for (target, path) in [
+            (&b"/w/index.php?title=X&a=?b"[..], &b"/w/index.php"[..]),
+            (b"/wiki/X", b"/wiki/X"),
+            (b"?q", b""),
+            (b"", b""),
+        ] {
+            assert_eq!(path_key(target), path);
+        }
     }
 }

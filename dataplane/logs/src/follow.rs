@@ -21,7 +21,7 @@ use crate::record::HeaderBuf;
 use crate::run::{Source, Summary};
 use rctl_dataplane::dryrun::DryRun;
 use rctl_dataplane::topk::TopK;
-use rctl_dataplane::topkey::{ip_key, prefix_key};
+use rctl_dataplane::topkey::{ip_key, path_key, prefix_key};
 use rctl_dataplane::Request;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -311,7 +311,7 @@ impl Talkers {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(b"user-agent"))
             .map_or(&b"-"[..], |(_, v)| v);
-        let path = memchr::memchr(b'?', r.target).map_or(r.target, |q| &r.target[..q]);
+        let path = path_key(r.target);
         // The four counters' memory is asked for before any is counted,
         // so that their cache misses overlap.
         let fps = [

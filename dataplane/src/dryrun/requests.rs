@@ -9,7 +9,7 @@ use crate::capture::stream::HttpRequest;
 use crate::partial::{Blind, Judged, PartialTrace};
 use crate::request::Fields;
 use crate::topk::TopK;
-use crate::topkey::{ip_key, prefix_key, show_ip, show_prefix};
+use crate::topkey::{ip_key, path_key, prefix_key, show_ip, show_prefix};
 use crate::{Decision, Engine, Request, Scratch, Trace, Verdict};
 use rctl_compiler::ir::{Action, Key, Ruleset};
 use std::collections::BTreeMap;
@@ -142,10 +142,6 @@ fn header<'a>(req: &Request<'a>, lower: &[u8]) -> Option<&'a [u8]> {
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(lower))
         .map(|(_, v)| *v)
-}
-
-pub(super) fn path_of(target: &[u8]) -> &[u8] {
-    memchr::memchr(b'?', target).map_or(target, |i| &target[..i])
 }
 
 /// A request's throttle key as a top-key entry: each part as the limiter
@@ -446,7 +442,7 @@ impl RequestSide {
         let ip = ip_key(req.ip);
         let ip = &ip.0[..ip.1];
         let ua = header(req, b"user-agent").unwrap_or(b"(none)");
-        let path = path_of(req.target);
+        let path = path_key(req.target);
         let fp = &self.unmatched.1;
         let fps = (fp.fingerprint(ip), fp.fingerprint(ua), fp.fingerprint(path));
         self.unmatched.1.prefetch(fps.0);
