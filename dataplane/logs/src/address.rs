@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+/// Whether `ip` is in the network `net`/`len` (never across families).
 fn in_prefix(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
@@ -175,6 +176,7 @@ fn hop_address(hop: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// A port: one to five decimal digits, at most 65535.
 pub(crate) fn parse_port(v: &[u8]) -> Option<u16> {
     if v.is_empty() || v.len() > 5 || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -275,9 +277,11 @@ mod tests {
         }
     }
 
-    /// IPv6 addresses and strings near them (every string of up to ten
-    /// of their bytes, and random longer ones): the hex-group reader
-    /// agrees with the standard parser wherever it reads one.
+    /// IPv6 addresses and strings near them (every string of up to five
+    /// bytes of their alphabet, random longer ones of six of those bytes,
+    /// and random addresses written out): the hex-group reader agrees
+    /// with the standard parser wherever it reads one, and reads every
+    /// address without `.` or `%` that the standard parser reads.
     #[test]
     fn hex_groups_read_as_the_standard_parser_does() {
         let alphabet = b"0:1fF.9:g%";

@@ -77,7 +77,8 @@ impl Combined {
         rec: &mut Record,
         arena: &mut Vec<u8>,
     ) -> Option<()> {
-        // `ADDR - `: the template's first ` - ` is at the first space.
+        // `ADDR - `: the template's first ` - ` is at the first space, or
+        // this reader gives up.
         let e = until(body, 0, b" - ")?;
         rec.ip = parse_ip(&body[..e]);
         // `USER [`, `TIME] "`
@@ -170,8 +171,8 @@ mod tests {
     }
 
     /// Lines as nginx writes them (escapes, IPv6, an empty request, an
-    /// absolute URL, no referer), and every line one byte away from them
-    /// (a byte replaced, inserted or cut off, at every place): the
+    /// absolute URL, no referer), every prefix of them, and every line
+    /// with one of a dozen bytes inserted or substituted at each place: the
     /// reader written for the format gives what the template gives, line
     /// for line, bad lines and their errors included.
     #[test]
